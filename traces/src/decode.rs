@@ -1,0 +1,230 @@
+//! Record decoding: the bytes of one block payload back to events.
+
+use crate::event::{Category, Event, FenceKind, FlushKind, OpKind, Record};
+use crate::format::*;
+use crate::varint::{get, unzigzag, VarintError};
+
+/// A problem inside a payload, at byte `pos` of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    pub pos: usize,
+    pub problem: String,
+}
+
+/// Decodes the records of one block payload. Yields events in order; framing
+/// records only change the state.
+pub struct BlockDecoder<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    tid: u32,
+    cursors: Vec<u64>,
+    values: bool,
+    next_index: u64,
+    failed: bool,
+}
+
+impl<'a> BlockDecoder<'a> {
+    /// `first_index` is the global index of the block's first event.
+    pub fn new(buf: &'a [u8], values: bool, first_index: u64) -> Self {
+        BlockDecoder { buf, pos: 0, tid: 0, cursors: vec![0], values, next_index: first_index, failed: false }
+    }
+
+    /// Re-targets this decoder at a new payload, keeping its allocation.
+    pub fn reset(&mut self, buf: &'a [u8], first_index: u64) {
+        self.buf = buf;
+        self.pos = 0;
+        self.tid = 0;
+        self.cursors.clear();
+        self.cursors.push(0);
+        self.next_index = first_index;
+        self.failed = false;
+    }
+
+    /// The global index the next event will get.
+    pub fn next_index(&self) -> u64 {
+        self.next_index
+    }
+
+    #[inline(always)]
+    fn varint(&mut self, what: &str) -> Result<u64, DecodeError> {
+        let start = self.pos;
+        get(self.buf, &mut self.pos).map_err(|e| DecodeError {
+            pos: start,
+            problem: match e {
+                VarintError::Truncated => format!("{what} runs past the end of the block"),
+                VarintError::Overlong => format!("{what} is an overlong varint"),
+            },
+        })
+    }
+
+    fn bytes(&mut self, n: u64, what: &str) -> Result<&'a [u8], DecodeError> {
+        let start = self.pos;
+        let end = usize::try_from(n).ok().and_then(|n| start.checked_add(n)).filter(|&e| e <= self.buf.len());
+        let Some(end) = end else {
+            return Err(DecodeError {
+                pos: start,
+                problem: format!("{what} of {n} bytes runs past the end of the block"),
+            });
+        };
+        self.pos = end;
+        Ok(&self.buf[start..end])
+    }
+
+    fn text(&mut self, n: u64, what: &str) -> Result<&'a str, DecodeError> {
+        let start = self.pos;
+        let b = self.bytes(n, what)?;
+        std::str::from_utf8(b).map_err(|_| DecodeError { pos: start, problem: format!("{what} is not UTF-8") })
+    }
+
+    #[inline(always)]
+    fn access(&mut self, x: u8) -> Result<(u64, u32), DecodeError> {
+        let cursor = self.cursors[self.tid as usize];
+        let addr =
+            if x & X_SAME != 0 { cursor } else { cursor.wrapping_add(unzigzag(self.varint("address delta")?) as u64) };
+        let code = x & 7;
+        let size = if code == SIZE_VARINT {
+            let s = self.varint("store size")?;
+            u32::try_from(s).map_err(|_| DecodeError { pos: self.pos, problem: format!("size {s} exceeds 32 bits") })?
+        } else {
+            1u32 << code
+        };
+        self.cursors[self.tid as usize] = addr.wrapping_add(size as u64);
+        Ok((addr, size))
+    }
+
+    fn value(&mut self, size: u32) -> Result<Option<&'a [u8]>, DecodeError> {
+        if self.values {
+            Ok(Some(self.bytes(size as u64, "store value")?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn op(&mut self, x: u8) -> Result<OpKind, DecodeError> {
+        let at = self.pos - 1;
+        let code = if x == 15 {
+            let c = self.varint("operation code")?;
+            if c < 16 {
+                return Err(DecodeError { pos: at, problem: format!("operation code {c} must be written in the tag") });
+            }
+            c
+        } else {
+            x as u64
+        };
+        OpKind::from_code(code).ok_or(DecodeError { pos: at, problem: format!("reserved operation code {code}") })
+    }
+
+    fn next_record(&mut self) -> Result<Option<Record<'a>>, DecodeError> {
+        loop {
+            let Some(&tag) = self.buf.get(self.pos) else { return Ok(None) };
+            let at = self.pos;
+            self.pos += 1;
+            let (kind, x) = (tag & 15, tag >> 4);
+            let bad = |problem: String| Err(DecodeError { pos: at, problem });
+            let event = match kind {
+                K_STORE => {
+                    let (addr, size) = self.access(x)?;
+                    Event::Store { addr, size, value: self.value(size)? }
+                }
+                K_NTSTORE => {
+                    let (addr, size) = self.access(x)?;
+                    Event::NtStore { addr, size, value: self.value(size)? }
+                }
+                K_LOAD => {
+                    let (addr, size) = self.access(x)?;
+                    Event::Load { addr, size }
+                }
+                K_FLUSH => {
+                    let kind = match x & 7 {
+                        0 => FlushKind::Clwb,
+                        1 => FlushKind::Clflushopt,
+                        2 => FlushKind::Clflush,
+                        k => return bad(format!("unknown flush kind {k}")),
+                    };
+                    let cursor = self.cursors[self.tid as usize];
+                    let line = if x & X_SAME != 0 {
+                        cursor & !63
+                    } else {
+                        let d = unzigzag(self.varint("flush line delta")?);
+                        ((cursor >> 6).wrapping_add(d as u64)) << 6
+                    };
+                    self.cursors[self.tid as usize] = line;
+                    Event::Flush { kind, line }
+                }
+                K_FENCE => Event::Fence {
+                    kind: match x {
+                        0 => FenceKind::Sfence,
+                        1 => FenceKind::Mfence,
+                        2 => FenceKind::LockedRmw,
+                        k => return bad(format!("unknown fence kind {k}")),
+                    },
+                },
+                K_THREAD => {
+                    let tid = if x == 15 { self.varint("thread id")? } else { x as u64 };
+                    if tid > MAX_TID as u64 {
+                        return bad(format!("thread id {tid} exceeds {MAX_TID}"));
+                    }
+                    self.tid = tid as u32;
+                    if self.cursors.len() <= tid as usize {
+                        self.cursors.resize(tid as usize + 1, 0);
+                    }
+                    continue;
+                }
+                K_THREAD_START => Event::ThreadStart,
+                K_THREAD_END => Event::ThreadEnd,
+                K_REGION_ADD => {
+                    let category = match x {
+                        0 => Category::Meta,
+                        1 => Category::Wal,
+                        2 => Category::Log,
+                        3 => Category::Data,
+                        c => return bad(format!("unknown region category {c}")),
+                    };
+                    let id = self.varint("region id")?;
+                    let base = self.varint("region base")?;
+                    let len = self.varint("region length")?;
+                    let n = self.varint("region name length")?;
+                    let name = self.text(n, "region name")?;
+                    Event::RegionAdd { id, category, base, len, name }
+                }
+                K_REGION_REMOVE => Event::RegionRemove { id: self.varint("region id")? },
+                K_OP_BEGIN => {
+                    let op = self.op(x)?;
+                    Event::OpBegin { op, arg: self.varint("operation argument")? }
+                }
+                K_OP_END => {
+                    let op = self.op(x)?;
+                    Event::OpEnd { op, result: self.varint("operation result")? }
+                }
+                K_MARKER => {
+                    let id = self.varint("marker id")?;
+                    let n = self.varint("marker length")?;
+                    Event::Marker { id, label: self.text(n, "marker label")? }
+                }
+                k => return bad(format!("unknown record kind {k}")),
+            };
+            let index = self.next_index;
+            self.next_index += 1;
+            return Ok(Some(Record { index, tid: self.tid, event }));
+        }
+    }
+}
+
+impl<'a> Iterator for BlockDecoder<'a> {
+    type Item = Result<Record<'a>, DecodeError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        match self.next_record() {
+            Ok(Some(r)) => Some(Ok(r)),
+            Ok(None) => None,
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

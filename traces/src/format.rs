@@ -1,0 +1,41 @@
+//! Constants of the on-disk layout; FORMAT.md is their prose.
+
+/// `\x89PMT\r\n\x1a\n`: the high byte and the line endings catch text-mode mangling.
+pub const MAGIC: [u8; 8] = [0x89, b'P', b'M', b'T', b'\r', b'\n', 0x1a, b'\n'];
+/// The format version this crate writes and the newest it reads.
+pub const VERSION: u16 = 1;
+/// Preamble flag: stores carry their value bytes.
+pub const FLAG_VALUES: u16 = 1;
+/// Marker at the start of every block.
+pub const BLOCK_MARKER: [u8; 4] = *b"PMTB";
+pub const BLOCK_HEADER_LEN: usize = 24;
+/// Upper bound on header and block sizes, so corrupt lengths never cause huge allocations.
+pub const MAX_LEN: usize = 16 << 20;
+/// Raw payload size at which writers cut a block.
+pub const DEFAULT_BLOCK_SIZE: usize = 128 << 10;
+
+pub const CODEC_RAW: u8 = 0;
+pub const CODEC_ZSTD: u8 = 1;
+pub const CODEC_END: u8 = 255;
+
+// Record kinds (low nibble of the tag byte).
+pub const K_STORE: u8 = 0;
+pub const K_NTSTORE: u8 = 1;
+pub const K_LOAD: u8 = 2;
+pub const K_FLUSH: u8 = 3;
+pub const K_FENCE: u8 = 4;
+pub const K_THREAD: u8 = 5;
+pub const K_THREAD_START: u8 = 6;
+pub const K_THREAD_END: u8 = 7;
+pub const K_REGION_ADD: u8 = 8;
+pub const K_REGION_REMOVE: u8 = 9;
+pub const K_OP_BEGIN: u8 = 10;
+pub const K_OP_END: u8 = 11;
+pub const K_MARKER: u8 = 12;
+
+/// Tag bit 3 of accesses and flushes: the address equals the cursor.
+pub const X_SAME: u8 = 8;
+/// Size code meaning "the size follows as a varint".
+pub const SIZE_VARINT: u8 = 7;
+/// Largest thread id the format carries.
+pub const MAX_TID: u32 = 65535;

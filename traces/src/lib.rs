@@ -1,0 +1,24 @@
+//! The `.pmt` trace format of pmsim (specified in `FORMAT.md`): the events a
+//! program issues to persistent memory, a streaming writer and a streaming
+//! reader. Every other part of pmsim — the tracing backend, the C writer of the
+//! DBI tracers, the simulator, the crash explorer, the exporters — speaks it.
+
+pub mod decode;
+mod encode;
+pub mod error;
+pub mod event;
+pub mod format;
+pub mod header;
+pub mod reader;
+pub mod sink;
+pub mod varint;
+pub mod writer;
+
+pub use decode::BlockDecoder;
+pub use encode::EncodeError;
+pub use error::{ErrorKind, TraceError};
+pub use event::{line_of, Category, Event, FenceKind, FlushKind, OpKind, OwnedEvent, Record, LINE};
+pub use header::{Component, HeapInfo, Region, TraceHeader, Tracer};
+pub use reader::{Block, TraceReader, TraceTotals};
+pub use sink::{EventSink, VecSink};
+pub use writer::{TraceFile, TraceWriter, WriteStats, WriterOptions};
