@@ -8,6 +8,8 @@ use crate::varint::{put, zigzag};
 #[derive(Default)]
 pub(crate) struct Encoder {
     tid: u32,
+    /// The current thread's cursor; `cursors` holds the others'.
+    cur: u64,
     cursors: Vec<u64>,
     /// Whether stores carry value bytes (the preamble flag).
     values: bool,
@@ -44,22 +46,38 @@ impl std::error::Error for EncodeError {}
 
 impl Encoder {
     pub(crate) fn new(values: bool) -> Self {
-        Encoder { tid: 0, cursors: vec![0], values }
+        Encoder { tid: 0, cur: 0, cursors: vec![0], values }
     }
 
     pub(crate) fn reset(&mut self) {
         self.tid = 0;
+        self.cur = 0;
         self.cursors.clear();
         self.cursors.push(0);
     }
 
-    /// Appends the records for `ev` of thread `tid` to `out`.
+    /// Appends the records for `ev` of thread `tid` to `out`. On error the state
+    /// is unchanged (the caller drops what was appended), so that a refused event
+    /// of a new thread does not leave the encoder on a thread whose THREAD record
+    /// was dropped.
     #[inline]
     pub(crate) fn encode(&mut self, out: &mut Vec<u8>, tid: u32, ev: &Event<'_>) -> Result<(), EncodeError> {
+        let prev = self.tid;
+        let r = self.encode_in(out, tid, ev);
+        if r.is_err() && self.tid != prev {
+            self.cursors[self.tid as usize] = self.cur;
+            self.tid = prev;
+            self.cur = self.cursors[prev as usize];
+        }
+        r
+    }
+
+    #[inline(always)]
+    fn encode_in(&mut self, out: &mut Vec<u8>, tid: u32, ev: &Event<'_>) -> Result<(), EncodeError> {
         if tid != self.tid {
             self.switch(out, tid)?;
         }
-        let cursor = &mut self.cursors[tid as usize];
+        let cursor = &mut self.cur;
         match *ev {
             Event::Store { addr, size, value } => {
                 if self.values && value.map(<[u8]>::len) != Some(size as usize) {
@@ -84,14 +102,16 @@ impl Encoder {
                 if line & 63 != 0 {
                     return Err(EncodeError::UnalignedFlush(line));
                 }
-                let d = ((line >> 6).wrapping_sub(*cursor >> 6)) as i64;
+                // Relative to the line of the last byte accessed: "store, then flush its
+                // line" is one byte, and the cursor stays put so a run of stores goes on.
+                let d = ((line >> 6).wrapping_sub(cursor.wrapping_sub(1) >> 6)) as i64;
                 if d == 0 {
                     out.push(K_FLUSH | ((kind as u8 | X_SAME) << 4));
                 } else {
                     out.push(K_FLUSH | ((kind as u8) << 4));
                     put(out, zigzag(d));
+                    *cursor = line.wrapping_add(LINE_BYTES);
                 }
-                *cursor = line;
             }
             Event::Fence { kind } => out.push(K_FENCE | ((kind as u8) << 4)),
             Event::ThreadStart => out.push(K_THREAD_START),
@@ -137,10 +157,12 @@ impl Encoder {
             out.push(K_THREAD | 0xf0);
             put(out, tid as u64);
         }
+        self.cursors[self.tid as usize] = self.cur;
         self.tid = tid;
         if self.cursors.len() <= tid as usize {
             self.cursors.resize(tid as usize + 1, 0);
         }
+        self.cur = self.cursors[tid as usize];
         Ok(())
     }
 }

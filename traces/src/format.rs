@@ -37,5 +37,7 @@ pub const K_MARKER: u8 = 12;
 pub const X_SAME: u8 = 8;
 /// Size code meaning "the size follows as a varint".
 pub const SIZE_VARINT: u8 = 7;
+/// Bytes in a cache line, the unit of flushes.
+pub const LINE_BYTES: u64 = 64;
 /// Largest thread id the format carries.
 pub const MAX_TID: u32 = 65535;

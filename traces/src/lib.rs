@@ -10,7 +10,10 @@ pub mod event;
 pub mod format;
 pub mod header;
 pub mod reader;
+pub mod regions;
 pub mod sink;
+pub mod stats;
+pub mod synth;
 pub mod varint;
 pub mod writer;
 
@@ -20,5 +23,7 @@ pub use error::{ErrorKind, TraceError};
 pub use event::{line_of, Category, Event, FenceKind, FlushKind, OpKind, OwnedEvent, Record, LINE};
 pub use header::{Component, HeapInfo, Region, TraceHeader, Tracer};
 pub use reader::{Block, TraceReader, TraceTotals};
+pub use regions::RegionMap;
 pub use sink::{EventSink, VecSink};
+pub use stats::{RegionCounts, TraceStats};
 pub use writer::{TraceFile, TraceWriter, WriteStats, WriterOptions};

@@ -1,7 +1,7 @@
 //! The streaming trace reader: one block in memory at a time, every problem
 //! reported as file + byte offset + what is wrong.
 
-use crate::decode::BlockDecoder;
+use crate::decode::{BlockDecoder, DecodeError};
 use crate::error::{ErrorKind, TraceError};
 use crate::event::Record;
 use crate::format::*;
@@ -29,6 +29,7 @@ pub struct TraceReader<R: Read> {
 }
 
 /// One decoded block: its payload and where it sits in the file.
+#[derive(Clone)]
 pub struct Block<'a> {
     pub payload: &'a [u8],
     /// Global index of the block's first event.
@@ -49,20 +50,42 @@ impl<'a> Block<'a> {
     pub fn records(&self) -> BlockRecords<'a> {
         BlockRecords {
             dec: BlockDecoder::new(self.payload, self.values, self.first_index),
-            first_index: self.first_index,
-            events: self.events,
-            offset: self.offset,
-            compressed: self.compressed,
-            path: self.path,
+            block: self.clone(),
             done: false,
         }
     }
 
-    /// Calls `f` on every event of the block.
+    /// Calls `f` on every event of the block: faster than [`Block::records`].
     #[inline]
-    pub fn for_each(&self, mut f: impl FnMut(&Record<'a>)) -> Result<(), TraceError> {
-        for r in self.records() {
-            f(&r?);
+    pub fn for_each(&self, f: impl FnMut(&Record<'a>)) -> Result<(), TraceError> {
+        let mut dec = BlockDecoder::new(self.payload, self.values, self.first_index);
+        dec.decode_all(f).map_err(|e| self.decode_error(e))?;
+        self.check_count(dec.next_index())
+    }
+
+    #[cold]
+    fn decode_error(&self, e: DecodeError) -> TraceError {
+        let (offset, loc) = if self.compressed {
+            (self.offset, format!(" (byte {} of the decompressed payload of the block at {})", e.pos, self.offset))
+        } else {
+            (
+                self.offset + (BLOCK_HEADER_LEN + e.pos) as u64,
+                format!(" (payload byte {} of the block at {})", e.pos, self.offset),
+            )
+        };
+        TraceError::new(ErrorKind::Corrupt, self.path, offset, format!("corrupt record: {}{loc}", e.problem))
+    }
+
+    /// The payload must hold exactly the events its header announces.
+    fn check_count(&self, next_index: u64) -> Result<(), TraceError> {
+        let got = next_index - self.first_index;
+        if got != self.events as u64 {
+            return Err(TraceError::new(
+                ErrorKind::Corrupt,
+                self.path,
+                self.offset + 8,
+                format!("block announces {} events but holds {got}", self.events),
+            ));
         }
         Ok(())
     }
@@ -71,23 +94,8 @@ impl<'a> Block<'a> {
 /// Iterator over the events of one block.
 pub struct BlockRecords<'a> {
     dec: BlockDecoder<'a>,
-    first_index: u64,
-    events: u32,
-    offset: u64,
-    compressed: bool,
-    path: &'a str,
+    block: Block<'a>,
     done: bool,
-}
-
-impl BlockRecords<'_> {
-    fn locate(&self, pos: usize) -> (u64, String) {
-        let payload = self.offset + BLOCK_HEADER_LEN as u64;
-        if self.compressed {
-            (self.offset, format!(" (byte {pos} of the decompressed payload of the block at {})", self.offset))
-        } else {
-            (payload + pos as u64, format!(" (payload byte {pos} of the block at {})", self.offset))
-        }
-    }
 }
 
 impl<'a> Iterator for BlockRecords<'a> {
@@ -102,26 +110,11 @@ impl<'a> Iterator for BlockRecords<'a> {
             Some(Ok(r)) => Some(Ok(r)),
             Some(Err(e)) => {
                 self.done = true;
-                let (offset, loc) = self.locate(e.pos);
-                Some(Err(TraceError::new(
-                    ErrorKind::Corrupt,
-                    self.path,
-                    offset,
-                    format!("corrupt record: {}{loc}", e.problem),
-                )))
+                Some(Err(self.block.decode_error(e)))
             }
             None => {
                 self.done = true;
-                let got = self.dec.next_index() - self.first_index;
-                if got != self.events as u64 {
-                    return Some(Err(TraceError::new(
-                        ErrorKind::Corrupt,
-                        self.path,
-                        self.offset + 8,
-                        format!("block announces {} events but holds {got}", self.events),
-                    )));
-                }
-                None
+                self.block.check_count(self.dec.next_index()).err().map(Err)
             }
         }
     }

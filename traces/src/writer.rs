@@ -101,6 +101,17 @@ impl<W: Write> TraceWriter<W> {
             self.buf.truncate(mark);
             return Err(io::Error::new(io::ErrorKind::InvalidInput, e));
         }
+        if self.buf.len() > MAX_LEN {
+            // A block the reader would refuse: end the block before this event (the
+            // encoder restarts with the new one), and refuse an event no block holds.
+            self.buf.truncate(mark);
+            if mark == 0 {
+                self.enc.reset();
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "event larger than a block (16 MiB)"));
+            }
+            self.cut_block()?;
+            return self.write(tid, ev);
+        }
         self.block_events += 1;
         if self.buf.len() >= self.block_size || self.block_events == u32::MAX {
             self.cut_block()?;
