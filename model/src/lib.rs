@@ -1,1 +1,28 @@
-//! placeholder
+//! The model side of pmsim: a persistent-memory heap on a mapped file, the
+//! persistence primitives allocators are written against, and the tracing
+//! backend that records what those primitives do.
+//!
+//! * [`heap`] — the heap file: header page (magic, version, size, clean-shutdown
+//!   flag, root table), mapping, offset pointers ([`PmOff`]).
+//! * [`pm`] — store / flush / fence / persist / CAS through a per-thread handle
+//!   ([`PmThread`]), run natively (real `clwb`/`clflushopt`/`clflush` + `sfence`)
+//!   or traced.
+//! * [`tracing`] — per-thread event buffers merged into one globally ordered
+//!   stream for a [`pmsim_traces::EventSink`] (a `.pmt` file or an in-process
+//!   consumer).
+//!
+//! Allocators are built on these: they keep offsets, not pointers, in the heap,
+//! do every persistent write through a `PmThread`, and run their recovery when
+//! [`Heap::was_clean`] says the last run did not close the heap.
+
+pub mod alloc;
+mod arch;
+pub mod heap;
+pub mod pm;
+pub mod tracing;
+
+pub use alloc::{AllocThread, Footprint, PmAllocator, SlabUtilization};
+pub use heap::{Heap, HeapError, HeapErrorKind, HeapOptions, PmOff, Pod};
+pub use pm::{CpuFeatures, FlushInsn, Pm, PmError, PmThread};
+pub use pmsim_traces::{Category, OpKind};
+pub use tracing::{CollectorStats, Finished, TraceCollector, TraceConfig};

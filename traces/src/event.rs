@@ -72,8 +72,8 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    /// The 4-bit code in the record tag; 15 means the code follows as a varint.
-    pub(crate) fn code(self) -> u64 {
+    /// The operation's code (FORMAT.md): 0–7 for the named operations, ≥ 16 for `Other`.
+    pub fn code(self) -> u64 {
         match self {
             OpKind::Malloc => 0,
             OpKind::Free => 1,
@@ -88,7 +88,7 @@ impl OpKind {
     }
 
     /// Decodes an operation code; `None` for codes 8–15 that are reserved.
-    pub(crate) fn from_code(c: u64) -> Option<OpKind> {
+    pub fn from_code(c: u64) -> Option<OpKind> {
         Some(match c {
             0 => OpKind::Malloc,
             1 => OpKind::Free,

@@ -1,0 +1,98 @@
+//! The interface every allocator pmsim measures offers to workloads: NVAlloc and
+//! its ablations, LLFree, the Makalu- and Metall-style allocators, and PMDK's
+//! libpmemobj through FFI. Workloads are written once against it.
+//!
+//! Allocations are named by heap offsets (never pointers), so a heap can be
+//! mapped elsewhere after a restart. All access to allocated memory goes through
+//! the thread handle, so a traced run records the workload's own stores too
+//! (as stores to user data) and the crash explorer can check their contents.
+
+use serde::Serialize;
+use std::sync::Arc;
+
+/// How much persistent memory an allocator holds, for footprint figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Footprint {
+    /// Bytes handed out to the user and not yet freed (requested sizes).
+    pub live_bytes: u64,
+    /// Bytes of the heap the allocator has taken for slabs, extents and its own
+    /// metadata (what a heap file must be at least, the paper's "memory usage").
+    pub mapped_bytes: u64,
+}
+
+/// Slabs by how full they are: 0–30 %, 30–70 %, 70–100 % of their blocks in use
+/// (the breakdown of the NVAlloc paper's Fig. 15b).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SlabUtilization {
+    pub low: u64,
+    pub mid: u64,
+    pub high: u64,
+}
+
+/// An allocator on a persistent heap, shared by all threads of a run.
+pub trait PmAllocator: Send + Sync + Sized + 'static {
+    /// A thread's handle: its caches and its persistence primitives.
+    type Thread: AllocThread;
+
+    /// The preset or variant name, e.g. `nvalloc-log`.
+    fn name(&self) -> String;
+
+    /// Every parameter this instance runs with, for trace headers and result rows.
+    fn params(&self) -> serde_json::Map<String, serde_json::Value>;
+
+    /// A handle for thread `tid` (ids are small and dense: 0, 1, 2, …).
+    fn thread(self: &Arc<Self>, tid: u32) -> Self::Thread;
+
+    fn footprint(&self) -> Footprint;
+
+    /// Slab utilization, for allocators that have slabs.
+    fn slab_utilization(&self) -> Option<SlabUtilization> {
+        None
+    }
+}
+
+/// What one thread can do with the allocator and the memory it hands out.
+pub trait AllocThread: Send {
+    /// Allocates `size` bytes; the offset of the block, or `None` when the heap is full.
+    fn malloc(&mut self, size: u64) -> Option<u64>;
+
+    /// Frees the allocation at `off`.
+    fn free(&mut self, off: u64);
+
+    /// Allocates `size` bytes and atomically (with respect to crashes) publishes
+    /// the offset into the persistent 8-byte location `dest`.
+    fn malloc_to(&mut self, size: u64, dest: u64) -> Option<u64>;
+
+    /// Frees the allocation whose offset is stored at `dest` and atomically
+    /// clears `dest`.
+    fn free_from(&mut self, dest: u64);
+
+    /// Writes workload data at heap offset `off` (inside an allocation).
+    fn write(&mut self, off: u64, data: &[u8]);
+
+    /// Reads heap memory at `off`.
+    fn read(&self, off: u64, buf: &mut [u8]);
+
+    /// Makes `[off, off + len)` durable (flushes and a fence, or nothing under eADR).
+    fn persist(&mut self, off: u64, len: u64);
+
+    /// Stores an 8-byte word (e.g. an offset into another allocation).
+    fn write_u64(&mut self, off: u64, v: u64) {
+        self.write(off, &v.to_le_bytes());
+    }
+
+    fn read_u64(&self, off: u64) -> u64 {
+        let mut b = [0u8; 8];
+        self.read(off, &mut b);
+        u64::from_le_bytes(b)
+    }
+
+    /// Sets persistent root `slot` to `off` (durably).
+    fn set_root(&mut self, slot: usize, off: u64);
+
+    fn root(&self, slot: usize) -> u64;
+
+    /// Called before the thread blocks for long (a barrier, a condition
+    /// variable): lets a traced run hand over its buffered events.
+    fn idle(&mut self) {}
+}

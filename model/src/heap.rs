@@ -1,0 +1,623 @@
+//! The PM heap: one file mapped shared, with a header page and offset pointers.
+//!
+//! A heap is a plain file — on tmpfs (`/dev/shm/x.heap`) to emulate PM in DRAM,
+//! or on a DAX mount to use real PM — mapped with `MAP_SHARED`, so stores to the
+//! mapping *are* stores to the file and survive the process. The first 4 KiB page
+//! belongs to pmsim:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `89 50 4D 48 0D 0A 1A 0A` (`\x89PMH\r\n\x1a\n`) |
+//! | 8 | 4 | layout version ([`LAYOUT_VERSION`]) |
+//! | 12 | 4 | header size (4096) |
+//! | 16 | 8 | heap size in bytes (= file length) |
+//! | 24 | 8 | clean-shutdown flag: 1 after [`Heap::close`], 0 while in use |
+//! | 32 | 32 | reserved (0) |
+//! | 64 | 512 | root table: [`ROOT_SLOTS`] `u64` heap offsets, 0 = empty |
+//! | 576 | 3520 | reserved (0) |
+//!
+//! Everything after the header page ([`Heap::user_range`]) belongs to the
+//! allocator. Pointers stored in the heap are heap offsets ([`PmOff`]), never
+//! addresses, because the next run may map the file elsewhere.
+
+use crate::pm::FlushInsn;
+use memmap2::{MmapMut, MmapOptions};
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::hash::{Hash, Hasher};
+use std::io;
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Size of the header page at offset 0; the allocator's space starts here.
+pub const HEADER_SIZE: u64 = 4096;
+/// The heap layout this pmsim writes and the newest it opens.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Number of slots in the persistent root table.
+pub const ROOT_SLOTS: usize = 64;
+/// The smallest heap: the header page plus one page for the allocator.
+pub const MIN_SIZE: u64 = 2 * HEADER_SIZE;
+
+/// `\x89PMH\r\n\x1a\n`: the high byte and line endings catch text-mode mangling,
+/// like the trace magic (`PMT`) it mirrors.
+const MAGIC: [u8; 8] = [0x89, b'P', b'M', b'H', b'\r', b'\n', 0x1a, b'\n'];
+const OFF_VERSION: u64 = 8;
+const OFF_HEADER_SIZE: u64 = 12;
+const OFF_SIZE: u64 = 16;
+const OFF_CLEAN: u64 = 24;
+const OFF_ROOTS: u64 = 64;
+/// The bytes of the header that `open` must see before it maps the file.
+const FIXED_LEN: usize = 32;
+const CLEAN: u64 = 1;
+
+/// A heap offset of a `T`: how the heap refers to its own contents.
+///
+/// Offsets, not addresses, because a heap file is mapped at a different address
+/// in every run; 0 is null (it is the heap header, which no allocator hands
+/// out). `PmOff<T>` is exactly a `u64` (`repr(transparent)`), so it can be a
+/// field of a persistent structure. It carries the pointee type only to catch
+/// mix-ups at compile time; the heap converts it to a pointer with
+/// [`Heap::ptr`].
+#[repr(transparent)]
+pub struct PmOff<T> {
+    off: u64,
+    // `fn() -> T`: covariant, and Send/Sync whatever T is (it is only a number).
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> PmOff<T> {
+    /// The null offset.
+    pub const NULL: PmOff<T> = PmOff::new(0);
+
+    /// An offset from its raw value.
+    #[inline(always)]
+    pub const fn new(off: u64) -> Self {
+        PmOff { off, _type: PhantomData }
+    }
+
+    /// The raw heap offset.
+    #[inline(always)]
+    pub const fn get(self) -> u64 {
+        self.off
+    }
+
+    #[inline(always)]
+    pub const fn is_null(self) -> bool {
+        self.off == 0
+    }
+
+    /// The same offset seen as another type (like a pointer cast).
+    #[inline(always)]
+    pub const fn cast<U>(self) -> PmOff<U> {
+        PmOff::new(self.off)
+    }
+
+    /// The offset of the `n`-th `T` after this one (like `pointer::add`).
+    #[inline(always)]
+    pub const fn add(self, n: u64) -> Self {
+        PmOff::new(self.off + n * std::mem::size_of::<T>() as u64)
+    }
+
+    /// The offset `bytes` further on, same type (for fields: `off.byte_add(offset_of!(S, f))`).
+    #[inline(always)]
+    pub const fn byte_add(self, bytes: u64) -> Self {
+        PmOff::new(self.off + bytes)
+    }
+}
+
+// Manual impls: derives would demand `T: Clone` etc., but an offset is a number
+// whatever it points to.
+impl<T> Clone for PmOff<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for PmOff<T> {}
+impl<T> PartialEq for PmOff<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.off == other.off
+    }
+}
+impl<T> Eq for PmOff<T> {}
+impl<T> PartialOrd for PmOff<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<T> Ord for PmOff<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.off.cmp(&other.off)
+    }
+}
+impl<T> Hash for PmOff<T> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.off.hash(state)
+    }
+}
+impl<T> Default for PmOff<T> {
+    fn default() -> Self {
+        Self::NULL
+    }
+}
+impl<T> fmt::Debug for PmOff<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PmOff({:#x})", self.off)
+    }
+}
+impl<T> From<PmOff<T>> for u64 {
+    fn from(p: PmOff<T>) -> u64 {
+        p.off
+    }
+}
+
+/// Plain data that may be copied to and from the heap byte for byte.
+///
+/// The persistence primitives store a `T` by copying its bytes (and, when
+/// tracing values, recording them), and load one by reading whatever bytes the
+/// heap holds — possibly written by an older run or torn by a crash.
+///
+/// # Safety
+/// Implement only for types that have no padding bytes (their bytes are always
+/// initialized), for which every bit pattern is a valid value, and that hold no
+/// references or pointers (which would dangle in the next run; use [`PmOff`]).
+/// `#[repr(C)]` structs of such fields without padding qualify.
+pub unsafe trait Pod: Copy + 'static {}
+
+macro_rules! pod {
+    ($($t:ty),*) => { $(
+        // SAFETY: primitive integers have no padding and no invalid bit patterns.
+        unsafe impl Pod for $t {}
+    )* };
+}
+pod!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
+// SAFETY: an array of Pod has no padding between elements and is valid for any bits.
+unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
+// SAFETY: repr(transparent) over u64.
+unsafe impl<T: 'static> Pod for PmOff<T> {}
+
+/// The bytes of a `Pod` value (for recording store values).
+#[inline(always)]
+pub(crate) fn bytes_of<T: Pod>(v: &T) -> &[u8] {
+    // SAFETY: `Pod` guarantees every byte of a T is initialized (no padding), and
+    // the slice borrows `v`, so it covers live memory of exactly size_of::<T>().
+    unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()) }
+}
+
+/// What went wrong with a heap file; tools and tests match on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapErrorKind {
+    /// The operating system refused (missing file, permissions, no space, I/O).
+    Io,
+    /// `create` found a file there and was not asked to overwrite it.
+    Exists,
+    /// Another open heap (in this or another process) holds the file.
+    Locked,
+    /// Not a pmsim heap.
+    BadMagic,
+    /// Written by a newer pmsim.
+    NewerVersion,
+    /// The file is shorter than the header page.
+    Truncated,
+    /// The file length differs from the size in the header (truncated or grown).
+    SizeMismatch,
+    /// A header field holds an impossible value.
+    Corrupt,
+    /// `create` was asked for an impossible size.
+    BadSize,
+    /// `close` while persistence handles still use the mapping.
+    InUse,
+}
+
+/// An error about a heap file. Displays as one line: `FILE: PROBLEM`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeapError {
+    pub kind: HeapErrorKind,
+    pub path: PathBuf,
+    pub problem: String,
+}
+
+impl HeapError {
+    fn new(kind: HeapErrorKind, path: &Path, problem: impl Into<String>) -> Self {
+        HeapError { kind, path: path.to_path_buf(), problem: problem.into() }
+    }
+
+    fn io(path: &Path, what: &str, e: io::Error) -> Self {
+        HeapError::new(HeapErrorKind::Io, path, format!("{what}: {e}"))
+    }
+}
+
+impl fmt::Display for HeapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.problem)
+    }
+}
+
+impl std::error::Error for HeapError {}
+
+/// How to create or open a heap.
+#[derive(Clone, Debug, Default)]
+pub struct HeapOptions {
+    /// `create`: replace an existing file. Off by default so that a typo in a
+    /// path never destroys a heap someone wanted to keep.
+    pub overwrite: bool,
+    /// `create`: leave the file sparse instead of reserving its blocks with
+    /// `posix_fallocate`. Reserving is the default because a sparse file on a
+    /// full tmpfs or DAX mount turns a later store into SIGBUS; with it, a lack
+    /// of space is a clear error at creation.
+    pub sparse: bool,
+    /// Pre-fault the whole mapping (`MAP_POPULATE`), so that page faults do not
+    /// disturb measurements of the first touches.
+    pub populate: bool,
+}
+
+/// The mapping shared by a [`Heap`] and the persistence handles made from it.
+///
+/// It owns the file, whose `flock` marks the heap as in use until the last
+/// handle is gone, and the mapping, which is unmapped only then. All accesses
+/// go through `base` as raw pointers; no Rust reference to the mapped bytes is
+/// ever created, because other threads (and the hardware) write them concurrently.
+pub(crate) struct Mapping {
+    pub(crate) base: *mut u8,
+    pub(crate) size: u64,
+    mmap: MmapMut,
+    path: PathBuf,
+    _file: File,
+}
+
+// SAFETY: `base` points into `mmap`, which lives as long as the Mapping and is
+// never moved or remapped. The mapping is ordinary shared memory: any thread may
+// access it; coordinating concurrent access to the same bytes is the job of the
+// allocator built on top (as with any shared memory), and pmsim's own accesses
+// to shared words (flag, roots) are atomic.
+unsafe impl Send for Mapping {}
+// SAFETY: see Send; `&Mapping` only hands out the raw base and the size.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// The word at `off` as an atomic (header fields, roots).
+    fn word(&self, off: u64) -> &AtomicU64 {
+        assert!(off & 7 == 0 && off + 8 <= self.size);
+        // SAFETY: in bounds and 8-byte aligned (the base is page aligned); the
+        // mapping outlives the returned reference, which borrows self.
+        unsafe { AtomicU64::from_ptr(self.base.add(off as usize) as *mut u64) }
+    }
+
+    /// Makes `[off, off + len)` durable with the best flush the CPU has.
+    fn persist(&self, off: u64, len: u64) {
+        let insn = FlushInsn::best();
+        let mut line = off & !63;
+        while line < off + len {
+            // SAFETY: `best()` is supported by this CPU, and the line is inside
+            // the mapping (off + len <= size, checked by the callers' offsets,
+            // which are all in the header page).
+            unsafe { insn.flush_line(self.base.add(line as usize)) };
+            line += 64;
+        }
+        crate::arch::sfence();
+    }
+
+    /// Writes the header page back to the file, for heaps on block devices
+    /// (where flushes reach only the page cache). A no-op cost on tmpfs and DAX.
+    fn sync_header(&self) -> Result<(), HeapError> {
+        self.mmap.flush_range(0, HEADER_SIZE as usize).map_err(|e| HeapError::io(&self.path, "msync", e))
+    }
+}
+
+/// An open PM heap.
+///
+/// Dropping it without [`Heap::close`] leaves the clean-shutdown flag cleared,
+/// exactly as a crash would: the next [`Heap::open`] reports
+/// [`Heap::was_clean`] `== false` and the allocator runs its recovery.
+pub struct Heap {
+    map: Arc<Mapping>,
+    was_clean: bool,
+}
+
+impl fmt::Debug for Heap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Heap")
+            .field("path", &self.map.path)
+            .field("base", &self.map.base)
+            .field("size", &self.map.size)
+            .field("was_clean", &self.was_clean)
+            .finish()
+    }
+}
+
+/// Takes the exclusive advisory lock that says "this heap is open".
+fn lock(file: &File, path: &Path) -> Result<(), HeapError> {
+    // SAFETY: flock on a file descriptor we own; no memory is passed.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.kind() == io::ErrorKind::WouldBlock {
+        Err(HeapError::new(HeapErrorKind::Locked, path, "heap is already open (locked by another handle or process)"))
+    } else {
+        Err(HeapError::io(path, "cannot lock", e))
+    }
+}
+
+fn map(file: &File, path: &Path, size: u64, populate: bool) -> Result<MmapMut, HeapError> {
+    let mut opts = MmapOptions::new();
+    opts.len(size as usize);
+    if populate {
+        opts.populate();
+    }
+    // SAFETY: memmap2 maps are unsafe because another process may change the
+    // file underneath. That is the nature of a shared PM heap; the flock keeps
+    // other pmsim processes out, and every access goes through raw pointers
+    // (never through `&[u8]` views that assume immutability).
+    unsafe { opts.map_mut(file) }.map_err(|e| HeapError::io(path, "cannot map", e))
+}
+
+fn read_u32(b: &[u8], at: u64) -> u32 {
+    u32::from_le_bytes(b[at as usize..at as usize + 4].try_into().unwrap())
+}
+
+fn read_u64(b: &[u8], at: u64) -> u64 {
+    u64::from_le_bytes(b[at as usize..at as usize + 8].try_into().unwrap())
+}
+
+impl Heap {
+    /// Creates a heap of `size` bytes at `path`; refuses if the file exists.
+    pub fn create(path: impl AsRef<Path>, size: u64) -> Result<Heap, HeapError> {
+        Heap::create_with(path, size, &HeapOptions::default())
+    }
+
+    /// Creates a heap with options (e.g. `overwrite`).
+    ///
+    /// `size` must be a multiple of 4096 and at least [`MIN_SIZE`]. The new heap
+    /// is zero-filled past its header, and [`Heap::was_clean`] is true (there is
+    /// nothing to recover).
+    pub fn create_with(path: impl AsRef<Path>, size: u64, opts: &HeapOptions) -> Result<Heap, HeapError> {
+        let path = path.as_ref();
+        if size < MIN_SIZE || size & (HEADER_SIZE - 1) != 0 || size > isize::MAX as u64 {
+            return Err(HeapError::new(
+                HeapErrorKind::BadSize,
+                path,
+                format!("heap size {size} must be a multiple of 4096 and at least {MIN_SIZE}"),
+            ));
+        }
+        let mut oo = OpenOptions::new();
+        oo.read(true).write(true);
+        if opts.overwrite {
+            oo.create(true);
+        } else {
+            oo.create_new(true);
+        }
+        let file = oo.open(path).map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                HeapError::new(HeapErrorKind::Exists, path, "already exists (ask to overwrite it to replace it)")
+            } else {
+                HeapError::io(path, "cannot create", e)
+            }
+        })?;
+        let result = Heap::init_file(file, path, size, opts);
+        if result.is_err() && !opts.overwrite {
+            // We made this file; do not leave a half-made heap behind.
+            let _ = std::fs::remove_file(path);
+        }
+        result
+    }
+
+    fn init_file(file: File, path: &Path, size: u64, opts: &HeapOptions) -> Result<Heap, HeapError> {
+        lock(&file, path)?;
+        // Drop whatever an overwritten file held, so the new heap starts zeroed.
+        file.set_len(0).map_err(|e| HeapError::io(path, "cannot truncate", e))?;
+        if !opts.sparse {
+            // SAFETY: posix_fallocate on a descriptor we own; no memory is passed.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
+            if rc != 0 && rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+                let e = io::Error::from_raw_os_error(rc);
+                return Err(HeapError::io(path, &format!("cannot reserve {size} bytes"), e));
+            }
+        }
+        file.set_len(size).map_err(|e| HeapError::io(path, "cannot size", e))?;
+        let mut mmap = map(&file, path, size, opts.populate)?;
+        let base = mmap.as_mut_ptr();
+        let m = Mapping { base, size, mmap, path: path.to_path_buf(), _file: file };
+
+        // Every field but the magic first, made durable, then the magic: a crash
+        // in between leaves a file that `open` rejects as "not a pmsim heap"
+        // rather than one that looks valid with a half-written header.
+        m.word(OFF_VERSION).store(LAYOUT_VERSION as u64 | HEADER_SIZE << 32, Ordering::Relaxed);
+        m.word(OFF_SIZE).store(size, Ordering::Relaxed);
+        m.word(OFF_CLEAN).store(0, Ordering::Relaxed);
+        m.persist(0, HEADER_SIZE);
+        m.word(0).store(u64::from_le_bytes(MAGIC), Ordering::Relaxed);
+        m.persist(0, 8);
+        m.sync_header()?;
+        Ok(Heap { map: Arc::new(m), was_clean: true })
+    }
+
+    /// Opens an existing heap.
+    pub fn open(path: impl AsRef<Path>) -> Result<Heap, HeapError> {
+        Heap::open_with(path, &HeapOptions::default())
+    }
+
+    /// Opens an existing heap with options (only `populate` applies).
+    ///
+    /// Checks the header before mapping anything, and reports the first problem
+    /// as one line naming the file. On success, remembers whether the previous
+    /// user closed the heap cleanly ([`Heap::was_clean`]) and clears the flag —
+    /// durably — so that a crash from now on is seen as one.
+    pub fn open_with(path: impl AsRef<Path>, opts: &HeapOptions) -> Result<Heap, HeapError> {
+        use HeapErrorKind::*;
+        let path = path.as_ref();
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                HeapError::new(Io, path, "no such heap file")
+            } else {
+                HeapError::io(path, "cannot open", e)
+            }
+        })?;
+        lock(&file, path)?;
+        let len = file.metadata().map_err(|e| HeapError::io(path, "cannot stat", e))?.len();
+        let mut fixed = [0u8; FIXED_LEN];
+        let have = (len as usize).min(FIXED_LEN);
+        file.read_exact_at(&mut fixed[..have], 0).map_err(|e| HeapError::io(path, "cannot read the header", e))?;
+        if have < MAGIC.len() {
+            return Err(HeapError::new(BadMagic, path, format!("not a pmsim heap (file is only {len} bytes)")));
+        }
+        if fixed[..8] != MAGIC {
+            return Err(HeapError::new(BadMagic, path, "not a pmsim heap (bad magic)"));
+        }
+        if len < HEADER_SIZE {
+            return Err(HeapError::new(
+                Truncated,
+                path,
+                format!("truncated: file is {len} bytes, shorter than the {HEADER_SIZE}-byte heap header"),
+            ));
+        }
+        let version = read_u32(&fixed, OFF_VERSION);
+        if version > LAYOUT_VERSION {
+            return Err(HeapError::new(
+                NewerVersion,
+                path,
+                format!("heap layout version {version} is newer than this pmsim supports ({LAYOUT_VERSION})"),
+            ));
+        }
+        if version == 0 {
+            return Err(HeapError::new(Corrupt, path, "corrupt header: layout version 0"));
+        }
+        let header_size = read_u32(&fixed, OFF_HEADER_SIZE) as u64;
+        if header_size != HEADER_SIZE {
+            return Err(HeapError::new(
+                Corrupt,
+                path,
+                format!("corrupt header: header size {header_size}, expected {HEADER_SIZE}"),
+            ));
+        }
+        let size = read_u64(&fixed, OFF_SIZE);
+        if size != len {
+            return Err(HeapError::new(SizeMismatch, path, format!("file is {len} bytes but the header says {size}")));
+        }
+        if size < MIN_SIZE || size & (HEADER_SIZE - 1) != 0 || size > isize::MAX as u64 {
+            return Err(HeapError::new(Corrupt, path, format!("corrupt header: impossible heap size {size}")));
+        }
+        let mut mmap = map(&file, path, size, opts.populate)?;
+        let base = mmap.as_mut_ptr();
+        let m = Mapping { base, size, mmap, path: path.to_path_buf(), _file: file };
+        let was_clean = m.word(OFF_CLEAN).load(Ordering::Acquire) == CLEAN;
+        m.word(OFF_CLEAN).store(0, Ordering::Release);
+        m.persist(OFF_CLEAN, 8);
+        m.sync_header()?;
+        Ok(Heap { map: Arc::new(m), was_clean })
+    }
+
+    /// Closes the heap cleanly: writes everything back, then sets the
+    /// clean-shutdown flag durably, so the next open skips recovery.
+    ///
+    /// Fails with [`HeapErrorKind::InUse`] while a [`crate::pm::Pm`] or
+    /// [`crate::pm::PmThread`] made from this heap is alive: they could still
+    /// write after the flag says the heap is quiescent. The heap then stays
+    /// marked unclean.
+    pub fn close(self) -> Result<(), HeapError> {
+        let users = Arc::strong_count(&self.map) - 1;
+        if users > 0 {
+            return Err(HeapError::new(
+                HeapErrorKind::InUse,
+                &self.map.path,
+                format!(
+                    "cannot close: {users} persistence handle(s) still use the heap (drop every Pm and PmThread first)"
+                ),
+            ));
+        }
+        let m = &self.map;
+        // Data first (it matters for heaps on block devices), then the flag.
+        m.mmap.flush().map_err(|e| HeapError::io(&m.path, "msync", e))?;
+        m.word(OFF_CLEAN).store(CLEAN, Ordering::Release);
+        m.persist(OFF_CLEAN, 8);
+        m.sync_header()
+    }
+
+    /// Whether the previous user of the heap closed it cleanly (true for a new
+    /// heap). When false, the allocator must run its recovery.
+    pub fn was_clean(&self) -> bool {
+        self.was_clean
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.map.path
+    }
+
+    /// Where the heap is mapped in this run (different in every run).
+    pub fn base(&self) -> *mut u8 {
+        self.map.base
+    }
+
+    /// Heap size in bytes, header included (= file length).
+    pub fn size(&self) -> u64 {
+        self.map.size
+    }
+
+    /// The offsets an allocator may manage: everything after the header page.
+    pub fn user_range(&self) -> Range<u64> {
+        HEADER_SIZE..self.map.size
+    }
+
+    /// Whether `[off, off + len)` lies inside the heap.
+    pub fn contains(&self, off: u64, len: u64) -> bool {
+        off.checked_add(len).is_some_and(|end| end <= self.map.size)
+    }
+
+    /// The address of `off` in this run's mapping. Bounds are checked in debug
+    /// builds; dereferencing the pointer is the caller's (unsafe) business.
+    #[inline]
+    pub fn ptr<T>(&self, off: PmOff<T>) -> *mut T {
+        debug_assert!(
+            self.contains(off.get(), std::mem::size_of::<T>() as u64),
+            "heap offset {:#x} (+{} bytes) outside the heap of {} bytes",
+            off.get(),
+            std::mem::size_of::<T>(),
+            self.map.size
+        );
+        self.map.base.wrapping_add(off.get() as usize) as *mut T
+    }
+
+    /// The heap offset of an address inside the mapping. Bounds are checked in
+    /// debug builds.
+    #[inline]
+    pub fn off<T>(&self, p: *const T) -> PmOff<T> {
+        let off = (p as usize).wrapping_sub(self.map.base as usize) as u64;
+        debug_assert!(
+            self.contains(off, std::mem::size_of::<T>() as u64),
+            "address {p:p} is outside the heap mapped at {:p}",
+            self.map.base
+        );
+        PmOff::new(off)
+    }
+
+    /// The heap offset of root slot `slot`, for writing it with the persistence
+    /// primitives (see [`crate::pm::PmThread::set_root`]).
+    ///
+    /// # Panics
+    /// If `slot >= ROOT_SLOTS`.
+    pub const fn root_offset(slot: usize) -> u64 {
+        assert!(slot < ROOT_SLOTS, "root slot out of range");
+        OFF_ROOTS + 8 * slot as u64
+    }
+
+    /// The value of root slot `slot` (a heap offset; 0 = empty).
+    pub fn root(&self, slot: usize) -> u64 {
+        self.map.word(Heap::root_offset(slot)).load(Ordering::Acquire)
+    }
+
+    /// Writes the whole mapping back to the file (`msync`). Needed only for
+    /// heaps on block devices, where CPU flushes reach the page cache, not the
+    /// disk; on tmpfs and DAX it costs a page-table walk.
+    pub fn sync(&self) -> Result<(), HeapError> {
+        self.map.mmap.flush().map_err(|e| HeapError::io(&self.map.path, "msync", e))
+    }
+
+    pub(crate) fn mapping(&self) -> &Arc<Mapping> {
+        &self.map
+    }
+}

@@ -1,0 +1,775 @@
+//! The persistence primitives: store, flush, fence, persist, non-temporal store
+//! and compare-and-swap on the heap, run natively or traced.
+//!
+//! A run makes one [`Pm`] for its heap and gives every thread its own
+//! [`PmThread`] (`pm.thread(tid)`). The primitives are methods of the
+//! `PmThread`, which carries everything the hot path needs — the heap base and
+//! size, the backend, the thread id, the thread's trace buffer — so an operation
+//! never looks up thread-local storage or takes a lock.
+//!
+//! # Backends
+//!
+//! The backend is chosen at run time and stored in the handle as one small
+//! enum (`Mode`); every primitive pays exactly one `match` on it, which the
+//! branch predictor learns at once because it never changes.
+//!
+//! * **Native** ([`Pm::native`]): `clwb`, `clflushopt` or `clflush` for a flush
+//!   and `sfence` for a fence, or no flush at all ([`FlushInsn::None`], for
+//!   eADR machines where caches are persistent). The instruction must exist on
+//!   this CPU (checked with CPUID when the `Pm` is made: a wrong choice is an
+//!   error, never a SIGILL).
+//! * **Traced** ([`Pm::traced`]): every primitive still does the real memory
+//!   operation — stores land in the file, flushes are executed — and also
+//!   appends its event to the thread's buffer, from which the collector of
+//!   [`crate::tracing`] feeds an [`EventSink`](pmsim_traces::EventSink) in
+//!   global order.
+//!
+//! # Addresses
+//!
+//! The primitives take heap offsets (as `u64`, or typed as [`PmOff`]); the
+//! trace records absolute addresses in this run's mapping, like the DBI tracers
+//! do, and its header carries the heap base, so consumers can go back to offsets.
+//! Every primitive checks its range against the heap, in release builds too,
+//! since a stray offset would otherwise write outside the mapping: the check is
+//! one compare against a value in the handle.
+
+use crate::arch;
+use crate::heap::{bytes_of, Heap, Mapping, PmOff, Pod, HEADER_SIZE};
+use crate::tracing::{ThreadTrace, TraceCollector, TraceConfig, TraceShared};
+use pmsim_traces::{line_of, Category, FenceKind, FlushKind, HeapInfo, OpKind, Region, TraceHeader, Tracer};
+use std::collections::HashSet;
+use std::fmt;
+use std::io;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The instruction a flush compiles to.
+///
+/// Parsed from `clwb`, `clflushopt`, `clflush` or `none` (command-line and
+/// config spelling, and the trace header's `flush_insn`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FlushInsn {
+    /// Write back, keep the line cached; weakly ordered (needs a fence).
+    Clwb,
+    /// Write back and invalidate; weakly ordered (needs a fence).
+    Clflushopt,
+    /// Write back and invalidate; ordered with stores and other clflushes.
+    Clflush,
+    /// eADR: the caches are in the persistence domain, so flushes are skipped
+    /// (and not traced); fences are still issued.
+    None,
+}
+
+impl FlushInsn {
+    pub const ALL: [FlushInsn; 4] = [FlushInsn::Clwb, FlushInsn::Clflushopt, FlushInsn::Clflush, FlushInsn::None];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushInsn::Clwb => "clwb",
+            FlushInsn::Clflushopt => "clflushopt",
+            FlushInsn::Clflush => "clflush",
+            FlushInsn::None => "none",
+        }
+    }
+
+    /// The trace's flush kind; `None` for eADR, which issues no flushes.
+    pub fn kind(self) -> Option<FlushKind> {
+        match self {
+            FlushInsn::Clwb => Some(FlushKind::Clwb),
+            FlushInsn::Clflushopt => Some(FlushKind::Clflushopt),
+            FlushInsn::Clflush => Some(FlushKind::Clflush),
+            FlushInsn::None => None,
+        }
+    }
+
+    /// The cheapest flush this CPU has: clwb, else clflushopt, else clflush
+    /// (else none, on a CPU without any).
+    pub fn best() -> FlushInsn {
+        CpuFeatures::detect().best()
+    }
+
+    /// Whether this CPU can execute the instruction (`None` always can).
+    pub fn is_supported(self) -> bool {
+        CpuFeatures::detect().supports(self)
+    }
+
+    /// Refuses an instruction that `cpu` lacks, naming what it has instead.
+    pub fn check(self, cpu: &CpuFeatures) -> Result<(), PmError> {
+        if cpu.supports(self) {
+            Ok(())
+        } else {
+            Err(PmError::Unsupported { insn: self, cpu: *cpu })
+        }
+    }
+
+    /// Flushes the line holding `p` with this instruction.
+    ///
+    /// # Safety
+    /// The CPU supports `self`, and `p` lies in mapped memory.
+    #[inline(always)]
+    pub(crate) unsafe fn flush_line(self, p: *const u8) {
+        match self {
+            FlushInsn::Clwb => arch::clwb(p),
+            FlushInsn::Clflushopt => arch::clflushopt(p),
+            FlushInsn::Clflush => arch::clflush(p),
+            FlushInsn::None => {}
+        }
+    }
+}
+
+impl fmt::Display for FlushInsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FlushInsn {
+    type Err = PmError;
+
+    fn from_str(s: &str) -> Result<Self, PmError> {
+        FlushInsn::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| PmError::UnknownFlushInsn(s.to_string()))
+    }
+}
+
+/// The flush instructions a CPU implements, as CPUID reports them.
+///
+/// A value rather than a global so that the refusal of a missing instruction
+/// can be tested on a CPU that has them all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuFeatures {
+    pub clwb: bool,
+    pub clflushopt: bool,
+    pub clflush: bool,
+}
+
+impl CpuFeatures {
+    /// This CPU's features (probed once: CPUID can cost microseconds in a VM).
+    pub fn detect() -> CpuFeatures {
+        static CPU: OnceLock<CpuFeatures> = OnceLock::new();
+        *CPU.get_or_init(|| {
+            let b = arch::probe();
+            CpuFeatures { clwb: b.clwb, clflushopt: b.clflushopt, clflush: b.clflush }
+        })
+    }
+
+    pub fn supports(&self, insn: FlushInsn) -> bool {
+        match insn {
+            FlushInsn::Clwb => self.clwb,
+            FlushInsn::Clflushopt => self.clflushopt,
+            FlushInsn::Clflush => self.clflush,
+            FlushInsn::None => true,
+        }
+    }
+
+    pub fn best(&self) -> FlushInsn {
+        FlushInsn::ALL.into_iter().find(|&i| self.supports(i)).unwrap_or(FlushInsn::None)
+    }
+
+    /// The supported flush instructions, best first (always ends with `none`).
+    pub fn available(&self) -> Vec<FlushInsn> {
+        FlushInsn::ALL.into_iter().filter(|&i| self.supports(i)).collect()
+    }
+}
+
+/// Why a [`Pm`] could not be made.
+#[derive(Debug)]
+pub enum PmError {
+    /// A flush instruction name that is not one of ours.
+    UnknownFlushInsn(String),
+    /// The CPU lacks the requested flush instruction.
+    Unsupported { insn: FlushInsn, cpu: CpuFeatures },
+    /// The trace sink could not be made, or the collector thread not started.
+    Trace(io::Error),
+}
+
+impl fmt::Display for PmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PmError::UnknownFlushInsn(s) => {
+                write!(f, "unknown flush instruction '{s}' (expected clwb, clflushopt, clflush or none)")
+            }
+            PmError::Unsupported { insn, cpu } => {
+                let has: Vec<&str> = cpu.available().iter().map(|i| i.name()).collect();
+                write!(f, "this CPU has no {insn} instruction (available: {})", has.join(", "))
+            }
+            PmError::Trace(e) => write!(f, "cannot start tracing: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PmError {}
+
+/// The backend of a handle: which flush instruction runs natively, or tracing.
+/// One flat enum so that a primitive decides everything with one `match`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Clwb,
+    Clflushopt,
+    Clflush,
+    NoFlush,
+    Traced,
+}
+
+/// What every handle of one `Pm` shares.
+struct Shared {
+    /// Keeps the mapping alive (and the heap marked open) while handles exist.
+    map: Arc<Mapping>,
+    flush: FlushInsn,
+    trace: Option<Arc<TraceShared>>,
+    /// The live regions (absolute addresses, as in the trace).
+    regions: Mutex<Vec<Region>>,
+    next_region: AtomicU64,
+    /// Thread ids with a live `PmThread`: two handles with one id would mix
+    /// their program orders in the trace.
+    live: Mutex<HashSet<u32>>,
+}
+
+/// The persistence context of one heap: backend, region table, trace. Make it
+/// once per run, hand a [`PmThread`] to each thread.
+pub struct Pm {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Pm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pm").field("flush", &self.shared.flush).field("traced", &self.is_traced()).finish()
+    }
+}
+
+/// The largest thread id the trace format carries.
+pub const MAX_TID: u32 = 65535;
+
+/// The region every heap has: its header page (flag and roots), id 0.
+fn header_region(heap: &Heap) -> Region {
+    Region { id: 0, name: "heap header".into(), category: Category::Meta, base: heap.base() as u64, len: HEADER_SIZE }
+}
+
+impl Pm {
+    /// Native persistence with `flush` (see [`FlushInsn::best`] for the default).
+    pub fn native(heap: &Heap, flush: FlushInsn) -> Result<Pm, PmError> {
+        flush.check(&CpuFeatures::detect())?;
+        Ok(Pm::with_backend(heap, flush, None))
+    }
+
+    /// Traced persistence: the primitives run natively with `flush` and every
+    /// event also goes, in global order, to the sink that `make_sink` returns.
+    ///
+    /// `make_sink` receives the trace header filled with what the `Pm` knows —
+    /// tracer, flush instruction, heap path/base/size, the initial region table,
+    /// `values` — for the caller to complete (allocator, workload, threads) and
+    /// hand to [`TraceFile::create`](pmsim_traces::TraceFile::create). When
+    /// `cfg.values` is set, the sink must record values too (for a `TraceFile`:
+    /// `WriterOptions { values: true, .. }`).
+    ///
+    /// Returns the `Pm` and the collector; [`TraceCollector::finish`] ends the
+    /// trace and gives the sink back.
+    pub fn traced<S, F>(
+        heap: &Heap,
+        flush: FlushInsn,
+        cfg: &TraceConfig,
+        make_sink: F,
+    ) -> Result<(Pm, TraceCollector<S>), PmError>
+    where
+        S: pmsim_traces::EventSink + 'static,
+        F: FnOnce(TraceHeader) -> io::Result<S>,
+    {
+        flush.check(&CpuFeatures::detect())?;
+        let header = TraceHeader {
+            tracer: Tracer::Builtin,
+            flush_insn: flush.name().to_string(),
+            heap: HeapInfo { path: heap.path().display().to_string(), base: heap.base() as u64, size: heap.size() },
+            regions: vec![header_region(heap)],
+            values: cfg.values,
+            ..TraceHeader::default()
+        };
+        let sink = make_sink(header).map_err(PmError::Trace)?;
+        let (trace, collector) = crate::tracing::start(sink, cfg).map_err(PmError::Trace)?;
+        Ok((Pm::with_backend(heap, flush, Some(trace)), collector))
+    }
+
+    fn with_backend(heap: &Heap, flush: FlushInsn, trace: Option<Arc<TraceShared>>) -> Pm {
+        Pm {
+            shared: Arc::new(Shared {
+                map: heap.mapping().clone(),
+                flush,
+                trace,
+                regions: Mutex::new(vec![header_region(heap)]),
+                next_region: AtomicU64::new(1),
+                live: Mutex::new(HashSet::new()),
+            }),
+        }
+    }
+
+    /// The handle thread `tid` does its persistence through. In a traced run
+    /// this records the thread's `ThreadStart`; dropping the handle records its
+    /// `ThreadEnd` and hands its buffered events to the collector.
+    ///
+    /// # Panics
+    /// If `tid > MAX_TID` (the trace format's limit) or another live handle has
+    /// the same id — both are bugs in the caller.
+    pub fn thread(&self, tid: u32) -> PmThread {
+        assert!(tid <= MAX_TID, "thread id {tid} exceeds the trace format's limit {MAX_TID}");
+        let fresh = self.shared.live.lock().unwrap().insert(tid);
+        assert!(fresh, "thread id {tid} already has a live PmThread");
+        let sh = &self.shared;
+        let (mode, trace) = match &sh.trace {
+            Some(t) => (Mode::Traced, Some(ThreadTrace::new(t.clone(), tid))),
+            None => (
+                match sh.flush {
+                    FlushInsn::Clwb => Mode::Clwb,
+                    FlushInsn::Clflushopt => Mode::Clflushopt,
+                    FlushInsn::Clflush => Mode::Clflush,
+                    FlushInsn::None => Mode::NoFlush,
+                },
+                None,
+            ),
+        };
+        let mut t =
+            PmThread { mode, base: sh.map.base, size: sh.map.size, flush: sh.flush, tid, trace, shared: sh.clone() };
+        if let Some(tr) = &mut t.trace {
+            tr.thread_start();
+        }
+        t
+    }
+
+    pub fn flush_insn(&self) -> FlushInsn {
+        self.shared.flush
+    }
+
+    pub fn is_traced(&self) -> bool {
+        self.shared.trace.is_some()
+    }
+
+    /// True once the trace sink has failed (the error itself comes from
+    /// [`TraceCollector::finish`]); a long run may check it to stop early.
+    pub fn trace_failed(&self) -> bool {
+        self.shared.trace.as_ref().is_some_and(|t| t.failed())
+    }
+
+    /// The live regions, with absolute addresses as in the trace (for trace
+    /// headers of later runs, or an in-process consumer).
+    pub fn regions(&self) -> Vec<Region> {
+        self.shared.regions.lock().unwrap().clone()
+    }
+
+    /// Number of live `PmThread` handles.
+    pub fn live_threads(&self) -> usize {
+        Arc::strong_count(&self.shared) - 1
+    }
+
+    /// Gives up the `Pm` so the trace can end: checks that it belongs to the
+    /// collector's trace and that no thread handle is left.
+    pub(crate) fn release_trace(self, trace: &Arc<TraceShared>) {
+        let live = self.live_threads();
+        assert!(live == 0, "finishing a trace while {live} PmThread handle(s) are alive: drop them first");
+        let ours = self.shared.trace.as_ref().is_some_and(|t| Arc::ptr_eq(t, trace));
+        assert!(ours, "this Pm does not belong to this trace collector");
+    }
+}
+
+/// One thread's persistence handle: the primitives are its methods.
+///
+/// It is `Send` (make it anywhere, move it into the thread) but used by one
+/// thread at a time (`&mut self`): the trace buffer is the thread's own. An
+/// allocator keeps it in its per-thread context.
+pub struct PmThread {
+    mode: Mode,
+    base: *mut u8,
+    size: u64,
+    flush: FlushInsn,
+    tid: u32,
+    trace: Option<ThreadTrace>,
+    shared: Arc<Shared>,
+}
+
+// SAFETY: `base` points into the mapping that `shared` keeps alive, whichever
+// thread holds the handle; the mapping itself is Send + Sync (see Mapping).
+unsafe impl Send for PmThread {}
+
+impl fmt::Debug for PmThread {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PmThread").field("tid", &self.tid).field("mode", &self.mode).finish()
+    }
+}
+
+/// Largest store recorded as one trace event; longer `store_bytes` are
+/// recorded as consecutive stores of this size (keeps a trace buffer's value
+/// bytes bounded; a real memcpy is many instructions anyway).
+pub const MAX_STORE_EVENT: usize = 1 << 20;
+
+#[cold]
+#[inline(never)]
+fn out_of_bounds(off: u64, len: u64, size: u64) -> ! {
+    panic!("PM access at heap offset {off:#x} (+{len} bytes) is outside the heap of {size} bytes")
+}
+
+#[cold]
+#[inline(never)]
+fn misaligned(off: u64) -> ! {
+    panic!("8-byte PM access at heap offset {off:#x} is not 8-byte aligned")
+}
+
+impl PmThread {
+    /// The address of `[off, off + len)`, which must lie in the heap.
+    #[inline(always)]
+    fn at(&self, off: u64, len: u64) -> *mut u8 {
+        if off > self.size || len > self.size - off {
+            out_of_bounds(off, len, self.size);
+        }
+        self.base.wrapping_add(off as usize)
+    }
+
+    /// The address of the aligned word at `off`.
+    #[inline(always)]
+    fn word(&self, off: u64) -> *mut u64 {
+        // size >= MIN_SIZE, so `size - 8` cannot underflow.
+        if off > self.size - 8 {
+            out_of_bounds(off, 8, self.size);
+        }
+        if off & 7 != 0 {
+            misaligned(off);
+        }
+        self.base.wrapping_add(off as usize) as *mut u64
+    }
+
+    /// The word at `off` as an atomic.
+    #[inline(always)]
+    fn atomic(&self, off: u64) -> &AtomicU64 {
+        // SAFETY: `word` checked bounds and alignment; the mapping lives as long
+        // as `self.shared`, and the reference borrows self.
+        unsafe { AtomicU64::from_ptr(self.word(off)) }
+    }
+
+    fn tracer(&mut self) -> &mut ThreadTrace {
+        self.trace.as_mut().expect("traced mode without a trace buffer")
+    }
+
+    /// Flushes one line natively in a non-traced mode.
+    #[inline(always)]
+    fn flush_native(mode: Mode, p: *const u8) {
+        // SAFETY: the callers pass a `p` inside the mapping (bounds-checked), and
+        // the instruction of `mode` was checked against CPUID when the Pm was made.
+        unsafe {
+            match mode {
+                Mode::Clwb => arch::clwb(p),
+                Mode::Clflushopt => arch::clflushopt(p),
+                Mode::Clflush => arch::clflush(p),
+                Mode::NoFlush | Mode::Traced => {}
+            }
+        }
+    }
+
+    // ----- stores -------------------------------------------------------------
+
+    /// Stores `v` at heap offset `off` (any alignment).
+    #[inline]
+    pub fn store<T: Pod>(&mut self, off: u64, v: T) {
+        let p = self.at(off, std::mem::size_of::<T>() as u64);
+        if let Mode::Traced = self.mode {
+            self.tracer().store(false, p as u64, bytes_of(&v));
+        }
+        // SAFETY: `at` checked the whole T lies in the mapping; Pod makes any
+        // byte copy valid; unaligned writes are allowed by write_unaligned.
+        unsafe { (p as *mut T).write_unaligned(v) };
+    }
+
+    /// Stores `v` at the typed offset `p`.
+    #[inline]
+    pub fn write<T: Pod>(&mut self, p: PmOff<T>, v: T) {
+        self.store(p.get(), v)
+    }
+
+    /// Stores an aligned `u64`, atomically (release), so it can share a word
+    /// with [`PmThread::cas_u64`] and publish data to other threads.
+    ///
+    /// # Panics
+    /// If `off` is not 8-byte aligned (or out of the heap).
+    #[inline]
+    pub fn store_u64(&mut self, off: u64, v: u64) {
+        if let Mode::Traced = self.mode {
+            let addr = self.word(off) as u64;
+            self.tracer().store(false, addr, &v.to_le_bytes());
+        }
+        self.atomic(off).store(v, Ordering::Release);
+    }
+
+    /// Copies `src` to heap offset `off` (a memcpy into PM).
+    #[inline]
+    pub fn store_bytes(&mut self, off: u64, src: &[u8]) {
+        if src.is_empty() {
+            return;
+        }
+        let p = self.at(off, src.len() as u64);
+        if let Mode::Traced = self.mode {
+            let t = self.tracer();
+            for (i, chunk) in src.chunks(MAX_STORE_EVENT).enumerate() {
+                t.store(false, p as u64 + (i * MAX_STORE_EVENT) as u64, chunk);
+            }
+        }
+        // SAFETY: `at` checked the destination lies in the mapping; `ptr::copy`
+        // tolerates overlap, so even a source inside the heap is fine.
+        unsafe { std::ptr::copy(src.as_ptr(), p, src.len()) };
+    }
+
+    /// A non-temporal store of an aligned `u64` (`movnti`): it bypasses the
+    /// cache and is durable after the next fence, with no flush.
+    ///
+    /// # Panics
+    /// If `off` is not 8-byte aligned (or out of the heap).
+    #[inline]
+    pub fn ntstore_u64(&mut self, off: u64, v: u64) {
+        let p = self.word(off);
+        if let Mode::Traced = self.mode {
+            self.tracer().store(true, p as u64, &v.to_le_bytes());
+        }
+        // SAFETY: `word` checked bounds and alignment.
+        unsafe { arch::movnti(p, v) };
+    }
+
+    /// Compare-and-swap of an aligned `u64` (`lock cmpxchg`, acquire-release):
+    /// `Ok(current)` if the word held `current` and now holds `new`, else
+    /// `Err(actual)`.
+    ///
+    /// Traced as a `LockedRmw` fence (a locked instruction orders like a fence
+    /// and completes earlier flushes before its write is visible), followed by
+    /// the store of `new` if the swap happened. Both events take their sequence
+    /// numbers before the swap, so when this CAS replaces a value that another
+    /// thread's CAS or store wrote (and this thread read before, as it must to
+    /// know `current`), the trace orders that write first.
+    ///
+    /// # Panics
+    /// If `off` is not 8-byte aligned (or out of the heap).
+    #[inline]
+    pub fn cas_u64(&mut self, off: u64, current: u64, new: u64) -> Result<u64, u64> {
+        let a = self.word(off);
+        // SAFETY: `word` checked bounds and alignment; the mapping outlives this call.
+        let atomic = unsafe { AtomicU64::from_ptr(a) };
+        match self.mode {
+            Mode::Traced => {
+                let t = self.tracer();
+                let seq = t.rmw_begin();
+                let r = atomic.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire);
+                t.rmw_end(seq, a as u64, r.is_ok().then_some(new));
+                r
+            }
+            _ => atomic.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire),
+        }
+    }
+
+    // ----- loads (not traced) -------------------------------------------------
+
+    /// Reads a `T` at heap offset `off` (any alignment).
+    #[inline]
+    pub fn load<T: Pod>(&self, off: u64) -> T {
+        let p = self.at(off, std::mem::size_of::<T>() as u64);
+        // SAFETY: in bounds; Pod makes any bytes a valid T; unaligned reads are allowed.
+        unsafe { (p as *const T).read_unaligned() }
+    }
+
+    /// Reads the `T` at the typed offset `p`.
+    #[inline]
+    pub fn read<T: Pod>(&self, p: PmOff<T>) -> T {
+        self.load(p.get())
+    }
+
+    /// Reads an aligned `u64` atomically (acquire): the counterpart of
+    /// [`PmThread::store_u64`] and [`PmThread::cas_u64`].
+    #[inline]
+    pub fn load_u64(&self, off: u64) -> u64 {
+        self.atomic(off).load(Ordering::Acquire)
+    }
+
+    /// Copies heap bytes at `off` into `dst`.
+    #[inline]
+    pub fn load_bytes(&self, off: u64, dst: &mut [u8]) {
+        let p = self.at(off, dst.len() as u64);
+        // SAFETY: the source range is in bounds; `ptr::copy` tolerates overlap.
+        unsafe { std::ptr::copy(p, dst.as_mut_ptr(), dst.len()) };
+    }
+
+    // ----- flushes and fences -------------------------------------------------
+
+    /// Writes back the 64 B line holding heap offset `off` with the run's
+    /// flush instruction (nothing under eADR).
+    #[inline]
+    pub fn flush(&mut self, off: u64) {
+        let p = self.at(off, 1);
+        match self.mode {
+            Mode::Traced => self.flush_traced(p),
+            mode => PmThread::flush_native(mode, p),
+        }
+    }
+
+    #[inline(never)]
+    fn flush_traced(&mut self, p: *const u8) {
+        let insn = self.flush;
+        if let Some(kind) = insn.kind() {
+            self.tracer().flush(kind, line_of(p as u64));
+            // SAFETY: `p` was bounds-checked by the caller; `insn` was checked
+            // against CPUID when the Pm was made.
+            unsafe { insn.flush_line(p) };
+        }
+    }
+
+    /// Writes back every line that `[off, off + len)` touches (no fence).
+    #[inline]
+    pub fn flush_range(&mut self, off: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let p = self.at(off, len) as u64;
+        // The base is page aligned, so lines of addresses are lines of offsets.
+        let (first, end) = (line_of(p), p + len);
+        let mode = self.mode;
+        let mut line = first;
+        while line < end {
+            match mode {
+                Mode::Traced => self.flush_traced(line as *const u8),
+                mode => PmThread::flush_native(mode, line as *const u8),
+            }
+            line += 64;
+        }
+    }
+
+    /// `sfence`: earlier flushes are complete (durable) and earlier stores
+    /// ordered before anything after it.
+    #[inline]
+    pub fn fence(&mut self) {
+        if let Mode::Traced = self.mode {
+            self.tracer().fence(FenceKind::Sfence);
+        }
+        arch::sfence();
+    }
+
+    /// Makes `[off, off + len)` durable: flushes every line it touches, then fences.
+    #[inline]
+    pub fn persist(&mut self, off: u64, len: u64) {
+        self.flush_range(off, len);
+        self.fence();
+    }
+
+    // ----- roots ---------------------------------------------------------------
+
+    /// Sets root slot `slot` to `off` durably (store, flush, fence).
+    ///
+    /// # Panics
+    /// If `slot >= ROOT_SLOTS`.
+    pub fn set_root(&mut self, slot: usize, off: u64) {
+        let at = Heap::root_offset(slot);
+        self.store_u64(at, off);
+        self.persist(at, 8);
+    }
+
+    /// The value of root slot `slot`.
+    pub fn root(&self, slot: usize) -> u64 {
+        self.load_u64(Heap::root_offset(slot))
+    }
+
+    // ----- framing: operations, markers, regions ------------------------------
+
+    /// Marks the start of an allocator operation (`arg`: requested size for
+    /// malloc, offset for free). Operations nest. Nothing happens natively.
+    #[inline]
+    pub fn op_begin(&mut self, op: OpKind, arg: u64) {
+        if let Mode::Traced = self.mode {
+            self.tracer().op_begin(op, arg);
+        }
+    }
+
+    /// Marks the end of an operation (`result`: offset handed out by malloc, 0
+    /// for failure).
+    #[inline]
+    pub fn op_end(&mut self, op: OpKind, result: u64) {
+        if let Mode::Traced = self.mode {
+            self.tracer().op_end(op, result);
+        }
+    }
+
+    /// A user marker (e.g. a workload phase) in the trace.
+    pub fn marker(&mut self, id: u64, label: &str) {
+        if let Mode::Traced = self.mode {
+            self.tracer().marker(id, label);
+        }
+    }
+
+    /// Registers `[off, off + len)` as a named region of `category` so
+    /// statistics can be broken down by it; returns its id. Recorded in the
+    /// trace (with the absolute base) and kept in the region table.
+    ///
+    /// # Panics
+    /// If the range is not inside the heap.
+    pub fn add_region(&mut self, name: &str, category: Category, off: u64, len: u64) -> u64 {
+        let base = self.at(off, len) as u64;
+        let id = self.shared.next_region.fetch_add(1, Ordering::Relaxed);
+        let region = Region { id, name: name.to_string(), category, base, len };
+        if let Mode::Traced = self.mode {
+            self.tracer().region_add(region.clone());
+        }
+        self.shared.regions.lock().unwrap().push(region);
+        id
+    }
+
+    /// Unregisters a region; returns whether it was registered.
+    pub fn remove_region(&mut self, id: u64) -> bool {
+        let removed = {
+            let mut regions = self.shared.regions.lock().unwrap();
+            let before = regions.len();
+            regions.retain(|r| r.id != id);
+            regions.len() != before
+        };
+        if removed && self.mode == Mode::Traced {
+            self.tracer().region_remove(id);
+        }
+        removed
+    }
+
+    // ----- the handle -----------------------------------------------------------
+
+    /// Hands the events buffered so far to the collector. Call it before the
+    /// thread blocks for long (a barrier, a join, a sleep): until then its
+    /// oldest event holds back every other thread's events in the collector's
+    /// reorder buffer (see [`crate::tracing`]). Nothing happens natively.
+    pub fn flush_thread(&mut self) {
+        if let Some(t) = &mut self.trace {
+            t.hand_off();
+        }
+    }
+
+    pub fn tid(&self) -> u32 {
+        self.tid
+    }
+
+    pub fn is_traced(&self) -> bool {
+        self.mode == Mode::Traced
+    }
+
+    pub fn flush_insn(&self) -> FlushInsn {
+        self.flush
+    }
+
+    /// Heap size in bytes.
+    pub fn heap_size(&self) -> u64 {
+        self.size
+    }
+
+    /// The address of `off` in this run's mapping, for allocators that read
+    /// persistent structures in place. Bounds are checked in debug builds.
+    #[inline]
+    pub fn ptr<T>(&self, off: PmOff<T>) -> *mut T {
+        debug_assert!(off.get() <= self.size && std::mem::size_of::<T>() as u64 <= self.size - off.get());
+        self.base.wrapping_add(off.get() as usize) as *mut T
+    }
+}
+
+impl Drop for PmThread {
+    fn drop(&mut self) {
+        if let Some(t) = &mut self.trace {
+            t.thread_end();
+            t.hand_off();
+        }
+        if let Ok(mut live) = self.shared.live.lock() {
+            live.remove(&self.tid);
+        }
+    }
+}
