@@ -1,0 +1,701 @@
+//! The replay engine: one pass over the events in global order, each sent
+//! through the reflush-distance tracker, the cache, the DIMMs and the latency
+//! model, with every figure charged to the event's thread, region and innermost
+//! open operation. Read [`Simulator::step`] top to bottom for what happens to
+//! each kind of event.
+//!
+//! Memory is bounded by the trace's distinct lines, threads, regions and
+//! operation types, never by its length, and no event allocates (vectors grow
+//! only when a new thread, region, operation type or nesting depth appears).
+
+use crate::access_map::{AccessMap, AccessPoint};
+use crate::cache::CpuCache;
+use crate::config::{Config, ConfigError, Scope};
+use crate::distance::{bucket, DistanceTracker};
+use crate::fastmap::U64Map;
+use crate::optane::Optane;
+use crate::stats::*;
+use pmsim_traces::{
+    Category, Event, EventSink, FlushKind, OpKind, Record, RegionMap, TraceError, TraceHeader, TraceReader, TraceTotals,
+};
+use std::collections::HashMap;
+use std::io::{self, Read};
+
+/// No line pending in a thread's write-combining buffer.
+const NO_LINE: u64 = u64::MAX;
+
+/// The latency constants in integer picoseconds, so sums are exact and cheap.
+#[derive(Clone, Debug)]
+struct Costs {
+    reflush: Vec<u64>,
+    regular: u64,
+    xpb_hit: u64,
+    xpb_miss: u64,
+    media_write: u64,
+    clean: u64,
+    fence: u64,
+}
+
+impl Costs {
+    fn new(c: &Config) -> Costs {
+        let ps = |ns: f64| (ns * 1000.0).round() as u64;
+        let l = &c.latency;
+        Costs {
+            reflush: l.reflush_ns.iter().map(|&v| ps(v)).collect(),
+            regular: ps(l.regular_flush_ns),
+            xpb_hit: ps(l.xpbuffer_hit_ns),
+            xpb_miss: ps(l.xpbuffer_miss_ns),
+            media_write: ps(l.media_write_ns),
+            clean: ps(l.clean_flush_ns),
+            fence: ps(l.fence_ns),
+        }
+    }
+
+    /// A 64 B write into the XPBuffer that is not a reflush.
+    #[inline(always)]
+    fn regular_write(&self, hit: bool, evicted: bool) -> u64 {
+        self.regular + if hit { self.xpb_hit } else { self.xpb_miss } + if evicted { self.media_write } else { 0 }
+    }
+}
+
+/// No context yet for this (thread, operation) pair.
+const NO_CTX: u32 = u32::MAX;
+
+/// Per-thread state between events.
+#[derive(Clone, Debug)]
+struct ThreadState {
+    events: u64,
+    /// The counters this thread's events go to: those of (this thread, its
+    /// innermost open operation). Changes only at operation boundaries.
+    ctx: u32,
+    /// Open operations, innermost last (operation rows).
+    ops: Vec<u32>,
+    /// Operation row → context of (this thread, that operation), or `NO_CTX`.
+    ctx_of_op: Vec<u32>,
+    /// Category slot and region of the latest flush since the last fence: the
+    /// next fence's cost goes there.
+    pending: Option<(u8, u32)>,
+    /// The line a run of non-temporal stores is filling (the CPU's
+    /// write-combining buffer, one per thread here): written to PM when the run
+    /// moves to another line, at a fence or at the thread's end.
+    nt_line: u64,
+}
+
+impl Default for ThreadState {
+    fn default() -> Self {
+        ThreadState { events: 0, ctx: NO_CTX, ops: Vec::new(), ctx_of_op: Vec::new(), pending: None, nt_line: NO_LINE }
+    }
+}
+
+/// Entries of the region cache (one per 4 KB page, direct-mapped).
+const REGION_CACHE: usize = 256;
+
+/// The region-cache entry of `addr`'s 4 KB page: a multiplicative hash of the
+/// page number, as heaps put regions at power-of-two strides that would
+/// collide on the low bits.
+#[inline(always)]
+fn region_cache_index(addr: u64) -> usize {
+    ((addr >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - REGION_CACHE.trailing_zeros())) as usize
+}
+
+/// A region recently found for an address of some page: accesses to that page
+/// hit it and skip the binary search of [`RegionMap::lookup`] and the id → row
+/// lookup.
+#[derive(Clone, Copy, Debug, Default)]
+struct HotRegion {
+    base: u64,
+    /// 0 when invalid.
+    len: u64,
+    slot: u32,
+    cat: u8,
+}
+
+/// Replays events through the models. Feed it events (it is an [`EventSink`],
+/// or call [`Simulator::replay`] on a trace), then ask for [`Simulator::report`].
+pub struct Simulator {
+    cfg: Config,
+    costs: Costs,
+    threshold: u64,
+    scope: Scope,
+    /// Run the cache, Optane and latency models (not `reflush_only`).
+    full: bool,
+    /// Flushes reach the cache and PM (full model, not eADR).
+    adr: bool,
+    trace_name: String,
+    heap_base: u64,
+
+    regions: RegionMap,
+    /// Region id → row in `region_ctr`.
+    region_slot_of_id: U64Map,
+    region_slot_by_key: HashMap<(String, Category), u32>,
+    /// Name and category per region row; row 0 is `(none)`.
+    region_rows: Vec<(String, Option<Category>)>,
+    hot: Box<[HotRegion; REGION_CACHE]>,
+
+    threads: Vec<ThreadState>,
+    /// Counters per context, a (thread, innermost operation) pair that
+    /// occurred: each event bumps its context's and its region's counters, and
+    /// the per-thread, per-operation and overall figures are sums of contexts.
+    ctx_ctr: Vec<Counters>,
+    /// (thread, operation row) of each context.
+    ctx_key: Vec<(u32, u32)>,
+    region_ctr: Vec<Counters>,
+    /// Operation per row; row 0 (`None`) is "outside any operation".
+    op_kinds: Vec<Option<OpKind>>,
+
+    trackers: Vec<DistanceTracker>,
+    tracker_min_capacity: u32,
+    cache: CpuCache,
+    optane: Optane,
+    access: AccessMap,
+
+    next_index: u64,
+    events: u64,
+}
+
+impl Simulator {
+    /// A simulator for a trace with this header (its region table, allocator
+    /// and workload names, heap base); the configuration is validated first.
+    pub fn new(cfg: Config, header: &TraceHeader) -> Result<Simulator, ConfigError> {
+        cfg.validate().map_err(|problem| ConfigError { source_name: "simulator configuration".into(), problem })?;
+        let full = !cfg.reflush_only;
+        // The reflush-only run never touches the cache: do not allocate one.
+        let cache_cfg = if full { cfg.cache.clone() } else { crate::config::CacheConfig { sets: 1, ways: 1 } };
+        let optane = Optane::new(&cfg.optane);
+        let scope = cfg.reflush.scope;
+        let trackers = match scope {
+            Scope::Thread => 0,
+            Scope::Dimm => optane.dimms(),
+            Scope::Global => 1,
+        };
+        let mut trace_name = String::new();
+        for c in [&header.allocator, &header.workload] {
+            if !c.name.is_empty() {
+                if !trace_name.is_empty() {
+                    trace_name += " / ";
+                }
+                trace_name += &c.name;
+                if !c.variant.is_empty() {
+                    trace_name += &format!(" ({})", c.variant);
+                }
+            }
+        }
+        let mut sim = Simulator {
+            costs: Costs::new(&cfg),
+            threshold: cfg.reflush.threshold,
+            scope,
+            full,
+            adr: full && !cfg.eadr,
+            trace_name,
+            heap_base: header.heap.base,
+            regions: RegionMap::new(&[]),
+            region_slot_of_id: U64Map::new(),
+            region_slot_by_key: HashMap::new(),
+            region_rows: vec![("(none)".to_string(), None)],
+            hot: Box::new([HotRegion::default(); REGION_CACHE]),
+            threads: Vec::new(),
+            ctx_ctr: Vec::new(),
+            ctx_key: Vec::new(),
+            region_ctr: vec![Counters::default()],
+            op_kinds: vec![None],
+            trackers: (0..trackers).map(|_| DistanceTracker::new()).collect(),
+            tracker_min_capacity: DistanceTracker::DEFAULT_MIN_CAPACITY,
+            cache: CpuCache::new(&cache_cfg),
+            optane,
+            access: AccessMap::new(cfg.access_map.per_category),
+            next_index: 0,
+            events: 0,
+            cfg,
+        };
+        for r in &header.regions {
+            sim.add_region(r.id, r.category, r.base, r.len, &r.name);
+        }
+        Ok(sim)
+    }
+
+    /// Sets the smallest time-array capacity of the reflush-distance trackers
+    /// (tests make it tiny so that renumbering happens all the time). Call
+    /// before the first event.
+    pub fn set_tracker_min_capacity(&mut self, min: u32) {
+        self.tracker_min_capacity = min;
+        for t in &mut self.trackers {
+            *t = DistanceTracker::with_min_capacity(min);
+        }
+    }
+
+    /// Replays a whole trace (its header must be the one given to `new`).
+    pub fn replay<R: Read>(&mut self, reader: &mut TraceReader<R>) -> Result<TraceTotals, TraceError> {
+        while let Some(block) = reader.next_block()? {
+            block.for_each(|rec| self.record(rec))?;
+        }
+        Ok(reader.totals())
+    }
+
+    /// One event read from a trace, with its own global index.
+    #[inline]
+    pub fn record(&mut self, rec: &Record<'_>) {
+        self.next_index = rec.index;
+        self.step(rec.tid, &rec.event);
+    }
+
+    /// One event of thread `tid`, the next in global order.
+    #[inline]
+    pub fn step(&mut self, tid: u32, ev: &Event<'_>) {
+        let index = self.next_index;
+        self.next_index += 1;
+        self.events += 1;
+        let t = tid as usize;
+        if t >= self.threads.len() || self.threads[t].ctx == NO_CTX {
+            self.start_thread(t);
+        }
+        self.threads[t].events += 1;
+        match *ev {
+            Event::Store { addr, size, .. } => self.store(t, addr, size),
+            Event::Flush { kind, line } => self.flush(t, index, kind, line),
+            Event::Fence { .. } => self.fence(t),
+            Event::NtStore { addr, size, .. } => self.nt_store(t, addr, size),
+            Event::Load { addr, size } => self.load(t, addr, size),
+            Event::OpBegin { op, .. } => self.op_begin(t, op),
+            Event::OpEnd { op, .. } => self.op_end(t, op),
+            Event::ThreadEnd => self.drain_nt(t),
+            Event::RegionAdd { id, category, base, len, name } => self.add_region(id, category, base, len, name),
+            Event::RegionRemove { id } => {
+                self.regions.remove(id);
+                self.hot.fill(HotRegion::default());
+            }
+            Event::ThreadStart | Event::Marker { .. } => {}
+        }
+    }
+
+    // ---- events -------------------------------------------------------------
+
+    /// A cached store: counted, and each line it touches becomes dirty in the
+    /// cache (a miss fills the line from PM and may evict a dirty one to PM).
+    #[inline]
+    fn store(&mut self, t: usize, addr: u64, size: u32) {
+        let (r, _) = self.region_of(addr);
+        let x = self.threads[t].ctx;
+        self.bump(x, r, |c| {
+            c.stores += 1;
+            c.store_bytes += size as u64;
+        });
+        if self.full {
+            self.touch_lines(x, addr, size, true);
+        }
+    }
+
+    #[inline]
+    fn load(&mut self, t: usize, addr: u64, size: u32) {
+        let (r, _) = self.region_of(addr);
+        let x = self.threads[t].ctx;
+        self.bump(x, r, |c| c.loads += 1);
+        if self.full {
+            self.touch_lines(x, addr, size, false);
+        }
+    }
+
+    /// A flush: its reflush distance in the configured scope, then (ADR only)
+    /// whether the cache held the line dirty, the XPBuffer's response to the
+    /// write-back and the estimated cost.
+    #[inline]
+    fn flush(&mut self, t: usize, index: u64, kind: FlushKind, line: u64) {
+        let line = line & !63;
+        let (r, cat) = self.region_of(line);
+        let x = self.threads[t].ctx;
+        let d = self.tracker(t, line).flush(line);
+        let b = bucket(d);
+        let reflush = matches!(d, Some(d) if d < self.threshold);
+        let (mut dirty, mut hit, mut seq, mut cost) = (false, false, false, 0);
+        if self.adr {
+            dirty = self.cache.flush(line, kind != FlushKind::Clwb);
+            if dirty {
+                let w = self.optane.write(line);
+                (hit, seq) = (w.hit, w.sequential);
+                cost = match d {
+                    Some(d) if reflush => self.costs.reflush[(d as usize).min(self.costs.reflush.len() - 1)],
+                    _ => self.costs.regular_write(w.hit, w.evicted),
+                };
+            } else {
+                cost = self.costs.clean;
+            }
+            self.threads[t].pending = Some((cat, r));
+        }
+        let adr = self.adr;
+        self.bump(x, r, |c| {
+            c.flushes += 1;
+            c.first_flushes += d.is_none() as u64;
+            c.reflushes += reflush as u64;
+            c.hist[b] += 1;
+            if adr {
+                c.dirty_flushes += dirty as u64;
+                c.xpbuffer_hits += hit as u64;
+                c.sequential_writes += seq as u64;
+                c.persist_ps[cat as usize] += cost;
+            }
+        });
+        self.access.offer(cat, index, line, r);
+    }
+
+    /// A fence: drains the thread's non-temporal write-combining buffer; its
+    /// cost goes to the category and region of the flush it orders (the
+    /// thread's latest since its previous fence), or to "fence" if none.
+    #[inline]
+    fn fence(&mut self, t: usize) {
+        if self.full {
+            self.drain_nt(t);
+        }
+        let x = self.threads[t].ctx;
+        let cost = if self.full { self.costs.fence } else { 0 };
+        match self.threads[t].pending.take() {
+            Some((cat, r)) => self.bump(x, r, |c| {
+                c.fences += 1;
+                c.persist_ps[cat as usize] += cost;
+            }),
+            None => {
+                let c = &mut self.ctx_ctr[x as usize];
+                c.fences += 1;
+                c.persist_ps[BARE_FENCE as usize] += cost;
+            }
+        }
+    }
+
+    /// A non-temporal store: bypasses the cache (a cached copy is invalidated;
+    /// its dirty bytes merge into the write) and fills the thread's
+    /// write-combining buffer, which goes to PM a line at a time.
+    #[inline]
+    fn nt_store(&mut self, t: usize, addr: u64, size: u32) {
+        let (r, _) = self.region_of(addr);
+        let x = self.threads[t].ctx;
+        self.bump(x, r, |c| c.nt_stores += 1);
+        if !self.full {
+            return;
+        }
+        for line in lines(addr, size) {
+            self.cache.flush(line, true);
+            let prev = std::mem::replace(&mut self.threads[t].nt_line, line);
+            if prev != line && prev != NO_LINE {
+                self.nt_write(t, prev);
+            }
+        }
+    }
+
+    fn op_begin(&mut self, t: usize, op: OpKind) {
+        let slot = match self.op_kinds.iter().position(|&k| k == Some(op)) {
+            Some(s) => s as u32,
+            None => {
+                self.op_kinds.push(Some(op));
+                self.op_kinds.len() as u32 - 1
+            }
+        };
+        self.threads[t].ops.push(slot);
+        self.enter_ctx(t);
+        let x = self.threads[t].ctx;
+        self.ctx_ctr[x as usize].ops += 1;
+    }
+
+    /// Closes the innermost open operation of that type (and any left open
+    /// inside it); an end without a begin is ignored.
+    fn op_end(&mut self, t: usize, op: OpKind) {
+        let kinds = &self.op_kinds;
+        let stack = &mut self.threads[t].ops;
+        if let Some(i) = stack.iter().rposition(|&s| kinds[s as usize] == Some(op)) {
+            stack.truncate(i);
+            self.enter_ctx(t);
+        }
+    }
+
+    /// Points thread `t` at the context of its innermost open operation,
+    /// creating the context the first time.
+    fn enter_ctx(&mut self, t: usize) {
+        let ts = &mut self.threads[t];
+        let o = ts.ops.last().copied().unwrap_or(0);
+        if ts.ctx_of_op.len() <= o as usize {
+            ts.ctx_of_op.resize(o as usize + 1, NO_CTX);
+        }
+        if ts.ctx_of_op[o as usize] == NO_CTX {
+            ts.ctx_of_op[o as usize] = self.ctx_ctr.len() as u32;
+            self.ctx_ctr.push(Counters::default());
+            self.ctx_key.push((t as u32, o));
+        }
+        ts.ctx = ts.ctx_of_op[o as usize];
+    }
+
+    fn add_region(&mut self, id: u64, category: Category, base: u64, len: u64, name: &str) {
+        self.regions.add(pmsim_traces::Region { id, name: name.to_string(), category, base, len });
+        let key = (name.to_string(), category);
+        let slot = match self.region_slot_by_key.get(&key) {
+            Some(&s) => s,
+            None => {
+                let s = self.region_rows.len() as u32;
+                self.region_rows.push((name.to_string(), Some(category)));
+                self.region_ctr.push(Counters::default());
+                self.region_slot_by_key.insert(key, s);
+                s
+            }
+        };
+        self.region_slot_of_id.insert(id, slot);
+        self.hot.fill(HotRegion::default());
+    }
+
+    // ---- helpers ------------------------------------------------------------
+
+    /// Adds to the counters of context `x` and region row `r`.
+    #[inline(always)]
+    fn bump(&mut self, x: u32, r: u32, f: impl Fn(&mut Counters)) {
+        f(&mut self.ctx_ctr[x as usize]);
+        f(&mut self.region_ctr[r as usize]);
+    }
+
+    /// The region row and persist slot of `addr`.
+    #[inline(always)]
+    fn region_of(&mut self, addr: u64) -> (u32, u8) {
+        let h = &self.hot[region_cache_index(addr)];
+        if addr.wrapping_sub(h.base) < h.len {
+            return (h.slot, h.cat);
+        }
+        if self.regions.is_empty() {
+            return (0, UNMAPPED);
+        }
+        self.region_of_slow(addr)
+    }
+
+    #[inline(never)]
+    fn region_of_slow(&mut self, addr: u64) -> (u32, u8) {
+        match self.regions.lookup(addr) {
+            Some(reg) => {
+                let slot = self.region_slot_of_id.get(reg.id).unwrap_or(0);
+                let cat = slot_of(reg.category);
+                self.hot[region_cache_index(addr)] = HotRegion { base: reg.base, len: reg.len, slot, cat };
+                (slot, cat)
+            }
+            None => (0, UNMAPPED),
+        }
+    }
+
+    /// The distance tracker of this flush's scope.
+    #[inline(always)]
+    fn tracker(&mut self, t: usize, line: u64) -> &mut DistanceTracker {
+        let key = match self.scope {
+            Scope::Thread => t,
+            Scope::Dimm => self.optane.dimm_of(line),
+            Scope::Global => 0,
+        };
+        &mut self.trackers[key]
+    }
+
+    /// Makes room for thread `t` (thread ids are dense in practice, but any
+    /// id up to 65535 is valid) and gives it its first context. Threads are
+    /// set up at their first event, so ids never used cost one empty state.
+    #[cold]
+    fn start_thread(&mut self, t: usize) {
+        if self.threads.len() <= t {
+            self.threads.resize_with(t + 1, ThreadState::default);
+            if self.scope == Scope::Thread {
+                let min = self.tracker_min_capacity;
+                self.trackers.resize_with(t + 1, || DistanceTracker::with_min_capacity(min));
+            }
+        }
+        self.enter_ctx(t);
+    }
+
+    /// Loads or stores the lines of `[addr, addr + size)` in the cache; fills
+    /// read PM and evicted dirty lines are written to it.
+    #[inline]
+    fn touch_lines(&mut self, x: u32, addr: u64, size: u32, write: bool) {
+        for line in lines(addr, size) {
+            let a = self.cache.access(line, write);
+            if !a.hit {
+                self.optane.read(line);
+            }
+            if let Some(victim) = a.writeback {
+                self.evict(x, victim);
+            }
+        }
+    }
+
+    /// A dirty line evicted from the cache reaches PM: charged to the region of
+    /// the line and to the thread and operation whose access evicted it. No
+    /// persist time: nobody waits for it.
+    #[cold]
+    fn evict(&mut self, x: u32, line: u64) {
+        let (r, _) = self.region_of(line);
+        let w = self.optane.write(line);
+        self.bump(x, r, |c| {
+            c.evictions += 1;
+            c.xpbuffer_hits += w.hit as u64;
+            c.sequential_writes += w.sequential as u64;
+        });
+    }
+
+    /// Writes a line of non-temporal stores to PM; the thread's next fence
+    /// waits for it.
+    fn nt_write(&mut self, t: usize, line: u64) {
+        let (r, cat) = self.region_of(line);
+        let x = self.threads[t].ctx;
+        let w = self.optane.write(line);
+        let cost = self.costs.regular_write(w.hit, w.evicted);
+        self.threads[t].pending = Some((cat, r));
+        self.bump(x, r, |c| {
+            c.nt_lines += 1;
+            c.xpbuffer_hits += w.hit as u64;
+            c.sequential_writes += w.sequential as u64;
+            c.persist_ps[cat as usize] += cost;
+        });
+    }
+
+    fn drain_nt(&mut self, t: usize) {
+        let line = std::mem::replace(&mut self.threads[t].nt_line, NO_LINE);
+        if line != NO_LINE {
+            self.nt_write(t, line);
+        }
+    }
+
+    // ---- results ------------------------------------------------------------
+
+    /// Events seen so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// Bytes held by the reflush-distance trackers (they are what grows with
+    /// the trace's distinct lines).
+    pub fn tracker_bytes(&self) -> usize {
+        self.trackers.iter().map(DistanceTracker::heap_bytes).sum()
+    }
+
+    /// The access-map points collected (empty unless `access_map.per_category`
+    /// is set).
+    pub fn access_map(&self) -> Vec<AccessPoint> {
+        self.access.points(|r| self.region_rows[r as usize].0.clone(), self.heap_base)
+    }
+
+    /// The figures so far. Lines still in the threads' write-combining buffers
+    /// are written to PM first, as the end of the trace ends those runs.
+    pub fn report(&mut self) -> Report {
+        for t in 0..self.threads.len() {
+            if self.full {
+                self.drain_nt(t);
+            }
+        }
+        let mut overall = Counters::default();
+        let mut per_thread = vec![Counters::default(); self.threads.len()];
+        let mut per_op = vec![Counters::default(); self.op_kinds.len()];
+        for (c, &(t, o)) in self.ctx_ctr.iter().zip(&self.ctx_key) {
+            overall.add(c);
+            per_thread[t as usize].add(c);
+            per_op[o as usize].add(c);
+        }
+        let threads = (0..self.threads.len())
+            .filter(|&t| self.threads[t].events > 0)
+            .map(|t| ThreadReport {
+                tid: t as u32,
+                events: self.threads[t].events,
+                stats: Stats::from_counters(&per_thread[t]),
+            })
+            .collect();
+        let regions = self
+            .region_rows
+            .iter()
+            .zip(&self.region_ctr)
+            .filter(|(_, c)| !c.is_empty())
+            .map(|((name, category), c)| RegionReport {
+                name: name.clone(),
+                category: *category,
+                stats: Stats::from_counters(c),
+            })
+            .collect();
+        let ops = self
+            .op_kinds
+            .iter()
+            .zip(&per_op)
+            .filter(|(_, c)| !c.is_empty())
+            .map(|(k, c)| OpReport { op: k.map_or("none".to_string(), OpKind::name), stats: Stats::from_counters(c) })
+            .collect();
+        let xpline = self.cfg.optane.xpline_bytes;
+        let dimm_counters = if self.full { self.optane.drained_counters() } else { Vec::new() };
+        let dimms: Vec<DimmReport> = dimm_counters
+            .iter()
+            .enumerate()
+            .map(|(i, c)| DimmReport {
+                dimm: i as u32,
+                writes: c.writes,
+                xpbuffer_hits: c.xpbuffer_hits,
+                xpbuffer_misses: c.writes - c.xpbuffer_hits,
+                sequential_writes: c.sequential_writes,
+                random_writes: c.writes - c.sequential_writes,
+                reads: c.reads,
+                media_reads: c.media_reads,
+                rmw_reads: c.rmw_reads,
+                media_writes: c.media_writes,
+                write_amplification: ratio(c.media_writes * xpline, c.writes * 64),
+            })
+            .collect();
+        let media_writes: u64 = dimm_counters.iter().map(|c| c.media_writes).sum();
+        let media_reads: u64 = dimm_counters.iter().map(|c| c.media_reads).sum();
+        let rmw_reads: u64 = dimm_counters.iter().map(|c| c.rmw_reads).sum();
+        let pm_writes = overall.pm_writes();
+        let pm = PmReport {
+            write_bytes: 64 * pm_writes,
+            flushed_bytes: 64 * overall.dirty_flushes,
+            evicted_bytes: 64 * overall.evictions,
+            nt_bytes: 64 * overall.nt_lines,
+            media_write_bytes: media_writes * xpline,
+            media_read_bytes: media_reads * xpline,
+            rmw_read_bytes: rmw_reads * xpline,
+            write_amplification: ratio(media_writes * xpline, 64 * pm_writes),
+            sequential_writes: overall.sequential_writes,
+            random_writes: pm_writes - overall.sequential_writes,
+        };
+        let cc = self.cache.counters;
+        let cache = CacheReport {
+            sets: self.cfg.cache.sets,
+            ways: self.cfg.cache.ways,
+            accesses: cc.accesses,
+            hits: cc.hits,
+            fills: cc.fills,
+            evictions: cc.evictions,
+            dirty_evictions: cc.dirty_evictions,
+            dirty_lines_at_end: if self.full { self.cache.dirty_lines() } else { 0 },
+        };
+        Report {
+            trace: self.trace_name.clone(),
+            events: self.events,
+            threshold: self.threshold,
+            scope: self.scope,
+            eadr: self.cfg.eadr,
+            reflush_only: self.cfg.reflush_only,
+            overall: Stats::from_counters(&overall),
+            threads,
+            regions,
+            ops,
+            dimms,
+            pm,
+            cache,
+            config: self.cfg.clone(),
+        }
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// The 64 B lines `[addr, addr + size)` touches (one for size 0); the range
+/// stops at the top of the address space instead of wrapping.
+#[inline(always)]
+fn lines(addr: u64, size: u32) -> impl Iterator<Item = u64> {
+    let first = addr >> 6;
+    let last = addr.saturating_add((size as u64).max(1) - 1) >> 6;
+    (first..=last).map(|l| l << 6)
+}
+
+impl EventSink for Simulator {
+    fn event(&mut self, tid: u32, ev: &Event<'_>) -> io::Result<()> {
+        self.step(tid, ev);
+        Ok(())
+    }
+}

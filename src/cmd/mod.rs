@@ -1,0 +1,8 @@
+//! One module per subcommand.
+
+pub mod bench;
+pub mod sim;
+pub mod trace;
+
+/// The error every subcommand returns: one line for the user.
+pub type CmdResult = Result<(), Box<dyn std::error::Error>>;

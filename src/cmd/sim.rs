@@ -1,0 +1,106 @@
+//! `pmsim sim`: replay a trace through the reflush-distance, cache, XPBuffer
+//! and latency models and print the report (tables, or JSON).
+
+use super::CmdResult;
+use clap::Args;
+use pmsim_sim::{Config, Scope, Simulator};
+use pmsim_traces::TraceReader;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+#[derive(Args)]
+pub struct SimArgs {
+    /// The .pmt file.
+    file: PathBuf,
+    /// Machine model in TOML (defaults and the source of every constant: sim/optane.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A flush at a reflush distance below this is a reflush [config default: 4].
+    #[arg(long)]
+    threshold: Option<u64>,
+    /// Whose flushes count towards a reflush distance [config default: thread].
+    #[arg(long, value_parser = ["thread", "dimm", "global"])]
+    scope: Option<String>,
+    /// eADR: caches are persistent, flushes cost nothing, only evictions reach PM.
+    #[arg(long)]
+    eadr: bool,
+    /// Compute the reflush statistics only (no cache, Optane or latency model; faster).
+    #[arg(long)]
+    reflush_only: bool,
+    /// Write the first flushes of each region category (NVAlloc Fig. 2) to this .csv or .json file.
+    #[arg(long, value_name = "OUT")]
+    access_map: Option<PathBuf>,
+    /// How many flushes per category the access map keeps.
+    #[arg(long, default_value_t = 1000)]
+    access_map_n: usize,
+    /// Print the report as JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+enum MapFormat {
+    Csv,
+    Json,
+}
+
+pub fn run(a: SimArgs) -> CmdResult {
+    let mut cfg = match &a.config {
+        Some(p) => Config::from_file(p)?,
+        None => Config::default(),
+    };
+    if let Some(t) = a.threshold {
+        cfg.reflush.threshold = t;
+    }
+    if let Some(s) = &a.scope {
+        cfg.reflush.scope = s.parse::<Scope>()?;
+    }
+    cfg.eadr |= a.eadr;
+    cfg.reflush_only |= a.reflush_only;
+    // Refuse a bad output name before the (possibly long) replay, not after.
+    let map = match &a.access_map {
+        None => None,
+        Some(p) => {
+            let fmt = match p.extension().and_then(|e| e.to_str()) {
+                Some("csv") => MapFormat::Csv,
+                Some("json") => MapFormat::Json,
+                _ => return Err(format!("{}: the access map must be a .csv or .json file", p.display()).into()),
+            };
+            cfg.access_map.per_category = a.access_map_n;
+            let out = File::create(p).map_err(|e| format!("{}: cannot create: {e}", p.display()))?;
+            Some((p.as_path(), fmt, out))
+        }
+    };
+
+    let mut reader = TraceReader::open(&a.file)?;
+    let mut sim = Simulator::new(cfg, reader.header())?;
+    sim.replay(&mut reader)?;
+    let report = sim.report();
+
+    if let Some((path, fmt, file)) = map {
+        write_map(path, fmt, file, &sim)?;
+    }
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        writeln!(out, "file         {}", a.file.display())?;
+        pmsim_sim::write_text(&report, &mut out)?;
+    }
+    match out.flush() {
+        // A closed pipe (`pmsim sim … | head`) is a normal way to stop.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
+fn write_map(path: &Path, fmt: MapFormat, file: File, sim: &Simulator) -> CmdResult {
+    let points = sim.access_map();
+    let out = BufWriter::new(file);
+    let r = match fmt {
+        MapFormat::Csv => pmsim_sim::write_access_map_csv(&points, out),
+        MapFormat::Json => pmsim_sim::write_access_map_json(&points, out),
+    };
+    r.map_err(|e| format!("{}: cannot write: {e}", path.display()).into())
+}
