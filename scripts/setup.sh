@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs everything pmsim needs on a fresh Debian (12 or later) machine and
+# builds it. Idempotent: what is already there is not installed again.
+#   bash scripts/setup.sh        as root, or as a user with sudo
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+# Debian packages: the C toolchain (C trace writer and its tests), pkg-config,
+# Valgrind's tool kit (pintools/), PMDK (the real peer allocator), Java for TLC.
+APT_PKGS=(build-essential pkg-config curl ca-certificates python3 python3-pip python3-venv)
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# Rust: the workspace needs a recent stable (see rust-version in Cargo.toml).
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "setup: installing Rust with rustup"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
+
+echo "setup: building pmsim (release)"
+cargo build --release --quiet
+echo "setup: done; the binary is target/release/pmsim"
