@@ -18,6 +18,8 @@
 pub mod alloc;
 mod arch;
 pub mod heap;
+pub mod mech;
+pub mod nvalloc;
 pub mod pm;
 pub mod tracing;
 

@@ -1,0 +1,23 @@
+//! Mechanisms that persistent-memory allocators share, free of any one
+//! allocator's policy: NVAlloc uses all of them, and the LLFree-, Makalu- and
+//! Metall-style allocators reuse what fits.
+//!
+//! * [`sizeclass`] — jemalloc-style size classes over a cache-line quantum.
+//! * [`stripe`] — the interleaved block → bit mapping of bit stripes.
+//! * [`pbitmap`] — a persistent bitmap through that mapping (CAS updates).
+//! * [`wal`] — a per-thread redo WAL of `{op, target, dest}` entries, with
+//!   sequential or interleaved slot order.
+//! * [`record`] — the 8-byte extent record (size, address, type).
+//! * [`bklog`] — the log-structured bookkeeping of extent records, with
+//!   tombstones, fast and slow GC.
+//! * [`exthdr`] — in-place extent headers per chunk (the baseline).
+//! * [`regions`] — keeps the trace's region table tiling a changing layout.
+
+pub mod bklog;
+pub mod exthdr;
+pub mod pbitmap;
+pub mod record;
+pub mod regions;
+pub mod sizeclass;
+pub mod stripe;
+pub mod wal;

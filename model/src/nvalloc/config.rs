@@ -1,0 +1,267 @@
+//! The configuration of an NVAlloc instance: every technique of the paper as
+//! its own switch, and the presets of the paper's ablation (Fig. 11).
+//!
+//! One serde struct, so the exact configuration goes into trace headers and
+//! result rows ([`crate::PmAllocator::params`]) and can be read back. Presets
+//! are starting points; any field can be overridden by name
+//! ([`NvConfig::set`]), e.g. `stripes=4` for the stripe sweep of Fig. 16a.
+//!
+//! | preset | stripes | int. tcache | int. WAL | bookkeeping log | int. log |
+//! |---|---|---|---|---|---|
+//! | `base` | 1 | – | – | – | – |
+//! | `+interleaved` | 1 | ✓ | – | – | – |
+//! | `+log` | 1 | – | – | ✓ | – |
+//! | `nvalloc-log` | 6 | ✓ | ✓ | ✓ | ✓ |
+//! | `nvalloc-gc` | 6 | ✓ | ✓ | ✓ | ✓ (consistency `gc`) |
+//!
+//! The presets follow the paper: `+interleaved` is "only the interleaved
+//! tcache layout", `+log` "only log-structured bookkeeping" (with sequential
+//! records: the paper credits the interleaving of log records to the full
+//! NVAlloc-LOG). Slab morphing is off in every preset until it is
+//! implemented; the paper's NVAlloc has it on (`su` 0.20).
+
+use super::NvError;
+use serde::{Deserialize, Serialize};
+
+/// How small-allocation metadata is kept consistent across crashes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Consistency {
+    /// Every small-metadata update goes through the WAL; recovery replays it.
+    Log,
+    /// No flushes for small allocations; recovery marks from the persistent
+    /// roots conservatively (as Makalu does).
+    Gc,
+}
+
+/// The stripe count of NVAlloc (the artifact's `NBANKS`, the paper's choice in §6.5).
+pub const DEFAULT_STRIPES: u32 = 6;
+
+/// Every parameter of an NVAlloc instance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NvConfig {
+    /// The preset this configuration started from (the allocator's name).
+    pub preset: String,
+    pub consistency: Consistency,
+    /// Bit stripes of slab bitmaps (1 = sequential mapping). Part of the heap
+    /// layout: a heap must be reopened with the value it was created with.
+    pub stripes: u32,
+    /// Split each tcache bin into sub-tcaches by the bitmap line of the
+    /// block's bit and allocate from them round-robin. There are `stripes`
+    /// sub-tcaches, or [`DEFAULT_STRIPES`] when `stripes` is 1 (the
+    /// `+interleaved` ablation: interleaved tcache over sequential bitmaps).
+    pub interleaved_tcache: bool,
+    /// Consecutive WAL entries of a thread on different lines.
+    pub interleaved_wal: bool,
+    /// Extent records in the bookkeeping log; off = in-place extent headers
+    /// in each chunk. Part of the heap layout.
+    pub bookkeeping_log: bool,
+    /// Consecutive bookkeeping-log records on different lines.
+    pub interleaved_log: bool,
+    /// Slab morphing (not implemented yet: must be false).
+    pub morphing: bool,
+    /// Slab-morphing space-utilization threshold: a slab with fewer than this
+    /// fraction of its blocks in use may morph.
+    pub su: f64,
+    /// Arenas for small allocations; 0 = one per core (the paper's choice).
+    pub arenas: u32,
+    /// Thread ids (0..max_threads) that may allocate: each owns a WAL area.
+    /// Part of the heap layout.
+    pub max_threads: u32,
+    /// Most blocks one tcache bin holds (spread over its sub-tcaches).
+    pub tcache_max: u32,
+    /// WAL lines per thread (the artifact has 6 × 2 × 8 B entries per thread). Part of the heap layout.
+    pub wal_lines: u32,
+    /// Slow-GC threshold of the bookkeeping log: the log's active chunks may
+    /// occupy this fraction of the heap before a slow GC compacts them (the
+    /// paper's `Usage_pmem`, 0.2 % in Fig. 17).
+    pub usage_pmem: f64,
+    /// Tombstones between two log GC checks (the artifact checks every 10,000
+    /// free records).
+    pub gc_interval: u32,
+    /// Large-allocator operations a freed extent stays on the reclaimed list
+    /// before it decays to the retained list.
+    pub decay_ops: u64,
+    /// Bytes of the bookkeeping log area; 0 = max(256 KiB, heap / 256).
+    /// Part of the heap layout.
+    pub log_bytes: u64,
+}
+
+impl Default for NvConfig {
+    fn default() -> Self {
+        NvConfig {
+            preset: "nvalloc-log".into(),
+            consistency: Consistency::Log,
+            stripes: DEFAULT_STRIPES,
+            interleaved_tcache: true,
+            interleaved_wal: true,
+            bookkeeping_log: true,
+            interleaved_log: true,
+            morphing: false,
+            su: 0.20,
+            arenas: 0,
+            max_threads: 128,
+            tcache_max: 192,
+            wal_lines: 6,
+            usage_pmem: 0.002,
+            gc_interval: 1024,
+            decay_ops: 4096,
+            log_bytes: 0,
+        }
+    }
+}
+
+impl NvConfig {
+    /// Names of the presets.
+    pub const PRESETS: [&'static str; 5] = ["base", "+interleaved", "+log", "nvalloc-log", "nvalloc-gc"];
+
+    /// The configuration of a preset.
+    pub fn preset(name: &str) -> Result<NvConfig, NvError> {
+        let full = NvConfig { preset: name.to_string(), ..NvConfig::default() };
+        let base = NvConfig {
+            stripes: 1,
+            interleaved_tcache: false,
+            interleaved_wal: false,
+            bookkeeping_log: false,
+            interleaved_log: false,
+            morphing: false,
+            ..full.clone()
+        };
+        Ok(match name {
+            "base" => base,
+            "+interleaved" => NvConfig { interleaved_tcache: true, ..base },
+            "+log" => NvConfig { bookkeeping_log: true, ..base },
+            "nvalloc-log" => full,
+            "nvalloc-gc" => NvConfig { consistency: Consistency::Gc, ..full },
+            _ => {
+                return Err(NvError::Config(format!(
+                    "unknown NVAlloc preset '{name}' (expected one of: {})",
+                    NvConfig::PRESETS.join(", ")
+                )))
+            }
+        })
+    }
+
+    /// Overrides field `key` with `value` (JSON, or a bare string), e.g.
+    /// `set("stripes", "4")`, `set("consistency", "gc")`.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), NvError> {
+        let mut v = serde_json::to_value(&*self).expect("config serializes");
+        let map = v.as_object_mut().expect("config is an object");
+        if !map.contains_key(key) {
+            let keys: Vec<&str> = map.keys().map(|k| k.as_str()).collect();
+            return Err(NvError::Config(format!("unknown NVAlloc parameter '{key}' (known: {})", keys.join(", "))));
+        }
+        let parsed = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
+        map.insert(key.to_string(), parsed);
+        *self =
+            serde_json::from_value(v).map_err(|e| NvError::Config(format!("bad value '{value}' for {key}: {e}")))?;
+        Ok(())
+    }
+
+    /// Applies `key=value` overrides in order.
+    pub fn with_overrides<'a>(mut self, kvs: impl IntoIterator<Item = &'a str>) -> Result<NvConfig, NvError> {
+        for kv in kvs {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| NvError::Config(format!("override '{kv}' is not of the form key=value")))?;
+            self.set(k.trim(), v.trim())?;
+        }
+        Ok(self)
+    }
+
+    /// Refuses impossible or not-yet-implemented settings, naming the field.
+    pub fn validate(&self) -> Result<(), NvError> {
+        let bad = |m: String| Err(NvError::Config(m));
+        if !(1..=64).contains(&self.stripes) {
+            return bad(format!("stripes = {} (must be 1..=64)", self.stripes));
+        }
+        if !(self.su > 0.0 && self.su < 1.0) {
+            return bad(format!("su = {} (must be between 0 and 1)", self.su));
+        }
+        if !(1..=4096).contains(&self.max_threads) {
+            return bad(format!("max_threads = {} (must be 1..=4096)", self.max_threads));
+        }
+        if self.arenas as usize > super::layout::MAX_ARENAS {
+            return bad(format!("arenas = {} (at most {})", self.arenas, super::layout::MAX_ARENAS));
+        }
+        if !(1..=4096).contains(&self.tcache_max) {
+            return bad(format!("tcache_max = {} (must be 1..=4096)", self.tcache_max));
+        }
+        if !(1..=64).contains(&self.wal_lines) {
+            return bad(format!("wal_lines = {} (must be 1..=64)", self.wal_lines));
+        }
+        if !(self.usage_pmem > 0.0 && self.usage_pmem <= 1.0) {
+            return bad(format!("usage_pmem = {} (must be in (0, 1])", self.usage_pmem));
+        }
+        if self.gc_interval == 0 {
+            return bad("gc_interval = 0 (must be at least 1)".into());
+        }
+        if self.morphing {
+            return Err(NvError::NotYet("slab morphing (morphing = true)".into()));
+        }
+        Ok(())
+    }
+
+    /// Sub-tcaches per tcache bin (1 = a plain LIFO bin).
+    pub fn tcache_stripes(&self) -> u32 {
+        match (self.interleaved_tcache, self.stripes) {
+            (false, _) => 1,
+            (true, 1) => DEFAULT_STRIPES,
+            (true, s) => s,
+        }
+    }
+
+    /// Arenas to run with: `arenas`, or one per core.
+    pub fn arena_count(&self) -> usize {
+        let n = match self.arenas {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n as usize,
+        };
+        n.clamp(1, super::layout::MAX_ARENAS)
+    }
+
+    /// The fields that shape the persistent layout and so must match the
+    /// heap's: the first difference, described, or `None`.
+    pub fn layout_mismatch(&self, heap: &NvConfig) -> Option<String> {
+        let diff = |name: &str, mine: String, theirs: String| {
+            (mine != theirs)
+                .then(|| format!("the heap was created with {name} = {theirs}, the configuration says {mine}"))
+        };
+        diff("stripes", self.stripes.to_string(), heap.stripes.to_string())
+            .or_else(|| diff("bookkeeping_log", self.bookkeeping_log.to_string(), heap.bookkeeping_log.to_string()))
+            .or_else(|| diff("max_threads", self.max_threads.to_string(), heap.max_threads.to_string()))
+            .or_else(|| diff("wal_lines", self.wal_lines.to_string(), heap.wal_lines.to_string()))
+            .or_else(|| diff("consistency", format!("{:?}", self.consistency), format!("{:?}", heap.consistency)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_and_overrides() {
+        for name in NvConfig::PRESETS {
+            let c = NvConfig::preset(name).unwrap();
+            assert_eq!(c.preset, name);
+            c.validate().unwrap();
+        }
+        assert!(NvConfig::preset("nope").unwrap_err().to_string().contains("unknown NVAlloc preset 'nope'"));
+        let base = NvConfig::preset("base").unwrap();
+        assert_eq!((base.stripes, base.tcache_stripes()), (1, 1));
+        let il = NvConfig::preset("+interleaved").unwrap();
+        assert_eq!((il.stripes, il.tcache_stripes(), il.bookkeeping_log), (1, 6, false));
+        let c = NvConfig::preset("nvalloc-log").unwrap().with_overrides(["stripes=4", "su = 0.3"]).unwrap();
+        assert_eq!((c.stripes, c.su, c.tcache_stripes()), (4, 0.3, 4));
+        let mut c = NvConfig::default();
+        c.set("consistency", "gc").unwrap();
+        assert_eq!(c.consistency, Consistency::Gc);
+        assert!(c.set("stripe", "4").unwrap_err().to_string().contains("unknown NVAlloc parameter 'stripe'"));
+        assert!(c.set("stripes", "many").is_err());
+        let c = NvConfig { stripes: 0, ..NvConfig::default() };
+        assert!(c.validate().unwrap_err().to_string().contains("stripes = 0"));
+        let json = serde_json::to_string(&NvConfig::default()).unwrap();
+        assert_eq!(serde_json::from_str::<NvConfig>(&json).unwrap(), NvConfig::default());
+    }
+}

@@ -1,0 +1,367 @@
+//! Opening an existing NVAlloc heap (NVAlloc §4.4).
+//!
+//! Every open rebuilds the volatile state from the persistent one:
+//!
+//! 1. the live extents, from the bookkeeping log (the list named by its `alt`
+//!    bit, tombstones applied — so a slow GC interrupted by a crash falls back
+//!    to the old list) or from the extent headers of the carved chunks;
+//! 2. after a crash only (heap not closed, or an arena flag still *running*
+//!    or *recovery*): the WAL is replayed. A small-block entry is redone —
+//!    bitmap bit, then `*dest` — which is idempotent. A large-extent entry is
+//!    redone if its record made it into the bookkeeping (`*dest` set, or the
+//!    extent freed), and dropped otherwise: the record is written after the
+//!    WAL entry and before `*dest`, so without a record nothing else changed;
+//! 3. a slow GC of the log (the paper does it on every open, to drop tombstones);
+//! 4. the VEHs: live extents on the activated list, the gaps between them on
+//!    the reclaimed list;
+//! 5. the vslabs: each slab's header is checked and its volatile bitmap
+//!    copied from the persistent one (no block is in any tcache yet).
+//!
+//! Under the `gc` model, a crash leaves the slab bitmaps unreliable (they are
+//! never flushed while running), so step 5 is preceded by a mark: starting
+//! from the heap's root slots and from every live large extent (large
+//! allocations are kept by the log, as in NVAlloc-LOG), every aligned word of
+//! every reached object that equals the start of a block of a live slab marks
+//! that block, which is scanned in turn (conservative, like Makalu: any word
+//! that looks like a block offset keeps the block; interior offsets do not).
+//! The bitmaps are then rewritten to exactly the marked blocks.
+//!
+//! Recovery writes only idempotent updates, so a crash during recovery is
+//! recovered from by running it again (the arena flags say *recovery*).
+
+use super::config::{Consistency, NvConfig};
+use super::large::{paint_heap, Bookkeeping, LargeAlloc, LargeParams, LiveExtent};
+use super::layout::{Layout, CHUNK, SLAB};
+use super::slab::{self, SlabGeom, VSlab};
+use super::thread::op;
+use super::NvError;
+use crate::heap::{Heap, ROOT_SLOTS};
+use crate::mech::bklog::BkLog;
+use crate::mech::exthdr::ExtentHeaders;
+use crate::mech::record::{ExtentKind, Record};
+use crate::mech::regions::RegionTiler;
+use crate::mech::stripe::StripeMap;
+use crate::mech::wal::Wal;
+use crate::pm::PmThread;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// What an open found and did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecoveryReport {
+    /// The previous run did not shut down cleanly.
+    pub crashed: bool,
+    /// WAL entries redone.
+    pub wal_redone: u64,
+    /// WAL entries of large allocations dropped (their record never became durable).
+    pub wal_dropped: u64,
+    /// Live user extents and slabs.
+    pub extents: u64,
+    pub slabs: u64,
+    /// Allocated small blocks.
+    pub blocks: u64,
+    /// Bytes of live allocations (usable sizes).
+    pub live_bytes: u64,
+    /// NVAlloc-GC: blocks found reachable by the mark, and blocks whose bit
+    /// was set but that nothing reaches (freed by the rebuild).
+    pub gc_marked: u64,
+    pub gc_freed: u64,
+}
+
+/// A recovered slab, for its arena.
+pub struct RecoveredSlab {
+    pub slab: u64,
+    pub arena: usize,
+    pub vslab: VSlab,
+}
+
+/// Everything `open` needs to assemble the allocator.
+pub struct Recovered {
+    pub large: LargeAlloc,
+    pub slabs: Vec<RecoveredSlab>,
+    pub report: RecoveryReport,
+}
+
+/// The live extents by start: size, kind and log position.
+type Extents = BTreeMap<u64, LiveExtent>;
+
+fn corrupt(m: impl Into<String>) -> NvError {
+    NvError::Corrupt(m.into())
+}
+
+/// Runs recovery on the heap `t` maps (see the module documentation).
+#[allow(clippy::too_many_arguments)]
+pub fn recover(
+    t: &mut PmThread,
+    layout: Layout,
+    cfg: &NvConfig,
+    crashed: bool,
+    geoms: &[SlabGeom],
+    map: StripeMap,
+    wal: &Wal,
+    params: LargeParams,
+    mut tiler: RegionTiler,
+) -> Result<Recovered, NvError> {
+    let mut report = RecoveryReport { crashed, ..Default::default() };
+    let top = layout.top(t);
+    let (mut book, mut extents) = if layout.log_bytes > 0 {
+        let (log, records) =
+            BkLog::recover(t, layout.log_off, layout.log_bytes, cfg.interleaved_log).map_err(corrupt)?;
+        let mut ex = Extents::new();
+        for (r, pos) in records {
+            let Record::Extent { kind, addr, size } = r else { unreachable!("recover returns extent records") };
+            if ex.insert(addr, LiveExtent { start: addr, size, kind, pos: Some(pos) }).is_some() {
+                return Err(corrupt(format!("bookkeeping log records the extent at {addr:#x} twice")));
+            }
+        }
+        (Bookkeeping::Log(log), ex)
+    } else {
+        let h = ExtentHeaders::new(CHUNK);
+        let ex = scan_headers(t, &h, &layout, top)?;
+        (Bookkeeping::Headers(h), ex)
+    };
+    for e in extents.values() {
+        if e.start < layout.chunk_base || e.start + e.size > top {
+            return Err(corrupt(format!("extent {:#x}+{:#x} lies outside the carved chunks", e.start, e.size)));
+        }
+        if e.kind == ExtentKind::Slab && (e.size != SLAB || e.start % SLAB != 0) {
+            return Err(corrupt(format!("slab record {:#x}+{:#x} is not an aligned 64 KiB slab", e.start, e.size)));
+        }
+    }
+
+    // Register the chunks and slab headers before recovery writes to them.
+    let header_bytes = match &book {
+        Bookkeeping::Headers(h) => h.area_bytes(),
+        Bookkeeping::Log(_) => 0,
+    };
+    let live: Vec<LiveExtent> = extents.values().copied().collect();
+    let slab_headers: Vec<(u64, u64)> = live
+        .iter()
+        .filter(|e| e.kind == ExtentKind::Slab)
+        .filter_map(|e| slab::read_header(t, e.start, geoms).ok().map(|h| (e.start, h.data_offset as u64)))
+        .collect();
+    tiler.defer();
+    paint_heap(&mut tiler, t, &layout, top, header_bytes, &live, &slab_headers);
+    tiler.publish(t);
+
+    if crashed {
+        replay_wal(t, &layout, wal, &mut book, &mut extents, geoms, map, &mut report)?;
+    }
+
+    if let Bookkeeping::Log(log) = &mut book {
+        match log.slow_gc(t) {
+            Ok(moved) => {
+                for (r, pos) in moved {
+                    let Record::Extent { addr, .. } = r else { continue };
+                    extents.get_mut(&addr).expect("live record of a live extent").pos = Some(pos);
+                }
+            }
+            Err(_) => {
+                log.fast_gc(t);
+            }
+        }
+    }
+
+    if crashed && cfg.consistency == Consistency::Gc {
+        mark_from_roots(t, &extents, geoms, map, &mut report)?;
+    }
+
+    let mut slabs = Vec::new();
+    let mut slab_headers = Vec::new();
+    for e in extents.values() {
+        match e.kind {
+            ExtentKind::Normal => {
+                report.extents += 1;
+                report.live_bytes += e.size;
+            }
+            ExtentKind::Slab => {
+                let h = slab::read_header(t, e.start, geoms).map_err(corrupt)?;
+                let class = h.size_class as usize;
+                let mut v = VSlab::new(class, h.nblocks);
+                slab::bitmap(e.start, map).for_each_set(t, h.nblocks, |b| v.mark(b));
+                report.slabs += 1;
+                report.blocks += v.used as u64;
+                report.live_bytes += v.used as u64 * geoms[class].size as u64;
+                slab_headers.push((e.start, h.data_offset as u64));
+                slabs.push(RecoveredSlab { slab: e.start, arena: h.arena as usize, vslab: v });
+            }
+        }
+    }
+    let live: Vec<LiveExtent> = extents.into_values().collect();
+    let large = LargeAlloc::new(t, layout, top, book, &live, &slab_headers, params, tiler).map_err(corrupt)?;
+    Ok(Recovered { large, slabs, report })
+}
+
+/// The extents recorded in the header areas of the chunks below `top`.
+fn scan_headers(t: &PmThread, h: &ExtentHeaders, layout: &Layout, top: u64) -> Result<Extents, NvError> {
+    let mut ex = Extents::new();
+    let mut c = layout.chunk_base;
+    while c < top {
+        let mut next = c + CHUNK;
+        for r in h.scan(t, c).map_err(corrupt)? {
+            let Record::Extent { kind, addr, size } = r else { unreachable!("scan returns extent records") };
+            ex.insert(addr, LiveExtent { start: addr, size, kind, pos: None });
+            // A huge extent covers the next chunks' header areas: skip them.
+            next = next.max(layout.chunk_base + (addr + size - layout.chunk_base).next_multiple_of(CHUNK));
+        }
+        c = next;
+    }
+    Ok(ex)
+}
+
+/// Redoes (or drops) every valid WAL entry, then clears them.
+#[allow(clippy::too_many_arguments)]
+fn replay_wal(
+    t: &mut PmThread,
+    layout: &Layout,
+    wal: &Wal,
+    book: &mut Bookkeeping,
+    extents: &mut Extents,
+    geoms: &[SlabGeom],
+    map: StripeMap,
+    report: &mut RecoveryReport,
+) -> Result<(), NvError> {
+    let entries = wal.scan(t);
+    for &(_, e) in &entries {
+        let bad = |why: &str| corrupt(format!("WAL entry {e:?}: {why}"));
+        match e.op {
+            op::MALLOC_SMALL | op::FREE_SMALL => {
+                let slab = e.target & !(SLAB - 1);
+                if !extents.get(&slab).is_some_and(|x| x.kind == ExtentKind::Slab) {
+                    return Err(bad("its block is in no live slab"));
+                }
+                let h = slab::read_header(t, slab, geoms).map_err(corrupt)?;
+                let b = geoms[h.size_class as usize].block_index(slab, e.target).ok_or_else(|| bad("not a block"))?;
+                let bitmap = slab::bitmap(slab, map);
+                if e.op == op::MALLOC_SMALL {
+                    bitmap.set(t, b);
+                    bitmap.persist(t, b);
+                    t.store_u64(e.dest, e.target);
+                } else {
+                    bitmap.clear(t, b);
+                    bitmap.persist(t, b);
+                    if t.load_u64(e.dest) == e.target {
+                        t.store_u64(e.dest, 0);
+                    }
+                }
+                t.persist(e.dest, 8);
+                report.wal_redone += 1;
+            }
+            op::MALLOC_LARGE | op::FREE_LARGE => {
+                let live = extents.get(&e.target).is_some_and(|x| x.kind == ExtentKind::Normal);
+                if !live {
+                    // Malloc: the record never became durable, so neither did
+                    // *dest. Free: the tombstone is durable; only *dest may remain.
+                    if e.op == op::FREE_LARGE && t.load_u64(e.dest) == e.target {
+                        t.store_u64(e.dest, 0);
+                        t.persist(e.dest, 8);
+                        report.wal_redone += 1;
+                    } else {
+                        report.wal_dropped += 1;
+                    }
+                    continue;
+                }
+                if e.op == op::MALLOC_LARGE {
+                    t.store_u64(e.dest, e.target);
+                } else {
+                    let x = extents.remove(&e.target).expect("checked");
+                    match book {
+                        Bookkeeping::Log(log) => {
+                            if !log.has_room() {
+                                log.fast_gc(t);
+                            }
+                            log.delete(t, x.pos.expect("logged")).map_err(|_| bad("bookkeeping log full"))?;
+                        }
+                        Bookkeeping::Headers(h) => {
+                            h.zero_covered(t, layout.chunk_base, x.start, x.size);
+                            let chunk = layout.chunk_base + (x.start - layout.chunk_base) / CHUNK * CHUNK;
+                            h.clear(t, chunk, x.start);
+                        }
+                    }
+                    if t.load_u64(e.dest) == e.target {
+                        t.store_u64(e.dest, 0);
+                    }
+                }
+                t.persist(e.dest, 8);
+                report.wal_redone += 1;
+            }
+            _ => return Err(bad("unknown op")),
+        }
+    }
+    let slots: Vec<u64> = entries.iter().map(|&(s, _)| s).collect();
+    wal.clear(t, &slots);
+    Ok(())
+}
+
+/// NVAlloc-GC's post-crash mark (see the module documentation): rewrites
+/// every slab bitmap to the blocks reachable from the roots.
+fn mark_from_roots(
+    t: &mut PmThread,
+    extents: &Extents,
+    geoms: &[SlabGeom],
+    map: StripeMap,
+    report: &mut RecoveryReport,
+) -> Result<(), NvError> {
+    let mut slabs: HashMap<u64, (usize, [u64; slab::MAX_BLOCKS as usize / 64])> = HashMap::new();
+    for e in extents.values().filter(|e| e.kind == ExtentKind::Slab) {
+        let h = slab::read_header(t, e.start, geoms).map_err(corrupt)?;
+        slabs.insert(e.start, (h.size_class as usize, [0; slab::MAX_BLOCKS as usize / 64]));
+    }
+    let mut scanned: HashSet<u64> = HashSet::new();
+    let mut work: Vec<(u64, u64)> = Vec::new();
+    // A word that is the start of a live block or extent not seen yet.
+    let mut reach = |w: u64, work: &mut Vec<(u64, u64)>| {
+        if w & 63 != 0 {
+            return;
+        }
+        if let Some((class, marks)) = slabs.get_mut(&(w & !(SLAB - 1))) {
+            let g = geoms[*class];
+            if let Some(b) = g.block_index(w & !(SLAB - 1), w) {
+                let (i, m) = ((b / 64) as usize, 1u64 << (b % 64));
+                if marks[i] & m == 0 {
+                    marks[i] |= m;
+                    work.push((w, g.size as u64));
+                }
+            }
+        } else if extents.get(&w).is_some_and(|e| e.kind == ExtentKind::Normal) && scanned.insert(w) {
+            work.push((w, extents[&w].size));
+        }
+    };
+    for slot in 0..ROOT_SLOTS {
+        reach(t.load_u64(Heap::root_offset(slot)), &mut work);
+    }
+    for e in extents.values().filter(|e| e.kind == ExtentKind::Normal) {
+        reach(e.start, &mut work);
+    }
+    let mut buf = vec![0u8; 64 << 10];
+    while let Some((off, len)) = work.pop() {
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(buf.len() as u64) as usize;
+            t.load_bytes(off + at, &mut buf[..n]);
+            for w in buf[..n].chunks_exact(8) {
+                reach(u64::from_le_bytes(w.try_into().expect("8 bytes")), &mut work);
+            }
+            at += n as u64;
+        }
+    }
+    for (&slab, (class, marks)) in &slabs {
+        let g = geoms[*class];
+        let bm = slab::bitmap(slab, map);
+        let mut words = vec![0u64; (bm.area_bytes(g.nblocks) / 8) as usize];
+        for b in 0..g.nblocks {
+            let was = bm.test(t, b);
+            let live = marks[(b / 64) as usize] >> (b % 64) & 1 == 1;
+            report.gc_marked += live as u64;
+            report.gc_freed += (was && !live) as u64;
+            if live {
+                let bit = map.bit_of(b);
+                words[(bit / 64) as usize] |= 1 << (bit % 64);
+            }
+        }
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        t.store_bytes(bm.base(), &bytes);
+        t.flush_range(bm.base(), bytes.len() as u64);
+    }
+    t.fence();
+    Ok(())
+}

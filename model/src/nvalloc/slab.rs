@@ -1,0 +1,315 @@
+//! Slabs: the persistent slab header, the geometry of a slab of a size class,
+//! the volatile header (*vslab*) and the table that finds a block's slab.
+//!
+//! A slab is a 64 KiB extent, 64 KiB aligned, cut from a chunk by the large
+//! allocator. Its persistent header sits at its start, its blocks from
+//! `data_offset` on. The header carries everything slab morphing (§5.2)
+//! needs, so morphing can arrive without a layout change:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 4 | magic `SLB1` |
+//! | 4 | 2 | `size_class` |
+//! | 6 | 2 | `old_size_class` (slab_in: the class before morphing) |
+//! | 8 | 4 | `data_offset` (of the blocks, from the slab start) |
+//! | 12 | 4 | `old_data_offset` |
+//! | 16 | 8 | `flag`: morph step; 0 for a regular slab or a completed step |
+//! | 24 | 4 | `arena` that owns the slab |
+//! | 28 | 4 | `nblocks` |
+//! | 32 | 4 | `index_len`: entries of the index table (slab_in only) |
+//! | 36 | 4 | `index_off`: offset of the index table from the slab start |
+//! | 40 | 24 | reserved |
+//! | 64 | … | bitmap: `stripes` × 64 B per 512·stripes blocks ([`StripeMap`]) |
+//! | … | 2·index_len | index table of a slab_in: old block index and state |
+//! | data_offset | … | blocks |
+//!
+//! A regular slab's `data_offset` is the header rounded up to a line, so a
+//! slab of 64 B blocks with 6 stripes keeps 1017 of its 1024 lines for data.
+//! The persistent bitmap records blocks handed to the user; the vslab's
+//! volatile bitmap also counts blocks sitting in tcaches, so it is a superset.
+
+use super::layout::SLAB;
+use crate::heap::{PmOff, Pod};
+use crate::mech::pbitmap::PBitmap;
+use crate::mech::stripe::StripeMap;
+use crate::pm::PmThread;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const SLAB_MAGIC: u32 = u32::from_le_bytes(*b"SLB1");
+/// Offset of the bitmap in the header.
+pub const BITMAP_OFF: u64 = 64;
+/// Most blocks a slab can have (64 KiB of 64 B blocks).
+pub const MAX_BLOCKS: u32 = (SLAB / 64) as u32;
+const VBITS_WORDS: usize = MAX_BLOCKS as usize / 64;
+
+/// The fixed part of the persistent slab header (its first line).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct SlabHeader {
+    pub magic: u32,
+    pub size_class: u16,
+    pub old_size_class: u16,
+    pub data_offset: u32,
+    pub old_data_offset: u32,
+    pub flag: u64,
+    pub arena: u32,
+    pub nblocks: u32,
+    pub index_len: u32,
+    pub index_off: u32,
+    pub reserved: [u8; 24],
+}
+
+const _: () = assert!(std::mem::size_of::<SlabHeader>() == 64);
+// SAFETY: repr(C) of integers and a byte array laid out without padding (the
+// size assertion above checks 64 = the sum of the field sizes); every bit
+// pattern is a valid value; no pointers.
+unsafe impl Pod for SlabHeader {}
+
+/// Where a regular slab of one size class keeps its blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlabGeom {
+    pub size: u32,
+    pub data_offset: u32,
+    pub nblocks: u32,
+}
+
+impl SlabGeom {
+    /// The geometry of a regular slab of `size`-byte blocks with bitmap mapping `map`.
+    pub fn regular(size: u32, map: StripeMap) -> SlabGeom {
+        let max_blocks = ((SLAB - BITMAP_OFF) / size as u64) as u32;
+        let data_offset = (BITMAP_OFF as u32 + map.area_bytes(max_blocks)).next_multiple_of(64);
+        SlabGeom { size, data_offset, nblocks: (SLAB as u32 - data_offset) / size }
+    }
+
+    /// The offset of block `b` of the slab at `slab`.
+    #[inline(always)]
+    pub fn block_off(&self, slab: u64, b: u32) -> u64 {
+        slab + self.data_offset as u64 + b as u64 * self.size as u64
+    }
+
+    /// The index of the block at `off` in the slab at `slab`, if `off` is the
+    /// start of one.
+    #[inline(always)]
+    pub fn block_index(&self, slab: u64, off: u64) -> Option<u32> {
+        let rel = off.checked_sub(slab + self.data_offset as u64)?;
+        let b = rel / self.size as u64;
+        (rel % self.size as u64 == 0 && b < self.nblocks as u64).then_some(b as u32)
+    }
+}
+
+/// The persistent bitmap of the slab at `slab`.
+#[inline(always)]
+pub fn bitmap(slab: u64, map: StripeMap) -> PBitmap {
+    PBitmap::new(slab + BITMAP_OFF, map)
+}
+
+/// Writes the header of a new regular slab (fixed part and a zeroed bitmap)
+/// and makes it durable; the caller records the slab afterwards.
+pub fn init_header(t: &mut PmThread, slab: u64, class: usize, geom: &SlabGeom, arena: usize, map: StripeMap) {
+    let h = SlabHeader {
+        magic: SLAB_MAGIC,
+        size_class: class as u16,
+        old_size_class: class as u16,
+        data_offset: geom.data_offset,
+        old_data_offset: geom.data_offset,
+        flag: 0,
+        arena: arena as u32,
+        nblocks: geom.nblocks,
+        index_len: 0,
+        index_off: 0,
+        reserved: [0; 24],
+    };
+    t.write(PmOff::<SlabHeader>::new(slab), h);
+    bitmap(slab, map).zero(t, geom.nblocks);
+    t.persist(slab, geom.data_offset as u64);
+}
+
+/// Reads and checks the header of a recorded slab against the geometry its
+/// class must have.
+pub fn read_header(t: &PmThread, slab: u64, geoms: &[SlabGeom]) -> Result<SlabHeader, String> {
+    let h: SlabHeader = t.read(PmOff::new(slab));
+    if h.magic != SLAB_MAGIC {
+        return Err(format!("slab {slab:#x}: bad header magic {:#x}", h.magic));
+    }
+    let Some(g) = geoms.get(h.size_class as usize) else {
+        return Err(format!("slab {slab:#x}: size class {} does not exist", h.size_class));
+    };
+    if h.flag != 0 || h.index_len != 0 || h.size_class != h.old_size_class {
+        return Err(format!("slab {slab:#x}: morphing state (flag {}) but slab morphing is not implemented", h.flag));
+    }
+    if h.data_offset != g.data_offset || h.nblocks != g.nblocks {
+        return Err(format!(
+            "slab {slab:#x}: data offset {} / {} blocks, class {} needs {} / {} (heap made with other stripes?)",
+            h.data_offset, h.nblocks, h.size_class, g.data_offset, g.nblocks
+        ));
+    }
+    Ok(h)
+}
+
+/// What the hot path needs to know about the slab holding an offset, packed
+/// in one word so that finding a block's slab is a single atomic load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlabInfo {
+    pub class: usize,
+    pub arena: usize,
+}
+
+impl SlabInfo {
+    fn pack(self) -> u64 {
+        1 | (self.class as u64) << 1 | (self.arena as u64) << 9
+    }
+
+    fn unpack(w: u64) -> Option<SlabInfo> {
+        (w & 1 == 1).then_some(SlabInfo { class: (w >> 1 & 0xff) as usize, arena: (w >> 9 & 0xffff) as usize })
+    }
+}
+
+/// Slab granule → [`SlabInfo`] for the whole chunk area (the paper finds a
+/// block's size class through its R-tree; slabs being 64 KiB aligned, a flat
+/// table indexed by offset / 64 KiB does it in one load).
+pub struct SlabTable {
+    base: u64,
+    slots: Box<[AtomicU64]>,
+}
+
+impl SlabTable {
+    pub fn new(base: u64, end: u64) -> SlabTable {
+        let n = (end - base) / SLAB;
+        SlabTable { base, slots: (0..n).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// The slab containing `off` and its info, if `off` lies in a slab.
+    #[inline(always)]
+    pub fn lookup(&self, off: u64) -> Option<(u64, SlabInfo)> {
+        let i = off.checked_sub(self.base)? / SLAB;
+        let w = self.slots.get(i as usize)?.load(Ordering::Acquire);
+        SlabInfo::unpack(w).map(|info| (off & !(SLAB - 1), info))
+    }
+
+    /// Publishes the slab at `slab` (before any of its blocks is handed out).
+    pub fn insert(&self, slab: u64, info: SlabInfo) {
+        self.slots[((slab - self.base) / SLAB) as usize].store(info.pack(), Ordering::Release);
+    }
+
+    pub fn remove(&self, slab: u64) {
+        self.slots[((slab - self.base) / SLAB) as usize].store(0, Ordering::Release);
+    }
+}
+
+/// The volatile header of a slab: which blocks are taken (allocated or
+/// cached in some tcache), kept under its arena's lock.
+#[derive(Clone, Debug)]
+pub struct VSlab {
+    pub class: usize,
+    pub nblocks: u32,
+    /// Blocks taken.
+    pub used: u32,
+    vbits: [u64; VBITS_WORDS],
+}
+
+impl VSlab {
+    pub fn new(class: usize, nblocks: u32) -> VSlab {
+        assert!(nblocks <= MAX_BLOCKS);
+        VSlab { class, nblocks, used: 0, vbits: [0; VBITS_WORDS] }
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.used == self.nblocks
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.used == 0
+    }
+
+    /// Marks block `b` taken (recovery: allocated in the persistent bitmap).
+    pub fn mark(&mut self, b: u32) {
+        let (w, m) = ((b / 64) as usize, 1u64 << (b % 64));
+        debug_assert!(self.vbits[w] & m == 0);
+        self.vbits[w] |= m;
+        self.used += 1;
+    }
+
+    /// Marks block `b` free again; returns whether it was taken.
+    pub fn release(&mut self, b: u32) -> bool {
+        let (w, m) = ((b / 64) as usize, 1u64 << (b % 64));
+        if self.vbits[w] & m == 0 {
+            return false;
+        }
+        self.vbits[w] &= !m;
+        self.used -= 1;
+        true
+    }
+
+    /// Takes free blocks in block order while `take` accepts them; `take`
+    /// returns `None` to stop, `Some(false)` to skip a block.
+    pub fn take_free(&mut self, mut take: impl FnMut(u32) -> Option<bool>) {
+        let words = self.nblocks.div_ceil(64) as usize;
+        for w in 0..words {
+            let mut free = !self.vbits[w];
+            if w == words - 1 && self.nblocks & 63 != 0 {
+                free &= (1u64 << (self.nblocks % 64)) - 1;
+            }
+            while free != 0 {
+                let bit = free.trailing_zeros();
+                free &= free - 1;
+                match take(w as u32 * 64 + bit) {
+                    None => return,
+                    Some(false) => {}
+                    Some(true) => {
+                        self.vbits[w] |= 1 << bit;
+                        self.used += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_leaves_room_for_the_bitmap() {
+        let g = SlabGeom::regular(64, StripeMap::new(6));
+        assert_eq!((g.data_offset, g.nblocks), (448, 1017));
+        let g = SlabGeom::regular(64, StripeMap::new(1));
+        assert_eq!((g.data_offset, g.nblocks), (192, 1021));
+        let g = SlabGeom::regular(14336, StripeMap::new(6));
+        assert_eq!((g.data_offset, g.nblocks), (448, 4));
+        assert_eq!(g.block_index(0x10000, 0x10000 + 448 + 14336), Some(1));
+        assert_eq!(g.block_index(0x10000, 0x10000 + 448 + 14335), None);
+        assert_eq!(g.block_index(0x10000, 0x10000 + 448 + 4 * 14336), None);
+    }
+
+    #[test]
+    fn vslab_takes_and_releases() {
+        let mut v = VSlab::new(0, 70);
+        let mut got = Vec::new();
+        v.take_free(|b| {
+            if got.len() == 66 {
+                return None;
+            }
+            got.push(b);
+            Some(true)
+        });
+        assert_eq!(got.len(), 66);
+        assert_eq!(v.used, 66);
+        assert!(v.release(3));
+        assert!(!v.release(3));
+        let mut rest = Vec::new();
+        v.take_free(|b| {
+            rest.push(b);
+            Some(true)
+        });
+        assert_eq!(rest, vec![3, 66, 67, 68, 69]);
+        assert!(v.is_full());
+    }
+
+    #[test]
+    fn slab_info_packs() {
+        let i = SlabInfo { class: 26, arena: 63 };
+        assert_eq!(SlabInfo::unpack(i.pack()), Some(i));
+        assert_eq!(SlabInfo::unpack(0), None);
+    }
+}

@@ -1,0 +1,872 @@
+//! NVAlloc on real heap files: every preset under a 4-thread mixed-size
+//! stress, publish/clear through `malloc_to`/`free_from`, restarts, unclean
+//! shutdowns, and recovery after SIGKILL at random points (the test binary
+//! re-runs itself as the victim).
+//!
+//! Objects written by the tests carry their length, a seed and a checksum of
+//! their payload, so any corruption or overlap shows up as a bad checksum.
+
+use pmsim_model::heap::Heap as H;
+use pmsim_model::mech::wal::{Wal, WalEntry};
+use pmsim_model::nvalloc::thread::op;
+use pmsim_model::nvalloc::{NvAlloc, NvConfig, NvError, NvThread};
+use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, Pm, PmAllocator};
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Every preset.
+const PRESETS: [&str; 5] = ["base", "+interleaved", "+log", "nvalloc-log", "nvalloc-gc"];
+/// The presets of the `log` consistency model (with small-operation WAL entries).
+const LOG_PRESETS: [&str; 4] = ["base", "+interleaved", "+log", "nvalloc-log"];
+
+// ----- helpers -----------------------------------------------------------------
+
+/// A tiny xorshift64* generator: tests need repeatable randomness, not quality.
+#[derive(Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn tmpdir() -> tempfile::TempDir {
+    if Path::new("/dev/shm").is_dir() {
+        tempfile::tempdir_in("/dev/shm").unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
+fn cfg(preset: &str) -> NvConfig {
+    // Four arenas whatever the machine, so that threads share and cross arenas.
+    NvConfig::preset(preset).unwrap().with_overrides(["arenas=4"]).unwrap()
+}
+
+/// For the crash tests: log GC after every few frees, slow GC whenever half
+/// the log is garbage, so that kills also land inside GCs.
+fn crash_cfg(preset: &str) -> NvConfig {
+    cfg(preset).with_overrides(["gc_interval=4", "usage_pmem=0.00001"]).unwrap()
+}
+
+fn create_with(path: &Path, size: u64, c: NvConfig) -> (Heap, Arc<NvAlloc>) {
+    let heap = Heap::create_with(path, size, &HeapOptions { overwrite: true, ..Default::default() }).unwrap();
+    let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+    let nv = NvAlloc::create(&heap, pm, c).unwrap();
+    (heap, nv)
+}
+
+fn create(path: &Path, size: u64, preset: &str) -> (Heap, Arc<NvAlloc>) {
+    create_with(path, size, cfg(preset))
+}
+
+fn open_with(path: &Path, c: NvConfig) -> (Heap, Arc<NvAlloc>) {
+    let heap = Heap::open(path).unwrap();
+    let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+    let nv = NvAlloc::open(&heap, pm, c).unwrap_or_else(|e| panic!("open failed: {e}"));
+    (heap, nv)
+}
+
+fn open(path: &Path, preset: &str) -> (Heap, Arc<NvAlloc>) {
+    open_with(path, cfg(preset))
+}
+
+fn close(heap: Heap, nv: Arc<NvAlloc>) {
+    let pm = nv.close().unwrap();
+    drop(pm);
+    heap.close().unwrap();
+}
+
+const OBJ_HEADER: u64 = 24;
+/// Bytes at each end of an object that carry data: large objects are only
+/// written and checked there, so the tests spend their time in the allocator.
+const OBJ_ENDS: u64 = 256;
+
+/// The byte ranges of an object of `len` bytes that hold payload.
+fn payload_ranges(len: u64) -> Vec<(u64, u64)> {
+    if len <= OBJ_HEADER + 2 * OBJ_ENDS {
+        vec![(OBJ_HEADER, len)]
+    } else {
+        vec![(OBJ_HEADER, OBJ_HEADER + OBJ_ENDS), (len - OBJ_ENDS, len)]
+    }
+}
+
+fn checksum(len: u64, seed: u64, payload: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ len ^ seed.rotate_left(17);
+    for &b in payload {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+fn payload(len: u64, seed: u64) -> Vec<u8> {
+    let mut r = Rng::new(seed);
+    let mut v = Vec::with_capacity(len as usize);
+    while (v.len() as u64) < len {
+        v.extend_from_slice(&r.next().to_le_bytes());
+    }
+    v.truncate(len as usize);
+    v
+}
+
+/// Writes an object of `len` bytes (header + payload) at `off` and persists it.
+fn write_obj(t: &mut impl AllocThread, off: u64, len: u64, seed: u64) {
+    let ranges = payload_ranges(len);
+    let p = payload(ranges.iter().map(|(a, b)| b - a).sum(), seed);
+    let mut header = Vec::with_capacity(OBJ_HEADER as usize);
+    header.extend_from_slice(&len.to_le_bytes());
+    header.extend_from_slice(&seed.to_le_bytes());
+    header.extend_from_slice(&checksum(len, seed, &p).to_le_bytes());
+    t.write(off, &header);
+    let mut at = 0;
+    for (a, b) in ranges {
+        t.write(off + a, &p[at..at + (b - a) as usize]);
+        t.persist(off + a, b - a);
+        at += (b - a) as usize;
+    }
+    t.persist(off, OBJ_HEADER);
+}
+
+/// The object at `off` if its checksum holds: its length.
+fn check_obj(t: &impl AllocThread, off: u64, limit: u64) -> Result<u64, String> {
+    let len = t.read_u64(off);
+    let seed = t.read_u64(off + 8);
+    let sum = t.read_u64(off + 16);
+    if !(OBJ_HEADER..=limit).contains(&len) {
+        return Err(format!("object {off:#x}: length {len} out of range (usable {limit})"));
+    }
+    let mut p = Vec::new();
+    for (a, b) in payload_ranges(len) {
+        let mut buf = vec![0u8; (b - a) as usize];
+        t.read(off + a, &mut buf);
+        p.extend_from_slice(&buf);
+    }
+    if checksum(len, seed, &p) != sum {
+        return Err(format!("object {off:#x} of {len} bytes: bad checksum"));
+    }
+    Ok(len)
+}
+
+/// A mixed request size: mostly small, some large, rarely huge (> 2 MiB).
+fn mixed_size(r: &mut Rng, huge: bool) -> u64 {
+    match r.below(100) {
+        0..=74 => OBJ_HEADER + r.below(1024),
+        75..=89 => OBJ_HEADER + r.below(14 << 10),
+        90..=98 => (16 << 10) + r.below(240 << 10),
+        _ if huge => (2 << 20) + r.below(2 << 20),
+        _ => (16 << 10) + r.below(100 << 10),
+    }
+}
+
+/// Checks that no two allocations overlap.
+fn assert_disjoint(allocs: &[(u64, u64)]) {
+    for w in allocs.windows(2) {
+        assert!(w[0].0 + w[0].1 <= w[1].0, "allocations {:#x}+{:#x} and {:#x} overlap", w[0].0, w[0].1, w[1].0);
+    }
+}
+
+// ----- basic behaviour -------------------------------------------------------------
+
+#[test]
+fn objects_survive_close_and_reopen() {
+    let d = tmpdir();
+    let path = d.path().join("h");
+    for preset in PRESETS {
+        let (heap, nv) = create(&path, 64 << 20, preset);
+        let mut t = nv.thread(0);
+        let mut objs = Vec::new();
+        for (i, size) in
+            [24u64, 64, 65, 1000, 4096, 14336, 14337, 16384, 100_000, 2 << 20, (3 << 20) + 5].iter().enumerate()
+        {
+            let off = t.malloc(*size).unwrap();
+            assert!(t.usable_size(off).unwrap() >= *size, "{preset}: usable size of a {size}-byte request");
+            write_obj(&mut t, off, (*size).max(OBJ_HEADER), i as u64);
+            objs.push((off, (*size).max(OBJ_HEADER), i as u64));
+        }
+        assert_eq!(nv.footprint().live_bytes, t.live_allocations().iter().map(|a| a.1).sum::<u64>());
+        drop(t);
+        close(heap, nv);
+
+        let (heap, nv) = open(&path, preset);
+        assert!(!nv.recovery().crashed, "{preset}: a clean close is not a crash");
+        let mut t = nv.thread(0);
+        let allocs = t.live_allocations();
+        assert_eq!(allocs.len(), objs.len(), "{preset}: allocations after reopen");
+        for &(off, len, _) in &objs {
+            assert_eq!(check_obj(&t, off, t.usable_size(off).unwrap()), Ok(len), "{preset}");
+        }
+        for &(off, _, _) in &objs {
+            t.free(off);
+        }
+        assert!(t.live_allocations().is_empty(), "{preset}: everything freed");
+        assert_eq!(nv.footprint().live_bytes, 0);
+        drop(t);
+        close(heap, nv);
+    }
+}
+
+#[test]
+fn malloc_to_publishes_and_free_from_clears() {
+    let d = tmpdir();
+    let path = d.path().join("h");
+    for preset in PRESETS {
+        let (heap, nv) = create(&path, 64 << 20, preset);
+        let mut t = nv.thread(3);
+        // dest in the root table, and dest inside another allocation.
+        let root = H::root_offset(5);
+        let table = t.malloc_to(4096, root).unwrap();
+        assert_eq!(t.root(5), table);
+        for (i, size) in [64u64, 3000, 40_000, 3 << 20].into_iter().enumerate() {
+            let dest = table + 8 * i as u64;
+            t.write_u64(dest, 0);
+            let off = t.malloc_to(size, dest).unwrap();
+            assert_eq!(t.read_u64(dest), off, "{preset}: malloc_to publishes");
+            assert_eq!(t.usable_size(off).map(|u| u >= size), Some(true));
+            t.free_from(dest);
+            assert_eq!(t.read_u64(dest), 0, "{preset}: free_from clears");
+            assert_eq!(t.usable_size(off), None, "{preset}: freed");
+            t.free_from(dest); // a cleared dest is a no-op
+        }
+        t.free_from(root);
+        assert_eq!(t.root(5), 0);
+        assert!(t.live_allocations().is_empty());
+        drop(t);
+        close(heap, nv);
+    }
+}
+
+#[test]
+fn freed_memory_is_reused() {
+    let d = tmpdir();
+    let (heap, nv) = create(&d.path().join("h"), 64 << 20, "nvalloc-log");
+    let mut t = nv.thread(0);
+    let a: Vec<u64> = (0..5000).map(|_| t.malloc(64).unwrap()).collect();
+    let top = nv.footprint().mapped_bytes;
+    for &o in &a {
+        t.free(o);
+    }
+    let b: HashSet<u64> = (0..5000).map(|_| t.malloc(64).unwrap()).collect();
+    assert_eq!(nv.footprint().mapped_bytes, top, "no new chunk for reused blocks");
+    // Empty slabs go back to the large allocator and may be cut again at
+    // other addresses of the freed space, so not every block comes back.
+    let again = a.iter().filter(|o| b.contains(o)).count();
+    assert!(again > 2500, "only {again} of 5000 freed blocks came back");
+    let l: Vec<u64> = (0..50).map(|_| t.malloc(100_000).unwrap()).collect();
+    let top = nv.footprint().mapped_bytes;
+    for &o in &l {
+        t.free(o);
+    }
+    for _ in 0..50 {
+        let o = t.malloc(100_000).unwrap();
+        assert!(l.contains(&o), "large extent {o:#x} is reused");
+    }
+    assert_eq!(nv.footprint().mapped_bytes, top);
+    drop(t);
+    close(heap, nv);
+}
+
+#[test]
+fn heap_full_returns_none_and_recovers_after_frees() {
+    let d = tmpdir();
+    let (heap, nv) = create(&d.path().join("h"), 16 << 20, "nvalloc-log");
+    let mut t = nv.thread(0);
+    let mut got = Vec::new();
+    while let Some(o) = t.malloc(200_000) {
+        got.push(o);
+    }
+    assert!(!got.is_empty());
+    assert!(t.malloc(5 << 20).is_none());
+    while let Some(o) = t.malloc(3000) {
+        got.push(o);
+    }
+    assert_disjoint(&t.live_allocations());
+    for o in got.drain(..) {
+        t.free(o);
+    }
+    assert!(t.malloc(200_000).is_some());
+    drop(t);
+    drop(nv);
+    drop(heap);
+}
+
+#[test]
+fn errors_are_one_clear_line() {
+    let d = tmpdir();
+    let path = d.path().join("h");
+    let err = |r: Result<Arc<NvAlloc>, NvError>| r.err().expect("must fail").to_string();
+
+    let heap = Heap::create(&path, 16 << 20).unwrap();
+    let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+    let e = err(NvAlloc::open(&heap, pm, cfg("nvalloc-log")));
+    assert!(e.contains("not an NVAlloc heap") && e.contains(path.to_str().unwrap()), "{e}");
+    let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+    let mut c = cfg("nvalloc-log");
+    c.morphing = true;
+    assert!(err(NvAlloc::create(&heap, pm, c)).contains("slab morphing"));
+    drop(heap);
+
+    let heap = Heap::create_with(&path, 4 << 20, &HeapOptions { overwrite: true, ..Default::default() }).unwrap();
+    let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+    let e = err(NvAlloc::create(&heap, pm, cfg("nvalloc-log")));
+    assert!(e.contains("too small"), "{e}");
+    drop(heap);
+
+    let (heap, nv) = create(&path, 16 << 20, "nvalloc-log");
+    close(heap, nv);
+    let heap = Heap::open(&path).unwrap();
+    let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+    let e = err(NvAlloc::open(&heap, pm, cfg("base")));
+    assert!(e.contains("created with stripes = 6"), "{e}");
+    let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+    let e = err(NvAlloc::open(&heap, pm, cfg("nvalloc-gc")));
+    assert!(e.contains("created with consistency = Log"), "{e}");
+    let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+    let e = err(NvAlloc::create(&heap, pm, cfg("nvalloc-log")));
+    assert!(e.contains("already holds an NVAlloc heap"), "{e}");
+    let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+    let nv = NvAlloc::open(&heap, pm, cfg("nvalloc-log")).unwrap();
+    let t = nv.thread(1);
+    let nv2 = nv.clone();
+    let e = nv.close().err().unwrap().to_string();
+    assert!(e.contains("thread handle"), "{e}");
+    drop(t);
+    drop(nv2);
+}
+
+/// A crash inside operations leaves valid WAL entries: recovery redoes the
+/// small ones and the large ones whose record is durable, and drops a large
+/// malloc whose record never was.
+#[test]
+fn wal_entries_left_by_a_crash_are_replayed() {
+    let d = tmpdir();
+    let path = d.path().join("h");
+    for preset in LOG_PRESETS {
+        let (heap, nv) = create(&path, 64 << 20, preset);
+        let mut t = nv.thread(0);
+        let keep = t.malloc(64).unwrap();
+        let blk = t.malloc(64).unwrap();
+        let held = t.malloc_to(64, H::root_offset(2)).unwrap();
+        t.free(blk);
+        let ext = t.malloc_to(100_000, H::root_offset(3)).unwrap();
+        let never = ext + (1 << 20);
+        // Thread 7 "crashed" inside four operations.
+        let c = nv.config();
+        let wal = Wal::new(nv.layout().wal_off, c.wal_lines, c.max_threads, c.interleaved_wal);
+        let mut w = wal.cursor(7);
+        for (op, target, root) in [
+            (op::MALLOC_SMALL, blk, 1),
+            (op::FREE_SMALL, held, 2),
+            (op::FREE_LARGE, ext, 3),
+            (op::MALLOC_LARGE, never, 4),
+        ] {
+            w.begin(t.pm(), WalEntry { op, target, dest: H::root_offset(root) });
+        }
+        drop(t);
+        drop(nv);
+        drop(heap);
+
+        let (heap, nv) = open(&path, preset);
+        let rep = nv.recovery();
+        assert!(rep.crashed);
+        assert_eq!((rep.wal_redone, rep.wal_dropped), (3, 1), "{preset}");
+        let t = nv.thread(0);
+        assert_eq!((t.root(1), t.usable_size(blk)), (blk, Some(64)), "{preset}: malloc redone");
+        assert_eq!((t.root(2), t.usable_size(held)), (0, None), "{preset}: small free redone");
+        assert_eq!((t.root(3), t.usable_size(ext)), (0, None), "{preset}: large free redone");
+        assert_eq!(t.root(4), 0, "{preset}: unrecorded large malloc dropped");
+        let mut expected = vec![(keep, 64), (blk, 64)];
+        expected.sort();
+        assert_eq!(t.live_allocations(), expected, "{preset}");
+        drop(t);
+        close(heap, nv);
+        let (heap, nv) = open(&path, preset);
+        assert_eq!(nv.recovery().wal_redone, 0, "{preset}: replayed entries were cleared");
+        close(heap, nv);
+    }
+}
+
+/// NVAlloc-GC after a crash: blocks reachable from the roots (directly, or
+/// through other blocks and large extents) stay allocated, the rest are freed.
+#[test]
+fn gc_recovery_keeps_exactly_the_reachable_blocks() {
+    let d = tmpdir();
+    let path = d.path().join("h");
+    let (heap, nv) = create(&path, 64 << 20, "nvalloc-gc");
+    let mut t = nv.thread(0);
+    let table = t.malloc_to(8 * 100, H::root_offset(0)).unwrap();
+    let big = t.malloc_to(50_000, H::root_offset(1)).unwrap();
+    t.write(table, &[0u8; 800]);
+    t.write(big, &[0u8; 64]);
+    for i in 0..100u64 {
+        let o = t.malloc_to(64 + i * 8, table + 8 * i).unwrap();
+        write_obj(&mut t, o, 64 + i * 8, i);
+    }
+    // A chain big -> c1 -> c2, reachable only through the large extent.
+    let c1 = t.malloc_to(128, big).unwrap();
+    let c2 = t.malloc_to(128, c1).unwrap();
+    t.write_u64(c2, 0);
+    let lost: Vec<u64> = (0..50).map(|_| t.malloc(200).unwrap()).collect();
+    for i in (0..100).step_by(2) {
+        t.free_from(table + 8 * i);
+    }
+    drop(t);
+    drop(nv);
+    drop(heap);
+
+    let (heap, nv) = open(&path, "nvalloc-gc");
+    let rep = nv.recovery();
+    assert!(rep.crashed);
+    assert_eq!(rep.gc_freed, lost.len() as u64, "the unreachable blocks are freed");
+    let t = nv.thread(0);
+    let small: Vec<u64> = t.live_allocations().into_iter().filter(|&(o, _)| o != big).map(|(o, _)| o).collect();
+    let mut expected: Vec<u64> = vec![table, c1, c2];
+    expected.extend((1..100).step_by(2).map(|i| t.read_u64(table + 8 * i)));
+    expected.sort();
+    assert_eq!(small, expected);
+    for i in (1..100).step_by(2) {
+        check_obj(&t, t.read_u64(table + 8 * i), u64::MAX).unwrap();
+    }
+    drop(t);
+    close(heap, nv);
+}
+
+// ----- traced runs ---------------------------------------------------------------------
+
+/// Flushes inside malloc/free operations, by region category, and how many
+/// were reflushes (the same thread flushed the line fewer than 4 distinct
+/// lines ago, the paper's definition).
+#[derive(Debug, Default)]
+struct FlushCounts {
+    ops: u64,
+    flushes: BTreeMap<&'static str, (u64, u64)>,
+}
+
+/// Runs `body` on one traced thread of a fresh heap and counts its flushes;
+/// also checks that every store and flush lands in a registered region.
+fn traced_run(preset: &str, body: impl FnOnce(&mut NvThread)) -> FlushCounts {
+    use pmsim_traces::{Category, OpKind, OwnedEvent, Region, RegionMap, VecSink};
+    let d = tmpdir();
+    let heap = Heap::create(d.path().join("t.heap"), 64 << 20).unwrap();
+    let mut initial: Vec<Region> = Vec::new();
+    let (pm, collector) = Pm::traced(&heap, FlushInsn::best(), &Default::default(), |h| {
+        initial = h.regions.clone();
+        Ok(VecSink::default())
+    })
+    .unwrap();
+    let nv = NvAlloc::create(&heap, pm, cfg(preset)).unwrap();
+    let mut t = nv.thread(1);
+    body(&mut t);
+    drop(t);
+    let pm = nv.close().unwrap();
+    let events = collector.finish(pm).unwrap().sink.0;
+
+    let mut regions = RegionMap::new(&initial);
+    let mut counts = FlushCounts::default();
+    let mut in_op = 0;
+    let mut recent: Vec<u64> = Vec::new();
+    for (_, ev) in &events {
+        regions.apply(&ev.as_event());
+        match ev {
+            OwnedEvent::Store { addr, .. } => {
+                assert!(regions.lookup(*addr).is_some(), "{preset}: store to {addr:#x} outside every region");
+            }
+            OwnedEvent::OpBegin { op: OpKind::Malloc | OpKind::Free, .. } => {
+                in_op += 1;
+                counts.ops += 1;
+            }
+            OwnedEvent::OpEnd { op: OpKind::Malloc | OpKind::Free, .. } => in_op -= 1,
+            OwnedEvent::Flush { line, .. } => {
+                let cat =
+                    regions.category(*line).unwrap_or_else(|| panic!("{preset}: flush of {line:#x} outside regions"));
+                let dist = recent.iter().position(|l| l == line);
+                if let Some(i) = dist {
+                    recent.remove(i);
+                }
+                recent.insert(0, *line);
+                recent.truncate(64);
+                if in_op > 0 && cat != Category::Data {
+                    let e = counts.flushes.entry(cat.name()).or_default();
+                    e.0 += 1;
+                    e.1 += dist.is_some_and(|i| i < 4) as u64;
+                }
+            }
+            _ => {}
+        }
+    }
+    counts
+}
+
+/// Threadtest-like: one thread allocates `n` 64 B objects into a table with
+/// `malloc_to`, then frees them all with `free_from`.
+fn threadtest_body(n: u64) -> impl FnOnce(&mut NvThread) {
+    move |t: &mut NvThread| {
+        let table = t.malloc_to(8 * n, H::root_offset(0)).unwrap();
+        for round in 0..2 {
+            for i in 0..n {
+                t.malloc_to(64, table + 8 * i).unwrap();
+            }
+            for i in 0..n {
+                t.free_from(table + 8 * i);
+            }
+            let _ = round;
+        }
+        t.free_from(H::root_offset(0));
+    }
+}
+
+#[test]
+fn traced_runs_tag_every_write_and_interleaving_removes_reflushes() {
+    let base = traced_run("base", threadtest_body(2000));
+    let inter = traced_run("+interleaved", threadtest_body(2000));
+    let full = traced_run("nvalloc-log", threadtest_body(2000));
+    let gc = traced_run("nvalloc-gc", threadtest_body(2000));
+    let get = |c: &FlushCounts, cat: &str| c.flushes.get(cat).copied().unwrap_or_default();
+    // NVAlloc-GC flushes no metadata and no WAL for small operations (the
+    // table itself is one large malloc_to and free_from: a few flushes).
+    assert!(get(&gc, "meta").0 + get(&gc, "wal").0 < 10, "nvalloc-gc: {gc:?}");
+    // Every small malloc_to/free_from persists one WAL entry, one bitmap line
+    // and *dest: base and NVAlloc-LOG flush about as often...
+    let (bw, fw) = (get(&base, "wal"), get(&full, "wal"));
+    let (bm, fm) = (get(&base, "meta"), get(&full, "meta"));
+    assert!(bw.0 >= 2 * 8000 && fw.0 >= 2 * 8000, "WAL flushes: base {bw:?}, nvalloc-log {fw:?}");
+    // ...but interleaved bitmaps and WAL entries turn reflushes into regular flushes.
+    assert!(fm.1 * 4 < bm.1, "bitmap reflushes: base {bm:?}, nvalloc-log {fm:?}");
+    assert!(fw.1 < bw.1, "WAL reflushes: base {bw:?}, nvalloc-log {fw:?}");
+    let im = get(&inter, "meta");
+    assert!(im.1 <= bm.1, "the interleaved tcache alone: {im:?} vs base {bm:?}");
+}
+
+// ----- multi-threaded stress ---------------------------------------------------------
+
+/// One thread's run: random mallocs and frees of mixed sizes, every object
+/// checked when freed. Returns the live objects and the offsets it freed.
+fn stress_thread(mut t: NvThread, seed: u64, ops: usize) -> (Vec<(u64, u64, u64)>, Vec<u64>) {
+    let mut r = Rng::new(seed);
+    let mut live: Vec<(u64, u64, u64)> = Vec::new();
+    let mut freed = Vec::new();
+    for i in 0..ops {
+        if live.len() < 20 || (live.len() < 400 && r.below(100) < 55) {
+            let size = mixed_size(&mut r, true);
+            let obj_seed = seed << 32 | i as u64;
+            let Some(off) = t.malloc(size) else { continue };
+            write_obj(&mut t, off, size, obj_seed);
+            live.push((off, size, obj_seed));
+        } else {
+            let (off, size, _) = live.swap_remove(r.below(live.len() as u64) as usize);
+            assert_eq!(check_obj(&t, off, u64::MAX), Ok(size), "object corrupted while live");
+            if r.below(2) == 0 {
+                t.free(off);
+            } else {
+                // Through a persistent dest: the object's own first word.
+                t.write_u64(off, off);
+                t.free_from(off);
+            }
+            freed.push(off);
+        }
+    }
+    (live, freed)
+}
+
+#[test]
+fn four_threads_stress_every_preset() {
+    let d = tmpdir();
+    for preset in PRESETS {
+        let path = d.path().join(preset);
+        let (heap, nv) = create(&path, 256 << 20, preset);
+        let handles: Vec<_> = (0..4u32)
+            .map(|tid| {
+                let t = nv.thread(tid);
+                std::thread::spawn(move || stress_thread(t, 1 + tid as u64, 3000))
+            })
+            .collect();
+        let mut objs = BTreeMap::new();
+        let mut freed = HashSet::new();
+        for h in handles {
+            let (live, f) = h.join().unwrap();
+            objs.extend(live.into_iter().map(|(o, s, seed)| (o, (s, seed))));
+            freed.extend(f);
+        }
+        let t = nv.thread(0);
+        let allocs = t.live_allocations();
+        assert_disjoint(&allocs);
+        assert_eq!(allocs.len(), objs.len(), "{preset}: exactly the live objects are allocated");
+        for &(off, usable) in &allocs {
+            let (size, _) = objs.get(&off).unwrap_or_else(|| panic!("{preset}: {off:#x} allocated but not live"));
+            assert!(usable >= *size);
+        }
+        let reused = objs.keys().filter(|o| freed.contains(o)).count();
+        assert!(reused > 0, "{preset}: no freed block or extent was handed out again");
+        let util = nv.slab_utilization().unwrap();
+        assert!(util.low + util.mid + util.high > 0);
+        drop(t);
+        close(heap, nv);
+
+        let (heap, nv) = open(&path, preset);
+        let mut t = nv.thread(0);
+        assert_eq!(t.live_allocations(), allocs, "{preset}: same allocations after reopen");
+        for (&off, &(size, _)) in &objs {
+            assert_eq!(check_obj(&t, off, u64::MAX), Ok(size), "{preset}: contents after reopen");
+        }
+        for &off in objs.keys() {
+            t.free(off);
+        }
+        assert!(t.live_allocations().is_empty());
+        drop(t);
+        close(heap, nv);
+    }
+}
+
+#[test]
+fn drop_without_close_is_recovered_as_a_crash() {
+    let d = tmpdir();
+    let path = d.path().join("h");
+    for preset in PRESETS {
+        let (heap, nv) = create(&path, 64 << 20, preset);
+        let mut t = nv.thread(0);
+        let table = t.malloc_to(8 * 64, H::root_offset(0)).unwrap();
+        let mut r = Rng::new(7);
+        for i in 0..64 {
+            let dest = table + 8 * i;
+            t.write_u64(dest, 0);
+            let size = mixed_size(&mut r, false);
+            let off = t.malloc_to(size, dest).unwrap();
+            write_obj(&mut t, off, size, i);
+        }
+        for i in (0..64).step_by(3) {
+            t.free_from(table + 8 * i);
+        }
+        let expected = t.live_allocations();
+        drop(t);
+        drop(nv);
+        drop(heap);
+
+        let (heap, nv) = open(&path, preset);
+        assert!(nv.recovery().crashed, "{preset}: dropping without close is a crash");
+        let t = nv.thread(0);
+        assert_eq!(t.live_allocations(), expected, "{preset}");
+        for i in 0..64 {
+            let o = t.read_u64(table + 8 * i);
+            assert_eq!(o == 0, i % 3 == 0);
+            if o != 0 {
+                check_obj(&t, o, u64::MAX).unwrap();
+            }
+        }
+        drop(t);
+        close(heap, nv);
+    }
+}
+
+// ----- SIGKILL at random points --------------------------------------------------------
+
+const CHILD_ENV: &str = "PMSIM_NVALLOC_CRASH_CHILD";
+/// What the victim prints once the heap is open (libtest may put other text
+/// on the same line).
+const READY: &str = "nvalloc-victim-ready";
+const CHILD_THREADS: u64 = 2;
+const SLOTS: u64 = 48;
+/// Root table: per thread SLOTS object slots, then one pending slot per thread.
+const TABLE_BYTES: u64 = 8 * (CHILD_THREADS * SLOTS + CHILD_THREADS);
+
+fn slot(table: u64, thread: u64, i: u64) -> u64 {
+    table + 8 * (thread * SLOTS + i)
+}
+
+fn pending(table: u64, thread: u64) -> u64 {
+    table + 8 * (CHILD_THREADS * SLOTS + thread)
+}
+
+/// The victim: opens the heap (recovering) and churns until killed. Each
+/// thread allocates into its pending slot, writes and persists the object,
+/// links it into one of its slots, clears the pending slot; or frees a slot.
+#[test]
+fn crash_child_role() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let (path, rest) = spec.split_once('|').unwrap();
+    let (preset, seed) = rest.split_once('|').unwrap();
+    let seed: u64 = seed.parse().unwrap();
+    let heap = Heap::open(path).unwrap();
+    let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+    let nv = NvAlloc::open(&heap, pm, crash_cfg(preset)).unwrap();
+    println!("{READY}");
+    let handles: Vec<_> = (0..CHILD_THREADS)
+        .map(|th| {
+            let mut t = nv.thread(th as u32);
+            std::thread::spawn(move || {
+                let table = t.root(0);
+                let mut r = Rng::new(seed * 31 + th);
+                for i in 0.. {
+                    let s = slot(table, th, r.below(SLOTS));
+                    if t.read_u64(s) != 0 {
+                        t.free_from(s);
+                        continue;
+                    }
+                    let size = mixed_size(&mut r, true);
+                    let p = pending(table, th);
+                    let Some(off) = t.malloc_to(size, p) else { continue };
+                    write_obj(&mut t, off, size, seed << 40 | th << 32 | i);
+                    t.write_u64(s, off);
+                    t.persist(s, 8);
+                    t.write_u64(p, 0);
+                    t.persist(p, 8);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+/// After a crash: open (recovery), settle pending objects, and check that
+/// every linked object is intact, nothing overlaps and nothing leaked.
+fn check_after_crash(path: &Path, preset: &str) -> (u64, u64) {
+    let (heap, nv) = open_with(path, crash_cfg(preset));
+    let rep = nv.recovery();
+    let mut t = nv.thread(0);
+    let table = t.root(0);
+    assert_ne!(table, 0);
+    let mut reachable = BTreeMap::new();
+    reachable.insert(table, TABLE_BYTES);
+    for th in 0..CHILD_THREADS {
+        let p = pending(table, th);
+        let o = t.read_u64(p);
+        if o == 0 {
+            continue;
+        }
+        if (0..SLOTS).any(|i| t.read_u64(slot(table, th, i)) == o) {
+            // Linked before the crash; only the pending slot was left.
+            t.write_u64(p, 0);
+            t.persist(p, 8);
+        } else {
+            // Allocated, perhaps half written: the workload's protocol drops it.
+            t.free_from(p);
+        }
+    }
+    for th in 0..CHILD_THREADS {
+        for i in 0..SLOTS {
+            let o = t.read_u64(slot(table, th, i));
+            if o != 0 {
+                let usable = t.usable_size(o).unwrap_or_else(|| panic!("{preset}: linked {o:#x} is not allocated"));
+                let len = check_obj(&t, o, usable).unwrap_or_else(|e| panic!("{preset}: {e}"));
+                assert!(reachable.insert(o, len).is_none(), "{preset}: {o:#x} linked twice");
+            }
+        }
+    }
+    let allocs = t.live_allocations();
+    assert_disjoint(&allocs);
+    let mut leaked: Vec<(u64, u64)> = allocs.iter().copied().filter(|(o, _)| !reachable.contains_key(o)).collect();
+    if preset == "nvalloc-gc" {
+        // Conservative marking keeps a block that a stale word of a reached
+        // object still names (as Makalu does): such blocks are not leaks of
+        // the allocator. Everything else must have been freed.
+        let retained = conservatively_reachable(&t, &allocs, reachable.keys().copied());
+        leaked.retain(|(o, _)| !retained.contains(o));
+    }
+    assert!(leaked.is_empty(), "{preset}: {} allocation(s) leaked: {leaked:x?}", leaked.len());
+    assert!(
+        reachable.keys().all(|o| allocs.binary_search_by_key(o, |a| a.0).is_ok()),
+        "{preset}: reachable not allocated"
+    );
+    drop(t);
+    close(heap, nv);
+    (rep.wal_redone, rep.wal_dropped)
+}
+
+/// The allocations reachable from `from` by following every aligned word of
+/// every reached allocation (the whole usable size: stale bytes included).
+fn conservatively_reachable(t: &NvThread, allocs: &[(u64, u64)], from: impl Iterator<Item = u64>) -> HashSet<u64> {
+    let size: BTreeMap<u64, u64> = allocs.iter().copied().collect();
+    let mut seen: HashSet<u64> = from.collect();
+    let mut work: Vec<u64> = seen.iter().copied().collect();
+    while let Some(o) = work.pop() {
+        let Some(&len) = size.get(&o) else { continue };
+        let mut buf = vec![0u8; len as usize];
+        t.read(o, &mut buf);
+        for w in buf.chunks_exact(8) {
+            let v = u64::from_le_bytes(w.try_into().unwrap());
+            if size.contains_key(&v) && seen.insert(v) {
+                work.push(v);
+            }
+        }
+    }
+    seen
+}
+
+/// Kills the victim 100 times (20 per preset) at random points — during its recovery, between
+/// operations, inside them — and checks the heap after each kill.
+///
+/// Leak bound: zero for the `log` presets. Every allocation is published
+/// with `malloc_to` (or freed with `free_from`) and the WAL makes that atomic,
+/// so after recovery the allocated set equals the set reachable from the root
+/// table exactly. For `nvalloc-gc`, zero beyond conservative retention: a
+/// block may survive only if a word of a reachable allocation (stale bytes
+/// included) names it, which the check verifies.
+#[test]
+fn sigkill_at_random_points_is_recovered() {
+    let d = tmpdir();
+    let exe = std::env::current_exe().unwrap();
+    let mut r = Rng::new(0xC0FFEE);
+    let start = Instant::now();
+    let (mut redone, mut dropped, mut kills) = (0, 0, 0);
+    for (pi, preset) in PRESETS.iter().enumerate() {
+        let path: PathBuf = d.path().join(format!("crash{pi}"));
+        let (heap, nv) = create_with(&path, 64 << 20, crash_cfg(preset));
+        let mut t = nv.thread(0);
+        let table = t.malloc_to(TABLE_BYTES, H::root_offset(0)).unwrap();
+        t.write(table, &vec![0u8; TABLE_BYTES as usize]);
+        t.persist(table, TABLE_BYTES);
+        drop(t);
+        close(heap, nv);
+        for round in 0..20 {
+            let mut child = Command::new(&exe)
+                .args(["--exact", "crash_child_role", "--nocapture", "--test-threads=1"])
+                .env(CHILD_ENV, format!("{}|{preset}|{}", path.display(), round + 1))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            // Half the kills at a random time from the start (recovery
+            // included), half at a random time after the victim is running.
+            if round % 2 == 1 {
+                let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+                let ready = lines.by_ref().map_while(Result::ok).any(|l| l.contains(READY));
+                assert!(ready, "{preset}: the victim ended before it was ready: {:?}", child.wait_with_output());
+                std::thread::sleep(Duration::from_micros(r.below(30_000)));
+            } else {
+                std::thread::sleep(Duration::from_micros(r.below(60_000)));
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                let out = child.wait_with_output().unwrap();
+                panic!("{preset}: the victim exited by itself ({status}): {}", String::from_utf8_lossy(&out.stderr));
+            }
+            child.kill().unwrap();
+            child.wait().unwrap();
+            kills += 1;
+            let (a, b) = check_after_crash(&path, preset);
+            redone += a;
+            dropped += b;
+        }
+    }
+    eprintln!(
+        "{kills} kills in {:.1} s: {redone} WAL entries redone, {dropped} dropped",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(kills >= 50);
+    assert!(redone + dropped > 0, "no kill landed inside an operation: the test does not test the WAL");
+}
