@@ -27,6 +27,8 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Replay a trace through the reflush-distance, cache, XPBuffer and latency models.
     Sim(cmd::sim::SimArgs),
+    /// Run a workload of the NVAlloc paper on an allocator: natively, into a trace, or into the simulator.
+    Run(cmd::run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +37,7 @@ fn main() -> ExitCode {
         Command::Trace(c) => cmd::trace::run(c),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sim(a) => cmd::sim::run(a),
+        Command::Run(a) => cmd::run::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

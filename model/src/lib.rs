@@ -21,7 +21,9 @@ pub mod heap;
 pub mod mech;
 pub mod nvalloc;
 pub mod pm;
+pub mod pmdk;
 pub mod tracing;
+pub mod workloads;
 
 pub use alloc::{AllocThread, Footprint, PmAllocator, SlabUtilization};
 pub use heap::{Heap, HeapError, HeapErrorKind, HeapOptions, PmOff, Pod};

@@ -1,0 +1,525 @@
+//! PMDK's libpmemobj as a peer allocator, through FFI: the persistent
+//! allocator the NVAlloc paper compares against (Fig. 1, 9, 12–15), run
+//! unmodified, behind the same [`PmAllocator`] / [`AllocThread`] interface as
+//! pmsim's own allocators, so every workload runs on it unchanged.
+//!
+//! * One pool file (`pmemobj_create`), layout name [`LAYOUT`]. Heap offsets
+//!   are `PMEMoid.off` (offsets from the pool's base), so 0 is null.
+//! * `malloc` / `free` are `pmemobj_alloc` / `pmemobj_free` on a `PMEMoid`
+//!   in DRAM; `malloc_to` / `free_from` are the same calls on a `PMEMoid`
+//!   *in the pool*, which PMDK's atomic API sets and clears through its redo
+//!   log — its crash-consistent publication. A `PMEMoid` is 16 bytes
+//!   (`pool_uuid_lo`, then `off`), so the destination word `dest` the trait
+//!   speaks of is the `off` field and **the 8 bytes before `dest` belong to
+//!   the slot too**. `params()["dest_bytes"] = 16` says so; the workloads
+//!   lay their slots out with that stride.
+//! * Roots: a root object of [`ROOT_SLOTS`] words (`pmemobj_root`).
+//! * Footprint: live bytes are the usable sizes of live allocations
+//!   (`pmemobj_alloc_usable_size`, counted here per thread); mapped bytes
+//!   are what PMDK's statistics say the heap has handed out — huge
+//!   allocations (`stats.heap.curr_allocated − stats.heap.run_allocated`)
+//!   plus every run (slab) in use, allocated or free
+//!   (`stats.heap.run_active`). PMDK's fixed metadata (pool header, lanes,
+//!   zone and chunk headers) is not included. Statistics are switched on at
+//!   creation ([`PmdkOptions::stats`]); they cost PMDK a shared atomic
+//!   counter update per operation.
+//!
+//! # Persistence and the flush instruction
+//!
+//! PMDK decides how it persists, not pmsim: at library load it picks `clwb`,
+//! else `clflushopt`, else `clflush` (or none with `PMEM_NO_FLUSH=1`;
+//! `PMEM_NO_CLWB=1`, `PMEM_NO_CLFLUSHOPT=1` rule instructions out), and for a
+//! pool that is not on real PM (not DAX-mapped, e.g. `/dev/shm`) it calls
+//! `msync` instead of flushing — unless `PMEM_IS_PMEM_FORCE=1`. Since these
+//! are read from the environment, a process that wants another choice must
+//! set them before it starts (`pmsim run` re-executes itself to do so);
+//! [`Pmdk::params`] reports what PMDK actually does (`is_pmem`, `flush`).
+//!
+//! PMDK's own stores and flushes happen inside the library, where pmsim's
+//! built-in tracer cannot see them: trace PMDK with the DBI tracers instead.
+
+use crate::alloc::{AllocThread, Footprint, PmAllocator};
+use crate::pm::CpuFeatures;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The layout name of pmsim's pools (PMDK refuses to open a pool under another).
+pub const LAYOUT: &str = "pmsim";
+/// Words in the root object.
+pub const ROOT_SLOTS: usize = 64;
+/// PMDK's smallest pool (`PMEMOBJ_MIN_POOL`).
+pub const MIN_POOL: u64 = 8 << 20;
+/// The PMDK version pmsim was built against (from pkg-config; "unknown" without it).
+pub const VERSION: &str = env!("PMSIM_PMDK_VERSION");
+
+/// `PMEMoid`: a persistent pointer — the pool's id, then the offset.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PmemOid {
+    pub pool_uuid_lo: u64,
+    pub off: u64,
+}
+
+/// The opaque `PMEMobjpool`.
+#[repr(C)]
+pub struct PmemObjPool {
+    _private: [u8; 0],
+}
+
+type Constructor = Option<unsafe extern "C" fn(*mut PmemObjPool, *mut c_void, *mut c_void) -> c_int>;
+
+/// `enum pobj_stats_enabled`: both persistent and transient statistics
+/// (`curr_allocated` is persistent, `run_allocated`/`run_active` transient).
+const POBJ_STATS_ENABLED_BOTH: c_int = 1;
+
+// The libraries are linked by build.rs (`cargo:rustc-link-lib`).
+extern "C" {
+    fn pmemobj_create(
+        path: *const c_char,
+        layout: *const c_char,
+        poolsize: usize,
+        mode: libc::mode_t,
+    ) -> *mut PmemObjPool;
+    fn pmemobj_open(path: *const c_char, layout: *const c_char) -> *mut PmemObjPool;
+    fn pmemobj_close(pop: *mut PmemObjPool);
+    fn pmemobj_alloc(
+        pop: *mut PmemObjPool,
+        oidp: *mut PmemOid,
+        size: usize,
+        type_num: u64,
+        constructor: Constructor,
+        arg: *mut c_void,
+    ) -> c_int;
+    fn pmemobj_free(oidp: *mut PmemOid);
+    fn pmemobj_alloc_usable_size(oid: PmemOid) -> usize;
+    fn pmemobj_direct(oid: PmemOid) -> *mut c_void;
+    fn pmemobj_root(pop: *mut PmemObjPool, size: usize) -> PmemOid;
+    fn pmemobj_persist(pop: *mut PmemObjPool, addr: *const c_void, len: usize);
+    fn pmemobj_errormsg() -> *const c_char;
+    fn pmemobj_ctl_get(pop: *mut PmemObjPool, name: *const c_char, arg: *mut c_void) -> c_int;
+    fn pmemobj_ctl_set(pop: *mut PmemObjPool, name: *const c_char, arg: *mut c_void) -> c_int;
+    fn pmem_is_pmem(addr: *const c_void, len: usize) -> c_int;
+}
+
+/// PMDK's message for the last failure of this thread (plus errno's).
+fn last_error() -> String {
+    let errno = std::io::Error::last_os_error();
+    // SAFETY: pmemobj_errormsg returns a thread-local NUL-terminated string
+    // (possibly empty), valid until the next PMDK call on this thread.
+    let msg = unsafe { CStr::from_ptr(pmemobj_errormsg()) }.to_string_lossy().into_owned();
+    if msg.is_empty() {
+        errno.to_string()
+    } else {
+        msg
+    }
+}
+
+/// A PMDK failure, one line naming the pool file.
+#[derive(Debug)]
+pub struct PmdkError {
+    pub path: PathBuf,
+    pub problem: String,
+}
+
+impl fmt::Display for PmdkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.problem)
+    }
+}
+
+impl std::error::Error for PmdkError {}
+
+/// How to create a pool.
+#[derive(Clone, Debug)]
+pub struct PmdkOptions {
+    /// Replace an existing file (else an existing file is an error).
+    pub overwrite: bool,
+    /// Switch PMDK's heap statistics on (needed for `footprint().mapped_bytes`).
+    pub stats: bool,
+}
+
+impl Default for PmdkOptions {
+    fn default() -> Self {
+        PmdkOptions { overwrite: false, stats: true }
+    }
+}
+
+/// A per-thread counter on its own cache line.
+#[repr(align(64))]
+#[derive(Default)]
+struct Padded(AtomicI64);
+
+/// Live-byte counters: threads add to `tid % COUNTERS`.
+const COUNTERS: usize = 64;
+
+/// An open libpmemobj pool.
+pub struct Pmdk {
+    pop: *mut PmemObjPool,
+    base: *mut u8,
+    size: u64,
+    uuid_lo: u64,
+    root_off: u64,
+    path: PathBuf,
+    stats: bool,
+    is_pmem: bool,
+    live: Box<[Padded]>,
+}
+
+// SAFETY: libpmemobj's pool handle and its allocation, free, persist and ctl
+// calls are thread-safe (documented in libpmemobj(7)); `base` points into the
+// pool's mapping, which lives until `pmemobj_close` in `Drop`.
+unsafe impl Send for Pmdk {}
+// SAFETY: see Send; shared access only makes those thread-safe calls and
+// raw-pointer copies into the mapping.
+unsafe impl Sync for Pmdk {}
+
+impl fmt::Debug for Pmdk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pmdk").field("path", &self.path).field("size", &self.size).finish()
+    }
+}
+
+fn cpath(path: &Path) -> Result<CString, PmdkError> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| PmdkError { path: path.to_path_buf(), problem: "path contains a NUL byte".into() })
+}
+
+fn env_set(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| v == "1")
+}
+
+impl Pmdk {
+    /// Creates a pool of `size` bytes at `path`.
+    pub fn create(path: impl AsRef<Path>, size: u64, opts: &PmdkOptions) -> Result<Arc<Pmdk>, PmdkError> {
+        let path = path.as_ref();
+        let err = |problem: String| PmdkError { path: path.to_path_buf(), problem };
+        if size < MIN_POOL {
+            return Err(err(format!("pool size {size} is below PMDK's minimum of {MIN_POOL} bytes")));
+        }
+        if path.exists() {
+            if !opts.overwrite {
+                return Err(err("already exists (ask to overwrite it to replace it)".into()));
+            }
+            std::fs::remove_file(path).map_err(|e| err(format!("cannot remove the old file: {e}")))?;
+        }
+        let c = cpath(path)?;
+        let layout = CString::new(LAYOUT).expect("no NUL");
+        // SAFETY: valid NUL-terminated strings; PMDK creates and maps the file.
+        let pop = unsafe { pmemobj_create(c.as_ptr(), layout.as_ptr(), size as usize, 0o600) };
+        if pop.is_null() {
+            return Err(err(format!("pmemobj_create: {}", last_error())));
+        }
+        Pmdk::init(pop, path, opts.stats)
+    }
+
+    /// Opens an existing pmsim pool (PMDK recovers it if it was not closed).
+    pub fn open(path: impl AsRef<Path>, opts: &PmdkOptions) -> Result<Arc<Pmdk>, PmdkError> {
+        let path = path.as_ref();
+        let c = cpath(path)?;
+        let layout = CString::new(LAYOUT).expect("no NUL");
+        // SAFETY: valid NUL-terminated strings.
+        let pop = unsafe { pmemobj_open(c.as_ptr(), layout.as_ptr()) };
+        if pop.is_null() {
+            return Err(PmdkError { path: path.to_path_buf(), problem: format!("pmemobj_open: {}", last_error()) });
+        }
+        Pmdk::init(pop, path, opts.stats)
+    }
+
+    fn init(pop: *mut PmemObjPool, path: &Path, stats: bool) -> Result<Arc<Pmdk>, PmdkError> {
+        let err = |problem: String| {
+            // SAFETY: `pop` is open and nothing else uses it yet.
+            unsafe { pmemobj_close(pop) };
+            PmdkError { path: path.to_path_buf(), problem }
+        };
+        if stats {
+            let mut v: c_int = POBJ_STATS_ENABLED_BOTH;
+            let name = CString::new("stats.enabled").expect("no NUL");
+            // SAFETY: `stats.enabled` takes a pointer to an enum (int).
+            if unsafe { pmemobj_ctl_set(pop, name.as_ptr(), &mut v as *mut c_int as *mut c_void) } != 0 {
+                return Err(err(format!("cannot enable statistics: {}", last_error())));
+            }
+        }
+        // SAFETY: `pop` is open; the root object is allocated (zeroed) on first use.
+        let root = unsafe { pmemobj_root(pop, ROOT_SLOTS * 8) };
+        if root.off == 0 {
+            return Err(err(format!("pmemobj_root: {}", last_error())));
+        }
+        let size = std::fs::metadata(path).map_err(|e| err(format!("cannot stat: {e}")))?.len();
+        // SAFETY: `root` is a valid object of this pool, so pmemobj_direct
+        // returns its address; the pool base is that address minus its offset.
+        let base = unsafe { (pmemobj_direct(root) as *mut u8).sub(root.off as usize) };
+        debug_assert_eq!(base as usize, pop as usize, "pool base is the pool handle");
+        // SAFETY: [base, base + size) is the pool's mapping.
+        let is_pmem = unsafe { pmem_is_pmem(base as *const c_void, size as usize) } != 0;
+        Ok(Arc::new(Pmdk {
+            pop,
+            base,
+            size,
+            uuid_lo: root.pool_uuid_lo,
+            root_off: root.off,
+            path: path.to_path_buf(),
+            stats,
+            is_pmem,
+            live: (0..COUNTERS).map(|_| Padded::default()).collect(),
+        }))
+    }
+
+    /// Closes the pool (also done on drop); fails while thread handles exist.
+    pub fn close(self: Arc<Self>) -> Result<(), PmdkError> {
+        let p = Arc::try_unwrap(self).map_err(|a| PmdkError {
+            path: a.path.clone(),
+            problem: format!("cannot close: {} thread handle(s) still use the pool", Arc::strong_count(&a) - 1),
+        })?;
+        drop(p);
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Pool size in bytes (the file's length).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether PMDK treats the pool as PM (flushes) rather than a file (msync).
+    pub fn is_pmem(&self) -> bool {
+        self.is_pmem
+    }
+
+    /// How PMDK persists: `msync` for a non-PM pool, else the flush
+    /// instruction libpmem picks from the CPU and the environment.
+    pub fn flush(&self) -> &'static str {
+        if !self.is_pmem {
+            return "msync";
+        }
+        let cpu = CpuFeatures::detect();
+        if env_set("PMEM_NO_FLUSH") {
+            "none"
+        } else if cpu.clwb && !env_set("PMEM_NO_CLWB") {
+            "clwb"
+        } else if cpu.clflushopt && !env_set("PMEM_NO_CLFLUSHOPT") {
+            "clflushopt"
+        } else {
+            "clflush"
+        }
+    }
+
+    /// A `u64` statistic of the pool's CTL namespace.
+    fn ctl_u64(&self, name: &str) -> Option<u64> {
+        let name = CString::new(name).ok()?;
+        let mut v: u64 = 0;
+        // SAFETY: the statistics read are `uint64_t`.
+        let rc = unsafe { pmemobj_ctl_get(self.pop, name.as_ptr(), &mut v as *mut u64 as *mut c_void) };
+        (rc == 0).then_some(v)
+    }
+
+    /// The address of `[off, off + len)`, which must lie in the pool.
+    #[inline]
+    fn at(&self, off: u64, len: u64) -> *mut u8 {
+        if off > self.size || len > self.size - off {
+            out_of_pool(off, len, self.size);
+        }
+        self.base.wrapping_add(off as usize)
+    }
+
+    /// The destination `PMEMoid` whose `off` field is at `dest`.
+    #[inline]
+    fn oidp(&self, dest: u64) -> *mut PmemOid {
+        if dest < 8 || dest & 7 != 0 {
+            panic!("PMDK destination {dest:#x}: must be 8-aligned and preceded by the PMEMoid's pool-id word");
+        }
+        self.at(dest - 8, 16) as *mut PmemOid
+    }
+
+    #[inline]
+    fn account(&self, tid: u32, delta: i64) {
+        self.live[tid as usize % COUNTERS].0.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    fn usable(&self, off: u64) -> u64 {
+        // SAFETY: `off` names a live allocation of this pool (the caller's contract).
+        unsafe { pmemobj_alloc_usable_size(PmemOid { pool_uuid_lo: self.uuid_lo, off }) as u64 }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_pool(off: u64, len: u64, size: u64) -> ! {
+    panic!("PMDK access at pool offset {off:#x} (+{len} bytes) is outside the pool of {size} bytes")
+}
+
+impl Drop for Pmdk {
+    fn drop(&mut self) {
+        // SAFETY: the pool is open and, with the last reference gone, unused.
+        unsafe { pmemobj_close(self.pop) };
+    }
+}
+
+impl PmAllocator for Pmdk {
+    type Thread = PmdkThread;
+
+    fn name(&self) -> String {
+        "pmdk".into()
+    }
+
+    fn params(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("library".into(), "libpmemobj".into());
+        m.insert("version".into(), VERSION.into());
+        m.insert("api".into(), "atomic (pmemobj_alloc / pmemobj_free)".into());
+        m.insert("pool_size".into(), self.size.into());
+        m.insert("dest_bytes".into(), 16.into());
+        m.insert("is_pmem".into(), self.is_pmem.into());
+        m.insert("flush".into(), self.flush().into());
+        m.insert("stats".into(), self.stats.into());
+        for var in ["PMEM_IS_PMEM_FORCE", "PMEM_NO_CLWB", "PMEM_NO_CLFLUSHOPT", "PMEM_NO_FLUSH"] {
+            if let Some(v) = std::env::var_os(var) {
+                m.insert(var.into(), v.to_string_lossy().into_owned().into());
+            }
+        }
+        m
+    }
+
+    fn thread(self: &Arc<Self>, tid: u32) -> PmdkThread {
+        PmdkThread { p: self.clone(), tid }
+    }
+
+    fn footprint(&self) -> Footprint {
+        let live: i64 = self.live.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
+        let mapped = if self.stats {
+            let curr = self.ctl_u64("stats.heap.curr_allocated").unwrap_or(0);
+            let run_alloc = self.ctl_u64("stats.heap.run_allocated").unwrap_or(0);
+            let run_active = self.ctl_u64("stats.heap.run_active").unwrap_or(0);
+            curr.saturating_sub(run_alloc) + run_active
+        } else {
+            0
+        };
+        Footprint { live_bytes: live.max(0) as u64, mapped_bytes: mapped }
+    }
+}
+
+/// A thread's handle on a PMDK pool (PMDK keeps its per-thread state —
+/// arena binding, lane — itself, keyed by the OS thread).
+pub struct PmdkThread {
+    p: Arc<Pmdk>,
+    tid: u32,
+}
+
+impl PmdkThread {
+    /// The pool this handle belongs to.
+    pub fn pool(&self) -> &Arc<Pmdk> {
+        &self.p
+    }
+
+    /// `pmemobj_alloc` into `oidp` (DRAM or pool).
+    fn alloc_into(&mut self, size: u64, oidp: *mut PmemOid) -> Option<u64> {
+        let p = &*self.p;
+        // SAFETY: `oidp` points to a PMEMoid in DRAM or inside the pool
+        // (bounds-checked by `oidp()`); no constructor.
+        let rc = unsafe { pmemobj_alloc(p.pop, oidp, size as usize, 0, None, std::ptr::null_mut()) };
+        if rc != 0 {
+            return None;
+        }
+        // SAFETY: PMDK just wrote the new object's oid there.
+        let off = unsafe { (*oidp).off };
+        p.account(self.tid, p.usable(off) as i64);
+        Some(off)
+    }
+}
+
+impl AllocThread for PmdkThread {
+    fn malloc(&mut self, size: u64) -> Option<u64> {
+        let mut oid = PmemOid::default();
+        self.alloc_into(size, &mut oid)
+    }
+
+    fn free(&mut self, off: u64) {
+        if off == 0 {
+            return;
+        }
+        let p = &*self.p;
+        p.account(self.tid, -(p.usable(off) as i64));
+        let mut oid = PmemOid { pool_uuid_lo: p.uuid_lo, off };
+        // SAFETY: `oid` names a live allocation of this pool.
+        unsafe { pmemobj_free(&mut oid) };
+    }
+
+    fn malloc_to(&mut self, size: u64, dest: u64) -> Option<u64> {
+        let oidp = self.p.oidp(dest);
+        self.alloc_into(size, oidp)
+    }
+
+    fn free_from(&mut self, dest: u64) {
+        let p = &*self.p;
+        let oidp = p.oidp(dest);
+        // SAFETY: `oidp` lies in the pool (checked); it holds the PMEMoid
+        // that `malloc_to` published, or zeros.
+        let oid = unsafe { oidp.read() };
+        if oid.off == 0 {
+            return;
+        }
+        p.account(self.tid, -(p.usable(oid.off) as i64));
+        // SAFETY: as above; PMDK frees the object and clears *oidp atomically.
+        unsafe { pmemobj_free(oidp) };
+    }
+
+    fn write(&mut self, off: u64, data: &[u8]) {
+        let dst = self.p.at(off, data.len() as u64);
+        // SAFETY: the destination lies in the pool (checked); `ptr::copy`
+        // tolerates a source inside the pool.
+        unsafe { std::ptr::copy(data.as_ptr(), dst, data.len()) };
+    }
+
+    fn read(&self, off: u64, buf: &mut [u8]) {
+        let src = self.p.at(off, buf.len() as u64);
+        // SAFETY: the source lies in the pool (checked).
+        unsafe { std::ptr::copy(src, buf.as_mut_ptr(), buf.len()) };
+    }
+
+    fn persist(&mut self, off: u64, len: u64) {
+        let p = &*self.p;
+        let addr = p.at(off, len);
+        // SAFETY: the range lies in the pool.
+        unsafe { pmemobj_persist(p.pop, addr as *const c_void, len as usize) };
+    }
+
+    /// An atomic (release) store when aligned, like NVAlloc's `store_u64`,
+    /// so a word can publish data to another thread.
+    fn write_u64(&mut self, off: u64, v: u64) {
+        if off & 7 != 0 {
+            return self.write(off, &v.to_le_bytes());
+        }
+        let a = self.p.at(off, 8) as *mut u64;
+        // SAFETY: in the pool and aligned; the mapping outlives the call.
+        unsafe { AtomicU64::from_ptr(a) }.store(v, Ordering::Release);
+    }
+
+    fn read_u64(&self, off: u64) -> u64 {
+        if off & 7 != 0 {
+            let mut b = [0u8; 8];
+            self.read(off, &mut b);
+            return u64::from_le_bytes(b);
+        }
+        let a = self.p.at(off, 8) as *mut u64;
+        // SAFETY: in the pool and aligned.
+        unsafe { AtomicU64::from_ptr(a) }.load(Ordering::Acquire)
+    }
+
+    fn set_root(&mut self, slot: usize, off: u64) {
+        assert!(slot < ROOT_SLOTS, "root slot {slot} out of range");
+        let at = self.p.root_off + 8 * slot as u64;
+        self.write_u64(at, off);
+        self.persist(at, 8);
+    }
+
+    fn root(&self, slot: usize) -> u64 {
+        assert!(slot < ROOT_SLOTS, "root slot {slot} out of range");
+        self.read_u64(self.p.root_off + 8 * slot as u64)
+    }
+}

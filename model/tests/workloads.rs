@@ -1,0 +1,449 @@
+//! The paper's workloads at `tiny` scale on every allocator that exists:
+//! PMDK's libpmemobj and each NVAlloc preset (a preset NVAlloc refuses as
+//! not implemented yet is reported and skipped, so it is tested the day it
+//! lands). Each run checks its own results (checksums, published and cleared
+//! destinations, FPTree lookups, nothing live at the end).
+//!
+//! Also: a one-thread traced run is reproducible event for event, and the
+//! self-checks do fail on a deliberately broken allocator.
+
+use pmsim_model::nvalloc::{NvAlloc, NvConfig, NvError};
+use pmsim_model::pmdk::{Pmdk, PmdkOptions};
+use pmsim_model::workloads::{self, Progress, RunOptions, RunReport, Scale, Workload, WorkloadError};
+use pmsim_model::{AllocThread, FlushInsn, Footprint, Heap, HeapOptions, Pm, PmAllocator, TraceConfig};
+use pmsim_traces::{OwnedEvent, VecSink};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+fn tmpdir() -> tempfile::TempDir {
+    if Path::new("/dev/shm").is_dir() {
+        tempfile::tempdir_in("/dev/shm").unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
+fn workload(name: &str) -> Workload {
+    Workload::preset(name, Scale::Tiny).unwrap()
+}
+
+fn nv_config(preset: &str) -> NvConfig {
+    NvConfig::preset(preset).unwrap().with_overrides(["arenas=2"]).unwrap()
+}
+
+/// Runs `wl` on a fresh NVAlloc heap; `Ok(None)` if NVAlloc does not
+/// implement the preset yet.
+fn run_nvalloc(preset: &str, wl: &Workload, threads: u32) -> Result<Option<RunReport>, String> {
+    let dir = tmpdir();
+    let path = dir.path().join("nv.heap");
+    let heap = Heap::create_with(&path, wl.heap_size_hint(threads), &HeapOptions::default()).unwrap();
+    let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+    let nv = match NvAlloc::create(&heap, pm, nv_config(preset)) {
+        Ok(nv) => nv,
+        Err(NvError::NotYet(m)) => {
+            eprintln!("skipping NVAlloc preset {preset}: {m}");
+            return Ok(None);
+        }
+        Err(e) => return Err(format!("{preset}: {e}")),
+    };
+    let r = workloads::run(&nv, wl, &RunOptions { threads, seed: 7 }, &Progress::default());
+    let pm = nv.close().map_err(|e| e.to_string())?;
+    drop(pm);
+    heap.close().unwrap();
+    r.map(Some).map_err(|e| format!("{preset}: {e}"))
+}
+
+fn run_pmdk(wl: &Workload, threads: u32) -> Result<RunReport, String> {
+    let dir = tmpdir();
+    let path = dir.path().join("pmdk.pool");
+    let pool = Pmdk::create(&path, wl.heap_size_hint(threads), &PmdkOptions::default()).map_err(|e| e.to_string())?;
+    let r = workloads::run(&pool, wl, &RunOptions { threads, seed: 7 }, &Progress::default());
+    pool.close().map_err(|e| e.to_string())?;
+    r.map_err(|e| format!("pmdk: {e}"))
+}
+
+fn check_report(r: &RunReport, who: &str) {
+    assert!(r.ops > 0, "{who}: no operations counted");
+    assert!(r.measured_ops > 0 && r.measured_ops <= r.ops, "{who}: measured {} of {}", r.measured_ops, r.ops);
+    assert!(r.ops_per_s > 0.0, "{who}: no throughput");
+    assert!(r.peak.live_bytes > 0, "{who}: peak live bytes never sampled");
+    assert_eq!(r.end.live_bytes, 0, "{who}: bytes left live");
+}
+
+/// Runs workload `name` on PMDK and every NVAlloc preset, with 1 and 2 threads.
+fn every_allocator(name: &str) {
+    let wl = workload(name);
+    for threads in [1, 2] {
+        let r = run_pmdk(&wl, threads).unwrap_or_else(|e| panic!("{name}, {threads} thread(s): {e}"));
+        check_report(&r, &format!("{name} on pmdk"));
+        assert!(r.peak.mapped_bytes > 0, "{name}: PMDK's statistics gave no mapped bytes");
+        for preset in NvConfig::PRESETS {
+            match run_nvalloc(preset, &wl, threads) {
+                Ok(Some(r)) => {
+                    check_report(&r, &format!("{name} on {preset}"));
+                    assert!(r.peak.mapped_bytes >= r.peak.live_bytes, "{name} on {preset}: mapped < live");
+                }
+                Ok(None) => {}
+                Err(e) => panic!("{name}, {threads} thread(s): {e}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn threadtest() {
+    every_allocator("threadtest");
+}
+
+#[test]
+fn prodcon() {
+    every_allocator("prodcon");
+}
+
+#[test]
+fn shbench() {
+    every_allocator("shbench");
+}
+
+#[test]
+fn larson_small() {
+    every_allocator("larson-small");
+}
+
+#[test]
+fn larson_large() {
+    every_allocator("larson-large");
+}
+
+#[test]
+fn dbmstest() {
+    every_allocator("dbmstest");
+}
+
+#[test]
+fn fragbench_w1() {
+    every_allocator("fragbench-w1");
+}
+
+#[test]
+fn fragbench_w2() {
+    every_allocator("fragbench-w2");
+}
+
+#[test]
+fn fragbench_w3() {
+    every_allocator("fragbench-w3");
+}
+
+#[test]
+fn fragbench_w4() {
+    every_allocator("fragbench-w4");
+}
+
+#[test]
+fn fptree() {
+    every_allocator("fptree");
+    // Enough keys to split leaves and grow inner nodes (tiny fanout).
+    let wl = workload("fptree").with_overrides(["fanout=8", "warmup=3000", "ops=3000"]).unwrap();
+    let r = run_pmdk(&wl, 2).unwrap();
+    assert!(r.extra["inner_height"].as_u64().unwrap() >= 3, "{:?}", r.extra);
+    let r = run_nvalloc("nvalloc-log", &wl, 2).unwrap().unwrap();
+    assert!(r.extra["leaves"].as_u64().unwrap() > 100, "{:?}", r.extra);
+}
+
+#[test]
+fn variants_without_publication_and_split() {
+    for (name, kv) in [
+        ("threadtest", vec!["publish=false", "split=true"]),
+        ("prodcon", vec!["publish=false"]),
+        ("shbench", vec!["publish=false"]),
+        ("larson-small", vec!["publish=false"]),
+        ("dbmstest", vec!["publish=false"]),
+    ] {
+        let wl = workload(name).with_overrides(kv).unwrap();
+        check_report(&run_pmdk(&wl, 2).unwrap(), name);
+        check_report(&run_nvalloc("nvalloc-log", &wl, 2).unwrap().unwrap(), name);
+    }
+}
+
+#[test]
+fn parameters_are_checked() {
+    let e = Workload::preset("threadtest", Scale::Tiny).unwrap().with_overrides(["iters=3"]).unwrap_err();
+    assert!(e.to_string().contains("unknown parameter 'iters'"), "{e}");
+    let e = Workload::preset("nope", Scale::Tiny).unwrap_err();
+    assert!(e.to_string().contains("unknown workload 'nope'"), "{e}");
+    let wl = workload("prodcon");
+    assert!(wl.validate(3).unwrap_err().to_string().contains("pairs"));
+    let wl = workload("threadtest").with_overrides(["size=8"]).unwrap();
+    assert!(wl.validate(1).unwrap_err().to_string().contains("size = 8"));
+    assert_eq!(Workload::expand("fragbench").unwrap().len(), 4);
+    let wl = workload("threadtest").with_overrides(["iterations=3"]).unwrap();
+    assert_eq!(wl.params_json()["iterations"], 3);
+    for name in Workload::NAMES {
+        for scale in Scale::ALL {
+            let wl = Workload::preset(name, scale).unwrap();
+            wl.validate(if name == "prodcon" { 2 } else { 1 }).unwrap();
+            assert_eq!(wl.heap_size_hint(1) % (2 << 20), 0);
+        }
+    }
+}
+
+// ----- determinism ---------------------------------------------------------------
+
+/// A traced one-thread NVAlloc run of `wl`: the events, with every address
+/// made relative to the heap's base, and the heap size.
+///
+/// Addresses are absolute (the mapping moves between runs), so the stream is
+/// compared in heap offsets: the base is page aligned, so cache-line
+/// boundaries (flush lines) are the same in both frames, and every address
+/// an event carries is checked to lie in the heap, so subtracting the base
+/// loses nothing. Values (with `values = true`) are heap contents, which hold
+/// offsets, never addresses.
+fn traced_events(wl: &Workload, seed: u64) -> Vec<(u32, OwnedEvent)> {
+    let dir = tmpdir();
+    let path = dir.path().join("det.heap");
+    let heap = Heap::create_with(&path, wl.heap_size_hint(1), &HeapOptions::default()).unwrap();
+    let base = heap.base() as u64;
+    let size = heap.size();
+    let cfg = TraceConfig { values: true, ..TraceConfig::default() };
+    let (pm, collector) = Pm::traced(&heap, FlushInsn::best(), &cfg, |h| {
+        assert_eq!(h.heap.base, base);
+        Ok(VecSink::default())
+    })
+    .unwrap();
+    let nv = NvAlloc::create(&heap, pm, nv_config("nvalloc-log")).unwrap();
+    workloads::run(&nv, wl, &RunOptions { threads: 1, seed }, &Progress::default()).unwrap();
+    let pm = nv.close().unwrap();
+    let events = collector.finish(pm).unwrap().sink.0;
+    heap.close().unwrap();
+    let rel = |a: u64| {
+        assert!(a >= base && a < base + size, "address {a:#x} outside the heap");
+        a - base
+    };
+    events
+        .into_iter()
+        .map(|(tid, e)| {
+            let e = match e {
+                OwnedEvent::Store { addr, size, value } => OwnedEvent::Store { addr: rel(addr), size, value },
+                OwnedEvent::NtStore { addr, size, value } => OwnedEvent::NtStore { addr: rel(addr), size, value },
+                OwnedEvent::Load { addr, size } => OwnedEvent::Load { addr: rel(addr), size },
+                OwnedEvent::Flush { kind, line } => OwnedEvent::Flush { kind, line: rel(line) },
+                OwnedEvent::RegionAdd { id, category, base, len, name } => {
+                    OwnedEvent::RegionAdd { id, category, base: rel(base), len, name }
+                }
+                e => e,
+            };
+            (tid, e)
+        })
+        .collect()
+}
+
+#[test]
+fn one_thread_traced_runs_are_identical() {
+    for name in ["threadtest", "larson-small", "fragbench-w4", "fptree"] {
+        let wl = workload(name);
+        let a = traced_events(&wl, 11);
+        let b = traced_events(&wl, 11);
+        assert!(a.len() > 1000, "{name}: only {} events", a.len());
+        let stores = a.iter().filter(|(_, e)| matches!(e, OwnedEvent::Store { .. })).count();
+        assert!(stores > 100, "{name}: user-data stores missing");
+        if let Some(i) = a.iter().zip(&b).position(|(x, y)| x != y) {
+            panic!("{name}: event {i} differs: {:?} vs {:?}", a[i], b[i]);
+        }
+        assert_eq!(a.len(), b.len(), "{name}: streams differ in length");
+        // Another seed is another allocation sequence (threadtest draws no
+        // random numbers: fixed size, fixed order).
+        if name != "threadtest" {
+            let c = traced_events(&wl, 12);
+            assert!(a != c, "{name}: the seed changes nothing");
+        }
+    }
+}
+
+// ----- the checks can fail --------------------------------------------------------
+
+/// What the toy allocator gets wrong.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Bug {
+    None,
+    /// Hands the 100th block out again while it is still live.
+    DoubleHandOut,
+    /// `free_from` frees but leaves the destination as it was.
+    KeepsDest,
+    /// Forgets to count frees of more than 128 bytes.
+    Leaks,
+    /// Returns no memory after 500 allocations.
+    RunsDry,
+}
+
+/// The toy's bookkeeping: bump pointer, free lists by size, live blocks'
+/// sizes, and allocations so far.
+type ToyState = (u64, HashMap<u64, Vec<u64>>, HashMap<u64, u64>, u64);
+
+/// A DRAM "heap" with a mutex-protected bump allocator and free lists.
+struct Toy {
+    mem: Box<[AtomicU64]>,
+    state: Mutex<ToyState>,
+    live: AtomicI64,
+    bug: Bug,
+}
+
+impl Toy {
+    fn new(bytes: u64, bug: Bug) -> Arc<Toy> {
+        Arc::new(Toy {
+            mem: (0..bytes / 8).map(|_| AtomicU64::new(0)).collect(),
+            state: Mutex::new((64, HashMap::new(), HashMap::new(), 0)),
+            live: AtomicI64::new(0),
+            bug,
+        })
+    }
+}
+
+struct ToyThread(Arc<Toy>);
+
+impl PmAllocator for Toy {
+    type Thread = ToyThread;
+    fn name(&self) -> String {
+        "toy".into()
+    }
+    fn params(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::new()
+    }
+    fn thread(self: &Arc<Self>, _tid: u32) -> ToyThread {
+        ToyThread(self.clone())
+    }
+    fn footprint(&self) -> Footprint {
+        Footprint { live_bytes: self.live.load(Ordering::Relaxed).max(0) as u64, mapped_bytes: 1 }
+    }
+}
+
+impl AllocThread for ToyThread {
+    fn malloc(&mut self, size: u64) -> Option<u64> {
+        let t = &*self.0;
+        let size = size.next_multiple_of(64);
+        let mut g = t.state.lock().unwrap();
+        let (top, free, sizes, count) = &mut *g;
+        *count += 1;
+        if t.bug == Bug::RunsDry && *count > 500 {
+            return None;
+        }
+        let off = if t.bug == Bug::DoubleHandOut && *count == 100 {
+            *sizes.keys().max().unwrap()
+        } else if let Some(off) = free.get_mut(&size).and_then(|v| v.pop()) {
+            off
+        } else {
+            let off = *top;
+            *top += size;
+            assert!(*top <= 8 * t.mem.len() as u64, "toy heap full");
+            off
+        };
+        sizes.insert(off, size);
+        t.live.fetch_add(size as i64, Ordering::Relaxed);
+        Some(off)
+    }
+    fn free(&mut self, off: u64) {
+        let t = &*self.0;
+        let mut g = t.state.lock().unwrap();
+        let size = g.2.remove(&off).expect("free of a block not handed out");
+        g.1.entry(size).or_default().push(off);
+        if !(t.bug == Bug::Leaks && size > 128) {
+            t.live.fetch_sub(size as i64, Ordering::Relaxed);
+        }
+    }
+    fn malloc_to(&mut self, size: u64, dest: u64) -> Option<u64> {
+        let off = self.malloc(size)?;
+        self.write_u64(dest, off);
+        Some(off)
+    }
+    fn free_from(&mut self, dest: u64) {
+        let off = self.read_u64(dest);
+        self.free(off);
+        if self.0.bug != Bug::KeepsDest {
+            self.write_u64(dest, 0);
+        }
+    }
+    fn write(&mut self, off: u64, data: &[u8]) {
+        for (i, b) in data.iter().enumerate() {
+            let a = off + i as u64;
+            let w = &self.0.mem[(a / 8) as usize];
+            let shift = (a % 8) * 8;
+            let old = w.load(Ordering::Relaxed);
+            w.store(old & !(0xff << shift) | (*b as u64) << shift, Ordering::Relaxed);
+        }
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) {
+        for (i, b) in buf.iter_mut().enumerate() {
+            let a = off + i as u64;
+            *b = (self.0.mem[(a / 8) as usize].load(Ordering::Relaxed) >> ((a % 8) * 8)) as u8;
+        }
+    }
+    fn persist(&mut self, _off: u64, _len: u64) {}
+    fn set_root(&mut self, _slot: usize, _off: u64) {}
+    fn root(&self, _slot: usize) -> u64 {
+        0
+    }
+}
+
+fn run_toy(bug: Bug, name: &str) -> Result<RunReport, WorkloadError> {
+    let toy = Toy::new(64 << 20, bug);
+    workloads::run(&toy, &workload(name), &RunOptions { threads: 1, seed: 3 }, &Progress::default())
+}
+
+#[test]
+fn self_checks_catch_a_broken_allocator() {
+    // The toy itself passes.
+    for name in ["threadtest", "shbench", "fptree"] {
+        run_toy(Bug::None, name).unwrap_or_else(|e| panic!("{name} on a correct toy: {e}"));
+    }
+    let e = run_toy(Bug::DoubleHandOut, "threadtest").unwrap_err();
+    assert!(matches!(e, WorkloadError::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("threadtest: thread 0: corrupt object at heap offset"), "{e}");
+    let e = run_toy(Bug::KeepsDest, "threadtest").unwrap_err();
+    assert!(e.to_string().contains("free_from(dest") && e.to_string().contains("left"), "{e}");
+    let e = run_toy(Bug::Leaks, "shbench").unwrap_err();
+    assert!(e.to_string().contains("live bytes"), "{e}");
+    let e = run_toy(Bug::RunsDry, "fptree").unwrap_err();
+    assert!(matches!(e, WorkloadError::OutOfMemory { .. }), "{e}");
+}
+
+#[test]
+fn a_failing_thread_stops_the_others() {
+    // Two threads at a barrier-heavy workload: one runs dry; the other must
+    // not wait forever, and the error is the real one, not "aborted".
+    let toy = Toy::new(64 << 20, Bug::RunsDry);
+    let e = workloads::run(&toy, &workload("fragbench-w1"), &RunOptions { threads: 2, seed: 1 }, &Progress::default())
+        .unwrap_err();
+    assert!(matches!(e, WorkloadError::OutOfMemory { .. }), "{e}");
+    let toy = Toy::new(64 << 20, Bug::RunsDry);
+    let e = workloads::run(&toy, &workload("prodcon"), &RunOptions { threads: 2, seed: 1 }, &Progress::default())
+        .unwrap_err();
+    assert!(matches!(e, WorkloadError::OutOfMemory { .. }), "{e}");
+}
+
+#[test]
+fn pmdk_pool_files_are_not_overwritten() {
+    let dir = tmpdir();
+    let path: PathBuf = dir.path().join("user.pool");
+    std::fs::write(&path, b"precious").unwrap();
+    let e = Pmdk::create(&path, 16 << 20, &PmdkOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("already exists"), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+    let p = Pmdk::create(&path, 16 << 20, &PmdkOptions { overwrite: true, ..Default::default() }).unwrap();
+    let mut t = p.thread(0);
+    let a = t.malloc(100).unwrap();
+    t.write(a, b"hello");
+    let mut b = [0u8; 5];
+    t.read(a, &mut b);
+    assert_eq!(&b, b"hello");
+    t.set_root(3, a);
+    assert_eq!(t.root(3), a);
+    t.free(a);
+    drop(t);
+    p.close().unwrap();
+    let p = Pmdk::open(&path, &PmdkOptions::default()).unwrap();
+    assert_eq!(p.thread(0).root(3), a);
+    let e = Pmdk::create(&path, 1 << 20, &PmdkOptions { overwrite: true, ..Default::default() }).unwrap_err();
+    assert!(e.to_string().contains("minimum"), "{e}");
+}
