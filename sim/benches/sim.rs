@@ -5,31 +5,14 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use pmsim_sim::{Config, Simulator};
-use pmsim_traces::synth::metadata_stream;
-use pmsim_traces::{Category, Event, Region, TraceHeader, TraceReader, TraceWriter, WriterOptions};
+use pmsim_traces::synth::{metadata_header, metadata_stream};
+use pmsim_traces::{Event, TraceHeader, TraceReader, TraceWriter, WriterOptions};
 
 const N: usize = 1 << 20;
 
 /// The synthetic stream's four 1 MB areas, registered as one region per category.
 fn header() -> TraceHeader {
-    let base = 0x7f3a_0000_0000u64;
-    let cats =
-        [("slab headers", Category::Meta), ("wal", Category::Wal), ("log", Category::Log), ("data", Category::Data)];
-    TraceHeader {
-        threads: 4,
-        regions: cats
-            .iter()
-            .enumerate()
-            .map(|(i, &(name, category))| Region {
-                id: i as u64,
-                name: name.into(),
-                category,
-                base: base + ((i as u64) << 20),
-                len: 1 << 20,
-            })
-            .collect(),
-        ..TraceHeader::default()
-    }
+    metadata_header()
 }
 
 fn feed(cfg: &Config, h: &TraceHeader, events: &[(u32, Event<'static>)]) -> u64 {

@@ -6,8 +6,8 @@
 //!
 //! `cargo run --release -p pmsim-sim --example synth_trace -- OUT.pmt EVENTS`
 
-use pmsim_traces::synth::metadata_stream;
-use pmsim_traces::{Category, Component, Region, TraceFile, TraceHeader, WriterOptions};
+use pmsim_traces::synth::{metadata_header, metadata_stream};
+use pmsim_traces::{TraceFile, WriterOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -15,25 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: synth_trace OUT.pmt EVENTS".into());
     };
     let n: u64 = n.parse().map_err(|e| format!("EVENTS: {e}"))?;
-    let base = 0x7f3a_0000_0000u64;
-    let cats =
-        [("slab headers", Category::Meta), ("wal", Category::Wal), ("log", Category::Log), ("data", Category::Data)];
-    let header = TraceHeader {
-        workload: Component { name: "synthetic metadata_stream (not an allocator)".into(), ..Component::default() },
-        threads: 4,
-        regions: cats
-            .iter()
-            .enumerate()
-            .map(|(i, &(name, category))| Region {
-                id: i as u64,
-                name: name.into(),
-                category,
-                base: base + ((i as u64) << 20),
-                len: 1 << 20,
-            })
-            .collect(),
-        ..TraceHeader::default()
-    };
+    let header = metadata_header();
     let mut w = TraceFile::create(out, &header, &WriterOptions::default()).map_err(|e| format!("{out}: {e}"))?;
     let chunk = 1u64 << 20;
     let mut done = 0u64;
