@@ -10,7 +10,7 @@ use pmsim_model::heap::Heap as H;
 use pmsim_model::mech::wal::{Wal, WalEntry};
 use pmsim_model::nvalloc::thread::op;
 use pmsim_model::nvalloc::{NvAlloc, NvConfig, NvError, NvThread};
-use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, Pm, PmAllocator};
+use pmsim_model::{AllocThread, FlushInsn, Heap, HeapErrorKind, HeapOptions, Pm, PmAllocator};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -66,7 +66,8 @@ fn crash_cfg(preset: &str) -> NvConfig {
 }
 
 fn create_with(path: &Path, size: u64, c: NvConfig) -> (Heap, Arc<NvAlloc>) {
-    let heap = Heap::create_with(path, size, &HeapOptions { overwrite: true, ..Default::default() }).unwrap();
+    let opts = HeapOptions { overwrite: true, ..Default::default() };
+    let heap = retry_locked(|| Heap::create_with(path, size, &opts));
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
     let nv = NvAlloc::create(&heap, pm, c).unwrap();
     (heap, nv)
@@ -77,10 +78,31 @@ fn create(path: &Path, size: u64, preset: &str) -> (Heap, Arc<NvAlloc>) {
 }
 
 fn open_with(path: &Path, c: NvConfig) -> (Heap, Arc<NvAlloc>) {
-    let heap = Heap::open(path).unwrap();
+    let heap = open_heap(path);
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
     let nv = NvAlloc::open(&heap, pm, c).unwrap_or_else(|e| panic!("open failed: {e}"));
     (heap, nv)
+}
+
+/// Opens the heap file, retrying for a while if it is locked: while the
+/// SIGKILL test spawns a victim, the child briefly holds copies of this
+/// process's descriptors (until its exec closes them), and with them the
+/// flock of any heap another test has open at that moment.
+fn open_heap(path: &Path) -> Heap {
+    retry_locked(|| Heap::open(path))
+}
+
+/// `f`, retried while it fails because the heap is locked (see [`open_heap`]).
+fn retry_locked(f: impl Fn() -> Result<Heap, pmsim_model::HeapError>) -> Heap {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Err(e) if e.kind == HeapErrorKind::Locked && start.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            r => return r.unwrap(),
+        }
+    }
 }
 
 fn open(path: &Path, preset: &str) -> (Heap, Arc<NvAlloc>) {
@@ -317,8 +339,8 @@ fn errors_are_one_clear_line() {
     assert!(e.contains("not an NVAlloc heap") && e.contains(path.to_str().unwrap()), "{e}");
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
     let mut c = cfg("nvalloc-log");
-    c.morphing = true;
-    assert!(err(NvAlloc::create(&heap, pm, c)).contains("slab morphing"));
+    c.su = 1.5;
+    assert!(err(NvAlloc::create(&heap, pm, c)).contains("su = 1.5"));
     drop(heap);
 
     let heap = Heap::create_with(&path, 4 << 20, &HeapOptions { overwrite: true, ..Default::default() }).unwrap();
@@ -329,7 +351,7 @@ fn errors_are_one_clear_line() {
 
     let (heap, nv) = create(&path, 16 << 20, "nvalloc-log");
     close(heap, nv);
-    let heap = Heap::open(&path).unwrap();
+    let heap = open_heap(&path);
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
     let e = err(NvAlloc::open(&heap, pm, cfg("base")));
     assert!(e.contains("created with stripes = 6"), "{e}");

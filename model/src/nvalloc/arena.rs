@@ -6,14 +6,30 @@
 //! The lock is taken only on a tcache refill (once per bin's worth of
 //! allocations), when a freed block finds its sub-tcache full, and when a
 //! thread exits — never on the malloc/free fast path.
+//!
+//! Slab morphing (§5.2): the arena keeps its slabs on an LRU list (least
+//! recently refilled from or returned to at the head). When a refill finds no
+//! partial slab of its class, [`Arena::refill`] first scans the list from the
+//! head for a regular slab of another class with fewer than `su` of its blocks
+//! allocated and none cached in any tcache, whose new header and index table
+//! miss every live old block, and morphs it (see [`super::slab`] for the
+//! steps). A morph must not race a free of one of the slab's blocks on
+//! another thread (that thread reads the slab's class without the arena
+//! lock): frees take `morph_guard` shared, a morph takes it exclusively.
 
-use super::slab::{self, SlabInfo, VSlab};
+use super::config::Consistency;
+use super::layout::SLAB;
+use super::slab::{self, Morph, SlabHeader, SlabInfo, VSlab, INDEX_LIVE};
 use super::tcache::Tcache;
+use super::thread::op;
 use super::NvAlloc;
+use crate::heap::PmOff;
+use crate::mech::wal::{WalCursor, WalEntry};
 use crate::pm::PmThread;
-use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use pmsim_traces::OpKind;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
 
 /// What an arena's lock protects.
 pub struct ArenaInner {
@@ -21,6 +37,31 @@ pub struct ArenaInner {
     pub slabs: HashMap<u64, VSlab>,
     /// Per size class: slabs with free blocks, by address (lowest first, for locality).
     pub partial: Vec<BTreeSet<u64>>,
+    /// The LRU list of regular slabs: stamp → slab, head (oldest) first.
+    pub lru: BTreeMap<u64, u64>,
+    clock: u64,
+}
+
+impl ArenaInner {
+    /// Moves `slab` to the LRU tail (most recently used), if it is regular.
+    fn touch(&mut self, slab: u64) {
+        let Some(v) = self.slabs.get_mut(&slab) else { return };
+        if v.morph.is_some() {
+            return;
+        }
+        self.lru.remove(&v.stamp);
+        self.clock += 1;
+        v.stamp = self.clock;
+        self.lru.insert(self.clock, slab);
+    }
+
+    fn forget(&mut self, slab: u64) {
+        if let Some(v) = self.slabs.get(&slab) {
+            if self.lru.get(&v.stamp) == Some(&slab) {
+                self.lru.remove(&v.stamp);
+            }
+        }
+    }
 }
 
 /// One arena.
@@ -29,6 +70,11 @@ pub struct Arena {
     /// Thread handles bound to it.
     pub threads: AtomicUsize,
     pub inner: Mutex<ArenaInner>,
+    /// Held shared by frees of blocks of this arena's slabs, exclusively by a morph.
+    pub morph_guard: RwLock<()>,
+    /// Slabs morphed, and slab_ins that became regular again.
+    pub morphs: AtomicU64,
+    pub unmorphs: AtomicU64,
 }
 
 impl Arena {
@@ -36,7 +82,15 @@ impl Arena {
         Arena {
             id,
             threads: AtomicUsize::new(0),
-            inner: Mutex::new(ArenaInner { slabs: HashMap::new(), partial: vec![BTreeSet::new(); classes] }),
+            inner: Mutex::new(ArenaInner {
+                slabs: HashMap::new(),
+                partial: vec![BTreeSet::new(); classes],
+                lru: BTreeMap::new(),
+                clock: 0,
+            }),
+            morph_guard: RwLock::new(()),
+            morphs: AtomicU64::new(0),
+            unmorphs: AtomicU64::new(0),
         }
     }
 
@@ -46,7 +100,11 @@ impl Arena {
         if !v.is_full() {
             g.partial[v.class].insert(slab);
         }
+        let regular = v.morph.is_none();
         g.slabs.insert(slab, v);
+        if regular {
+            g.touch(slab);
+        }
     }
 
     /// Fills the (empty) bin of `class` in `tc` from the arena's partial slabs,
@@ -58,12 +116,13 @@ impl Arena {
         let mut inner = self.inner.lock().unwrap();
         let mut got = 0usize;
         while !tc.is_full(class) {
-            let slab = match inner.partial[class].first() {
-                Some(&s) => s,
+            let first = inner.partial[class].first().copied();
+            let slab = match first {
+                Some(s) => s,
                 None if got > 0 => break,
-                // Slab morphing (§5.2) goes here: before a new slab, look for a
-                // slab of another class below the `su` threshold on the LRU
-                // list and morph it (header fields are in place, see `slab`).
+                // Slab morphing (§5.2): before a new slab, a slab of another
+                // class below the `su` threshold from the LRU list.
+                None if nv.cfg.morphing && self.morph(nv, t, &mut inner, class, tc).is_some() => continue,
                 None => {
                     let map = nv.map;
                     let made = nv.large.alloc_slab(t, |t, s| {
@@ -73,7 +132,8 @@ impl Arena {
                     let Some(s) = made else { break };
                     inner.slabs.insert(s, VSlab::new(class, g.nblocks));
                     inner.partial[class].insert(s);
-                    nv.slabs.insert(s, SlabInfo { class, arena: self.id });
+                    inner.touch(s);
+                    nv.slabs.insert(s, SlabInfo { class, arena: self.id, morph_in: false });
                     s
                 }
             };
@@ -90,7 +150,9 @@ impl Arena {
                 got += 1;
                 Some(true)
             });
-            if !v.is_full() {
+            let full = v.is_full();
+            inner.touch(slab);
+            if !full {
                 break;
             }
             inner.partial[class].remove(&slab);
@@ -103,7 +165,10 @@ impl Arena {
     /// unless it is its class's only slab with free blocks.
     pub fn return_blocks(&self, nv: &NvAlloc, t: &mut PmThread, blocks: &[u64]) {
         let mut inner = self.inner.lock().unwrap();
-        let inner = &mut *inner;
+        self.return_locked(nv, t, &mut inner, blocks);
+    }
+
+    fn return_locked(&self, nv: &NvAlloc, t: &mut PmThread, inner: &mut ArenaInner, blocks: &[u64]) {
         for &blk in blocks {
             let (slab, info) = nv.slabs.lookup(blk).expect("returned block lies in a slab");
             debug_assert_eq!(info.arena, self.id);
@@ -111,16 +176,221 @@ impl Arena {
             let v = inner.slabs.get_mut(&slab).expect("slab of the arena");
             let was_full = v.is_full();
             assert!(v.release(b), "block {blk:#x} returned to its slab twice");
+            // A slab_in is never given back while old blocks live: they may
+            // lie where no new block is (the slack after the last one), so
+            // its new blocks can all be free.
+            let empty = v.is_empty() && v.morph.is_none();
             if was_full {
                 inner.partial[info.class].insert(slab);
             }
-            if v.is_empty() && inner.partial[info.class].len() > 1 {
+            inner.touch(slab);
+            if empty && inner.partial[info.class].len() > 1 {
                 inner.partial[info.class].remove(&slab);
+                inner.forget(slab);
                 inner.slabs.remove(&slab);
                 nv.slabs.remove(slab);
                 nv.large.free_slab(t, slab);
             }
         }
+    }
+
+    /// Morphs a slab of this arena into one of `class` (see the module
+    /// documentation); returns it, now on the partial list of `class`.
+    fn morph(
+        &self,
+        nv: &NvAlloc,
+        t: &mut PmThread,
+        inner: &mut ArenaInner,
+        class: usize,
+        tc: &mut Tcache,
+    ) -> Option<u64> {
+        let _excl = self.morph_guard.write().unwrap();
+        let g = nv.geoms[class];
+        let mut found = None;
+        // A slab with blocks in a tcache cannot morph: give back this
+        // thread's cached blocks of other classes in this arena's slabs
+        // (rare: only when a class has no slab left), so that its own
+        // frees do not keep every candidate away.
+        let cached = tc.drain_other(class, |b| nv.slabs.lookup(b).is_some_and(|(_, i)| i.arena == self.id));
+        if !cached.is_empty() {
+            // Their WAL entries may be cleared without a fence yet.
+            t.fence();
+            self.return_locked(nv, t, inner, &cached);
+        }
+        for (_, &s) in inner.lru.iter() {
+            let v = &inner.slabs[&s];
+            if v.class == class || v.morph.is_some() || v.used as f64 >= nv.cfg.su * v.nblocks as f64 {
+                continue;
+            }
+            let og = nv.geoms[v.class];
+            let mut live = Vec::new();
+            slab::bitmap(s, nv.map).for_each_set(t, og.nblocks, |b| live.push(b));
+            // A taken block that is not allocated sits in some tcache.
+            if live.len() as u32 != v.used {
+                continue;
+            }
+            let index_off = SLAB as u32 - slab::table_bytes(live.len() as u32);
+            let clear = live.iter().all(|&b| {
+                let start = og.data_offset + b * og.size;
+                start >= g.data_offset && start + og.size <= index_off
+            });
+            if clear {
+                found = Some((s, live, index_off));
+                break;
+            }
+        }
+        let (s, live, index_off) = found?;
+        let old_class = inner.slabs[&s].class;
+        let og = nv.geoms[old_class];
+        t.op_begin(OpKind::Morph, s);
+        let crash_after = nv.morph_crash_after.load(Ordering::Relaxed);
+        let mut h: SlabHeader = t.read(PmOff::new(s));
+        // Step 1: the old geometry.
+        h.old_size_class = old_class as u16;
+        h.old_data_offset = og.data_offset;
+        slab::write_header(t, s, &h);
+        h.flag = slab::FLAG_STEP1;
+        slab::write_header(t, s, &h);
+        if crash_after == 1 {
+            return self.crashed(nv, inner, s, old_class);
+        }
+        // Step 2: the index table of the live old blocks.
+        let table: Vec<u16> = live.iter().map(|&b| b as u16 | INDEX_LIVE).collect();
+        nv.large.paint_slab_part(t, s + index_off as u64, s + SLAB, true);
+        for (i, e) in table.iter().enumerate() {
+            t.store::<u16>(s + index_off as u64 + 2 * i as u64, *e);
+        }
+        t.flush_range(s + index_off as u64, slab::table_bytes(live.len() as u32) as u64);
+        h.index_off = index_off;
+        h.index_len = live.len() as u32;
+        slab::write_header(t, s, &h);
+        h.flag = slab::FLAG_STEP2;
+        slab::write_header(t, s, &h);
+        if crash_after == 2 {
+            return self.crashed(nv, inner, s, old_class);
+        }
+        // Step 3: the new class, offset and (empty) bitmap.
+        let bm = slab::bitmap(s, nv.map);
+        let area = bm.area_bytes(og.nblocks).max(bm.area_bytes(g.nblocks));
+        for w in (0..area).step_by(8) {
+            t.store_u64(bm.base() + w, 0);
+        }
+        h.size_class = class as u16;
+        h.data_offset = g.data_offset;
+        h.nblocks = g.nblocks;
+        t.write(PmOff::<SlabHeader>::new(s), h);
+        t.persist(s, slab::BITMAP_OFF + area);
+        if crash_after == 3 {
+            return self.crashed(nv, inner, s, old_class);
+        }
+        h.flag = 0;
+        if live.is_empty() {
+            h.old_size_class = class as u16;
+            h.old_data_offset = g.data_offset;
+            h.index_off = 0;
+        }
+        slab::write_header(t, s, &h);
+        t.op_end(OpKind::Morph, s);
+
+        let mut v = VSlab::new(class, g.nblocks);
+        let morph_in = !live.is_empty();
+        if morph_in {
+            v.morph = Some(Box::new(Morph::build(old_class, og, &g, index_off, &table, &mut v)));
+        }
+        inner.forget(s);
+        inner.partial[old_class].remove(&s);
+        let full = v.is_full();
+        inner.slabs.insert(s, v);
+        if !morph_in {
+            inner.touch(s);
+        }
+        if !full {
+            inner.partial[class].insert(s);
+        }
+        nv.slabs.insert(s, SlabInfo { class, arena: self.id, morph_in });
+        self.morphs.fetch_add(1, Ordering::Relaxed);
+        (!full).then_some(s)
+    }
+
+    /// Test-only crash in the middle of a morph: the slab is dropped from the
+    /// volatile state (as the dying process would lose it) and the caller
+    /// carries on as if no slab had been found.
+    fn crashed(&self, nv: &NvAlloc, inner: &mut ArenaInner, s: u64, old_class: usize) -> Option<u64> {
+        inner.forget(s);
+        inner.partial[old_class].remove(&s);
+        inner.slabs.remove(&s);
+        nv.slabs.remove(s);
+        None
+    }
+
+    /// Frees `off` if it is a live old block of the slab_in at `slab`
+    /// (bypassing the tcache): its index-table entry is cleared durably,
+    /// bracketed by a WAL entry when `dest` is given (log model), and the new
+    /// blocks it held back are released; the last one makes the slab a
+    /// regular slab (slab_after) again. Returns the old block's size, or
+    /// `None` if `off` is not a live old block (then it is a new block).
+    pub fn free_old(
+        &self,
+        nv: &NvAlloc,
+        t: &mut PmThread,
+        wal: &mut WalCursor,
+        slab: u64,
+        off: u64,
+        dest: Option<u64>,
+    ) -> Option<u32> {
+        let mut inner = self.inner.lock().unwrap();
+        let inner = &mut *inner;
+        let v = inner.slabs.get_mut(&slab)?;
+        let m = v.morph.as_mut()?;
+        let (ob, i) = m.live_old(off - slab)?;
+        let h: SlabHeader = t.read(PmOff::new(slab));
+        let entry = slab + h.index_off as u64 + 2 * i as u64;
+        let gc = nv.cfg.consistency == Consistency::Gc;
+        let mut slot = None;
+        if let Some(d) = dest {
+            if gc {
+                t.store_u64(d, 0);
+                t.persist(d, 8);
+            } else {
+                slot = Some(wal.begin(t, WalEntry { op: op::FREE_SMALL, target: off, dest: d }));
+            }
+        }
+        t.store::<u16>(entry, ob as u16);
+        t.persist(entry, 2);
+        if let (Some(d), Some(s)) = (dest, slot) {
+            t.store_u64(d, 0);
+            t.persist(d, 8);
+            wal.end(t, s);
+            // Before anyone can take the released blocks.
+            t.fence();
+        }
+        m.entries.insert(ob, (i, false));
+        m.cnt_slab -= 1;
+        let g = nv.geoms[v.class];
+        let s0 = m.old.data_offset + ob * m.old.size;
+        let size = m.old.size;
+        let mut freed = m.unpin(&g, s0, s0 + size);
+        let done = m.cnt_slab == 0;
+        if done {
+            freed.extend(m.unpin(&g, m.index_off, SLAB as u32));
+            slab::finish_morph(t, slab);
+            nv.large.paint_slab_part(t, slab + m.index_off as u64, slab + SLAB, false);
+            v.morph = None;
+        }
+        let was_full = v.is_full();
+        for nb in freed {
+            v.release(nb);
+        }
+        let class = v.class;
+        if was_full && !v.is_full() {
+            inner.partial[class].insert(slab);
+        }
+        if done {
+            inner.touch(slab);
+            nv.slabs.insert(slab, SlabInfo { class, arena: self.id, morph_in: false });
+            self.unmorphs.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(size)
     }
 
     /// Binds one more thread.

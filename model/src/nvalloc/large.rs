@@ -335,6 +335,16 @@ impl LargeAlloc {
         g.reclaim(t, slab);
     }
 
+    /// Paints `[start, end)`, inside a live slab, as slab-header metadata
+    /// (`meta`) or back as user data: the index table of a slab_in (§5.2),
+    /// which lives at the slab's tail, outside the header at its start.
+    pub fn paint_slab_part(&self, t: &mut PmThread, start: u64, end: u64, meta: bool) {
+        if start < end {
+            let kind = if meta { region::SLAB_HEADER } else { region::USER_DATA };
+            self.inner.lock().unwrap().tiler.paint(t, start, end, kind);
+        }
+    }
+
     /// The size of the user extent at `start`, if one is allocated there.
     pub fn size_of(&self, start: u64) -> Option<u64> {
         let g = self.inner.lock().unwrap();

@@ -18,8 +18,9 @@
 //!   metadata; after a crash recovery marks the blocks reachable from the
 //!   persistent roots (conservatively, as Makalu does) and rebuilds the bitmaps.
 //!
-//! Not yet: slab morphing (refused with a clear error; the slab header
-//! already has the fields it needs).
+//! * Slab morphing (§5.2, switch `morphing`): a refill that finds no slab
+//!   of its class morphs a little-used slab of another class ([`arena`],
+//!   header steps in [`slab`], undo after a crash in [`recovery`]).
 //!
 //! # Use
 //!
@@ -151,6 +152,22 @@ pub struct NvAlloc {
     /// Usable bytes live when the heap was opened.
     live_base: u64,
     report: RecoveryReport,
+    /// Test hook: a morph stops after this step (1..=3; 0 = never), as if
+    /// the process died there.
+    morph_crash_after: std::sync::atomic::AtomicU64,
+}
+
+/// Slab-morphing counters of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MorphStats {
+    /// Slabs morphed into another class.
+    pub morphs: u64,
+    /// Slab_ins that became regular slabs again (last old block freed).
+    pub unmorphs: u64,
+    /// Slab_ins now.
+    pub slabs_in: u64,
+    /// Live old blocks in them now.
+    pub old_blocks: u64,
 }
 
 /// The parts of an instance that depend only on the configuration.
@@ -254,7 +271,8 @@ impl NvAlloc {
         let table = SlabTable::new(layout.chunk_base, layout.chunk_end());
         for s in slabs {
             let arena = s.arena % narenas;
-            table.insert(s.slab, slab::SlabInfo { class: s.vslab.class, arena });
+            let morph_in = s.vslab.morph.is_some();
+            table.insert(s.slab, slab::SlabInfo { class: s.vslab.class, arena, morph_in });
             arenas[arena].adopt(s.slab, s.vslab);
         }
         let wal = Wal::new(layout.wal_off, cfg.wal_lines, cfg.max_threads, cfg.interleaved_wal);
@@ -274,6 +292,7 @@ impl NvAlloc {
             wal,
             live,
             report,
+            morph_crash_after: Default::default(),
         })
     }
 
@@ -319,6 +338,31 @@ impl NvAlloc {
         self.report
     }
 
+    /// Slab-morphing counters (takes every arena lock in turn).
+    pub fn morph_stats(&self) -> MorphStats {
+        let mut m = MorphStats::default();
+        for a in &self.arenas {
+            m.morphs += a.morphs.load(Ordering::Relaxed);
+            m.unmorphs += a.unmorphs.load(Ordering::Relaxed);
+            let g = a.inner.lock().unwrap();
+            for v in g.slabs.values() {
+                if let Some(x) = &v.morph {
+                    m.slabs_in += 1;
+                    m.old_blocks += x.cnt_slab as u64;
+                }
+            }
+        }
+        m
+    }
+
+    /// Test hook: the next morphs stop after step `step` (1..=3) as if the
+    /// process died there (the slab drops out of this instance's volatile
+    /// state; drop the heap without closing to simulate the crash). 0 = off.
+    #[doc(hidden)]
+    pub fn set_morph_crash_after(&self, step: u64) {
+        self.morph_crash_after.store(step, Ordering::Relaxed);
+    }
+
     pub fn large_stats(&self) -> LargeStats {
         self.large.stats()
     }
@@ -333,6 +377,14 @@ impl NvAlloc {
     pub fn usable_size(&self, t: &PmThread, off: u64) -> Option<u64> {
         match self.slabs.lookup(off) {
             Some((slab, info)) => {
+                if info.morph_in {
+                    let a = self.arenas[info.arena].inner.lock().unwrap();
+                    if let Some(m) = a.slabs.get(&slab).and_then(|v| v.morph.as_ref()) {
+                        if m.live_old(off - slab).is_some() {
+                            return Some(m.old.size as u64);
+                        }
+                    }
+                }
                 let g = self.geoms[info.class];
                 let b = g.block_index(slab, off)?;
                 slab::bitmap(slab, self.map).test(t, b).then_some(g.size as u64)
@@ -352,6 +404,11 @@ impl NvAlloc {
                 let geom = self.geoms[v.class];
                 slab::bitmap(slab, self.map)
                     .for_each_set(t, geom.nblocks, |b| out.push((geom.block_off(slab, b), geom.size as u64)));
+                if let Some(m) = &v.morph {
+                    for (&ob, _) in m.entries.iter().filter(|(_, &(_, live))| live) {
+                        out.push((m.old.block_off(slab, ob), m.old.size as u64));
+                    }
+                }
             }
         }
         out.sort_unstable();

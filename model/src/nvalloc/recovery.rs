@@ -26,13 +26,25 @@
 //! that looks like a block offset keeps the block; interior offsets do not).
 //! The bitmaps are then rewritten to exactly the marked blocks.
 //!
+//! Slab morphing (§5.2, §4.4): before the WAL is replayed, every slab whose
+//! morph step flag is 1 or 2 (a crash during a morph) is *undone* back to the
+//! slab_before: old class and data offset restored, bitmap rebuilt from the
+//! live entries of the index table (at flag 1 it was never touched), then
+//! flag and index table cleared ([`slab::undo_morph`]; the public NVAlloc code
+//! has no undo, this is pmsim's). A complete slab_in (flag 0, index table
+//! non-empty) gets its `cnt_slab` and `cnt_block` rebuilt from the table, or
+//! becomes a regular slab if no old block is live any more. A WAL entry
+//! freeing a live old block clears its index-table entry instead of a bit;
+//! one allocating a live old block (the malloc set its bit just before the
+//! slab morphed) only redoes `*dest`.
+//!
 //! Recovery writes only idempotent updates, so a crash during recovery is
 //! recovered from by running it again (the arena flags say *recovery*).
 
 use super::config::{Consistency, NvConfig};
 use super::large::{paint_heap, Bookkeeping, LargeAlloc, LargeParams, LiveExtent};
 use super::layout::{Layout, CHUNK, SLAB};
-use super::slab::{self, SlabGeom, VSlab};
+use super::slab::{self, Morph, SlabGeom, SlabHeader, VSlab, INDEX_LIVE};
 use super::thread::op;
 use super::NvError;
 use crate::heap::{Heap, ROOT_SLOTS};
@@ -65,6 +77,9 @@ pub struct RecoveryReport {
     /// was set but that nothing reaches (freed by the rebuild).
     pub gc_marked: u64,
     pub gc_freed: u64,
+    /// Slabs found mid-morph and undone, and complete slab_ins.
+    pub morphs_undone: u64,
+    pub slabs_in: u64,
 }
 
 /// A recovered slab, for its arena.
@@ -137,11 +152,19 @@ pub fn recover(
     let slab_headers: Vec<(u64, u64)> = live
         .iter()
         .filter(|e| e.kind == ExtentKind::Slab)
-        .filter_map(|e| slab::read_header(t, e.start, geoms).ok().map(|h| (e.start, h.data_offset as u64)))
+        .filter_map(|e| slab::read_header(t, e.start, geoms).ok().map(|h| (e.start, header_bytes_of(&h))))
         .collect();
     tiler.defer();
     paint_heap(&mut tiler, t, &layout, top, header_bytes, &live, &slab_headers);
     tiler.publish(t);
+
+    for e in extents.values().filter(|e| e.kind == ExtentKind::Slab) {
+        let h = slab::read_header(t, e.start, geoms).map_err(corrupt)?;
+        if h.flag != 0 {
+            slab::undo_morph(t, e.start, geoms, map);
+            report.morphs_undone += 1;
+        }
+    }
 
     if crashed {
         replay_wal(t, &layout, wal, &mut book, &mut extents, geoms, map, &mut report)?;
@@ -174,13 +197,29 @@ pub fn recover(
                 report.live_bytes += e.size;
             }
             ExtentKind::Slab => {
-                let h = slab::read_header(t, e.start, geoms).map_err(corrupt)?;
+                let mut h = slab::read_header(t, e.start, geoms).map_err(corrupt)?;
                 let class = h.size_class as usize;
                 let mut v = VSlab::new(class, h.nblocks);
                 slab::bitmap(e.start, map).for_each_set(t, h.nblocks, |b| v.mark(b));
                 report.slabs += 1;
                 report.blocks += v.used as u64;
                 report.live_bytes += v.used as u64 * geoms[class].size as u64;
+                if h.index_len > 0 {
+                    let table = slab::read_table(t, e.start, &h);
+                    let oc = h.old_size_class as usize;
+                    let m = Morph::build(oc, geoms[oc], &geoms[class], h.index_off, &table, &mut v);
+                    if m.cnt_slab == 0 {
+                        slab::finish_morph(t, e.start);
+                        h = slab::read_header(t, e.start, geoms).map_err(corrupt)?;
+                        v = VSlab::new(class, h.nblocks);
+                        slab::bitmap(e.start, map).for_each_set(t, h.nblocks, |b| v.mark(b));
+                    } else {
+                        report.slabs_in += 1;
+                        report.blocks += m.cnt_slab as u64;
+                        report.live_bytes += m.cnt_slab as u64 * geoms[oc].size as u64;
+                        v.morph = Some(Box::new(m));
+                    }
+                }
                 slab_headers.push((e.start, h.data_offset as u64));
                 slabs.push(RecoveredSlab { slab: e.start, arena: h.arena as usize, vslab: v });
             }
@@ -188,7 +227,35 @@ pub fn recover(
     }
     let live: Vec<LiveExtent> = extents.into_values().collect();
     let large = LargeAlloc::new(t, layout, top, book, &live, &slab_headers, params, tiler).map_err(corrupt)?;
+    for s in &slabs {
+        if let Some(m) = &s.vslab.morph {
+            large.paint_slab_part(t, s.slab + m.index_off as u64, s.slab + SLAB, true);
+        }
+    }
     Ok(Recovered { large, slabs, report })
+}
+
+/// The slab-header bytes to register for a slab with header `h` (mid-morph:
+/// the larger of the two headers).
+fn header_bytes_of(h: &SlabHeader) -> u64 {
+    if h.flag != 0 {
+        h.data_offset.max(h.old_data_offset) as u64
+    } else {
+        h.data_offset as u64
+    }
+}
+
+/// The index-table entry of the old block at `off` of a slab_in: its
+/// offset, its old block index and whether it is still live.
+fn old_entry(t: &PmThread, slab: u64, h: &SlabHeader, geoms: &[SlabGeom], off: u64) -> Option<(u64, u16, bool)> {
+    if h.index_len == 0 || h.flag != 0 {
+        return None;
+    }
+    let og = geoms[h.old_size_class as usize];
+    let ob = og.block_index(slab, off)? as u16;
+    let table = slab::read_table(t, slab, h);
+    let i = table.iter().position(|&e| e & !INDEX_LIVE == ob)?;
+    Some((slab + h.index_off as u64 + 2 * i as u64, ob, table[i] & INDEX_LIVE != 0))
 }
 
 /// The extents recorded in the header areas of the chunks below `top`.
@@ -230,7 +297,42 @@ fn replay_wal(
                     return Err(bad("its block is in no live slab"));
                 }
                 let h = slab::read_header(t, slab, geoms).map_err(corrupt)?;
-                let b = geoms[h.size_class as usize].block_index(slab, e.target).ok_or_else(|| bad("not a block"))?;
+                let new_block = geoms[h.size_class as usize].block_index(slab, e.target);
+                let old = old_entry(t, slab, &h, geoms, e.target);
+                if e.op == op::MALLOC_SMALL {
+                    // A malloc whose bit was set before its slab morphed (a
+                    // malloc's WAL window may straddle a morph; a free's may
+                    // not): the index table has the block, only *dest may be
+                    // missing.
+                    if let Some((_, _, live)) = old.filter(|o| o.2 || new_block.is_none()) {
+                        if live {
+                            t.store_u64(e.dest, e.target);
+                            t.persist(e.dest, 8);
+                            report.wal_redone += 1;
+                        } else {
+                            report.wal_dropped += 1;
+                        }
+                        continue;
+                    }
+                }
+                if e.op == op::FREE_SMALL {
+                    // A live old block of a slab_in (no new block at the same
+                    // offset is handed out while it is live); a dead one whose
+                    // offset is no new block: its free completed but for *dest.
+                    if let Some((entry, ob, live)) = old.filter(|o| o.2 || new_block.is_none()) {
+                        if live {
+                            t.store::<u16>(entry, ob);
+                        }
+                        t.persist(entry, 2);
+                        if t.load_u64(e.dest) == e.target {
+                            t.store_u64(e.dest, 0);
+                        }
+                        t.persist(e.dest, 8);
+                        report.wal_redone += 1;
+                        continue;
+                    }
+                }
+                let b = new_block.ok_or_else(|| bad("not a block"))?;
                 let bitmap = slab::bitmap(slab, map);
                 if e.op == op::MALLOC_SMALL {
                     bitmap.set(t, b);
@@ -292,6 +394,9 @@ fn replay_wal(
     Ok(())
 }
 
+/// Live old blocks of a slab_in: old block index → (index-table entry, reached).
+type OldBlocks = HashMap<u32, (u64, bool)>;
+
 /// NVAlloc-GC's post-crash mark (see the module documentation): rewrites
 /// every slab bitmap to the blocks reachable from the roots.
 fn mark_from_roots(
@@ -302,16 +407,52 @@ fn mark_from_roots(
     report: &mut RecoveryReport,
 ) -> Result<(), NvError> {
     let mut slabs: HashMap<u64, (usize, [u64; slab::MAX_BLOCKS as usize / 64])> = HashMap::new();
+    // Per slab_in: the old geometry and its live old blocks (entry, reached).
+    let mut olds: HashMap<u64, (SlabGeom, OldBlocks)> = HashMap::new();
+    let mut work: Vec<(u64, u64)> = Vec::new();
     for e in extents.values().filter(|e| e.kind == ExtentKind::Slab) {
         let h = slab::read_header(t, e.start, geoms).map_err(corrupt)?;
-        slabs.insert(e.start, (h.size_class as usize, [0; slab::MAX_BLOCKS as usize / 64]));
+        let class = h.size_class as usize;
+        let mut pinned = [0u64; slab::MAX_BLOCKS as usize / 64];
+        if h.index_len > 0 {
+            // A slab_in: its live old blocks are marked like any block (a
+            // free may have cleared *dest and died before their entry);
+            // new blocks they hold back are never marked (pre-set here,
+            // cleared again below).
+            let oc = h.old_size_class as usize;
+            let mut v = VSlab::new(class, h.nblocks);
+            let table = slab::read_table(t, e.start, &h);
+            let m = Morph::build(oc, geoms[oc], &geoms[class], h.index_off, &table, &mut v);
+            for b in (0..h.nblocks).filter(|&b| m.pinned(b)) {
+                pinned[(b / 64) as usize] |= 1 << (b % 64);
+            }
+            let live: HashMap<u32, (u64, bool)> = table
+                .iter()
+                .enumerate()
+                .filter(|(_, &x)| x & INDEX_LIVE != 0)
+                .map(|(i, &x)| ((x & !INDEX_LIVE) as u32, (e.start + h.index_off as u64 + 2 * i as u64, false)))
+                .collect();
+            olds.insert(e.start, (geoms[oc], live));
+        }
+        slabs.insert(e.start, (class, pinned));
     }
+    let pinned_of: HashMap<u64, [u64; slab::MAX_BLOCKS as usize / 64]> =
+        slabs.iter().map(|(&s, (_, p))| (s, *p)).collect();
     let mut scanned: HashSet<u64> = HashSet::new();
-    let mut work: Vec<(u64, u64)> = Vec::new();
     // A word that is the start of a live block or extent not seen yet.
     let mut reach = |w: u64, work: &mut Vec<(u64, u64)>| {
         if w & 63 != 0 {
             return;
+        }
+        if let Some((og, live)) = olds.get_mut(&(w & !(SLAB - 1))) {
+            // A live old block's start is no start of a new block in use.
+            if let Some(x) = og.block_index(w & !(SLAB - 1), w).and_then(|ob| live.get_mut(&ob)) {
+                if !x.1 {
+                    x.1 = true;
+                    work.push((w, og.size as u64));
+                }
+                return;
+            }
         }
         if let Some((class, marks)) = slabs.get_mut(&(w & !(SLAB - 1))) {
             let g = geoms[*class];
@@ -344,13 +485,24 @@ fn mark_from_roots(
             at += n as u64;
         }
     }
+    for (_, live) in olds.values() {
+        for (&ob, &(entry, reached)) in live {
+            report.gc_marked += reached as u64;
+            if !reached {
+                report.gc_freed += 1;
+                t.store::<u16>(entry, ob as u16);
+                t.flush(entry);
+            }
+        }
+    }
     for (&slab, (class, marks)) in &slabs {
         let g = geoms[*class];
         let bm = slab::bitmap(slab, map);
         let mut words = vec![0u64; (bm.area_bytes(g.nblocks) / 8) as usize];
         for b in 0..g.nblocks {
             let was = bm.test(t, b);
-            let live = marks[(b / 64) as usize] >> (b % 64) & 1 == 1;
+            let pin = pinned_of[&slab][(b / 64) as usize] >> (b % 64) & 1 == 1;
+            let live = !pin && marks[(b / 64) as usize] >> (b % 64) & 1 == 1;
             report.gc_marked += live as u64;
             report.gc_freed += (was && !live) as u64;
             if live {

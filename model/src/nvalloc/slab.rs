@@ -13,20 +13,48 @@
 //! | 6 | 2 | `old_size_class` (slab_in: the class before morphing) |
 //! | 8 | 4 | `data_offset` (of the blocks, from the slab start) |
 //! | 12 | 4 | `old_data_offset` |
-//! | 16 | 8 | `flag`: morph step; 0 for a regular slab or a completed step |
+//! | 16 | 8 | `flag`: morph step (see below); 0 when no morph is in progress |
 //! | 24 | 4 | `arena` that owns the slab |
 //! | 28 | 4 | `nblocks` |
 //! | 32 | 4 | `index_len`: entries of the index table (slab_in only) |
 //! | 36 | 4 | `index_off`: offset of the index table from the slab start |
 //! | 40 | 24 | reserved |
 //! | 64 | … | bitmap: `stripes` × 64 B per 512·stripes blocks ([`StripeMap`]) |
-//! | … | 2·index_len | index table of a slab_in: old block index and state |
 //! | data_offset | … | blocks |
+//! | `index_off` | 2·index_len | index table of a slab_in, at the slab's tail |
 //!
 //! A regular slab's `data_offset` is the header rounded up to a line, so a
 //! slab of 64 B blocks with 6 stripes keeps 1017 of its 1024 lines for data.
 //! The persistent bitmap records blocks handed to the user; the vslab's
 //! volatile bitmap also counts blocks sitting in tcaches, so it is a superset.
+//!
+//! # Slab morphing (§5.2): header states and the morph step flag
+//!
+//! A slab's header is in exactly one of these states, told apart by `flag`
+//! and `index_len` alone:
+//!
+//! | flag | index_len | state | class / offset / bitmap describe |
+//! |---|---|---|---|
+//! | 0 | 0 | regular (slab_before or slab_after) | the slab (`old_*` = current) |
+//! | 1 | – | morph step 1 done: `old_*` hold the old geometry | still the old slab |
+//! | 2 | n | step 2 done: the index table holds the n live old blocks | old or (partly) new |
+//! | 0 | n > 0 | slab_in: morph complete | the new class; old blocks in the table |
+//!
+//! Steps (each persisted before the next): 1. `old_size_class`,
+//! `old_data_offset` = the current ones, then `flag` = 1; 2. the index table
+//! (one 2-byte entry per live old block: its old block index in bits 0..15,
+//! [`INDEX_LIVE`] set) and `index_off`/`index_len`, then `flag` = 2; 3.
+//! `size_class`, `data_offset`, `nblocks` and a zeroed bitmap of the new
+//! class, then `flag` = 0. Step 3 may be torn, but only while `flag` = 2,
+//! and everything it overwrites can be rebuilt from `old_*` and the index
+//! table, so recovery undoes a morph found at flag 1 or 2 ([`undo_morph`]).
+//!
+//! The index table sits at the slab's tail rather than between bitmap and
+//! blocks, so every class keeps its regular `data_offset` (and the hot path
+//! its per-class geometry); while the slab is a slab_in, new blocks that
+//! overlap the table are held back like those overlapping live old blocks.
+//! When the last old block is freed, `index_len` is set to 0 and the slab is
+//! a regular slab (slab_after) again.
 
 use super::layout::SLAB;
 use crate::heap::{PmOff, Pod};
@@ -34,6 +62,12 @@ use crate::mech::pbitmap::PBitmap;
 use crate::mech::stripe::StripeMap;
 use crate::pm::PmThread;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Morph step flag values (see the module documentation).
+pub const FLAG_STEP1: u64 = 1;
+pub const FLAG_STEP2: u64 = 2;
+/// Index-table entry bit: the old block is still allocated.
+pub const INDEX_LIVE: u16 = 0x8000;
 
 const SLAB_MAGIC: u32 = u32::from_le_bytes(*b"SLB1");
 /// Offset of the bitmap in the header.
@@ -125,17 +159,34 @@ pub fn init_header(t: &mut PmThread, slab: u64, class: usize, geom: &SlabGeom, a
 }
 
 /// Reads and checks the header of a recorded slab against the geometry its
-/// class must have.
+/// class (and, while morphing, its old class) must have. Accepts every state
+/// of the module documentation's table.
 pub fn read_header(t: &PmThread, slab: u64, geoms: &[SlabGeom]) -> Result<SlabHeader, String> {
     let h: SlabHeader = t.read(PmOff::new(slab));
     if h.magic != SLAB_MAGIC {
         return Err(format!("slab {slab:#x}: bad header magic {:#x}", h.magic));
     }
-    let Some(g) = geoms.get(h.size_class as usize) else {
-        return Err(format!("slab {slab:#x}: size class {} does not exist", h.size_class));
+    let (Some(g), Some(og)) = (geoms.get(h.size_class as usize), geoms.get(h.old_size_class as usize)) else {
+        return Err(format!("slab {slab:#x}: size class {} / old {} does not exist", h.size_class, h.old_size_class));
     };
-    if h.flag != 0 || h.index_len != 0 || h.size_class != h.old_size_class {
-        return Err(format!("slab {slab:#x}: morphing state (flag {}) but slab morphing is not implemented", h.flag));
+    if h.flag > FLAG_STEP2 {
+        return Err(format!("slab {slab:#x}: morph step flag {}", h.flag));
+    }
+    if h.index_len > 0 || h.flag == FLAG_STEP2 {
+        let tb = table_bytes(h.index_len) as u64;
+        if h.index_len > og.nblocks || h.index_off as u64 != SLAB - tb {
+            return Err(format!("slab {slab:#x}: index table {} entries at {}", h.index_len, h.index_off));
+        }
+    }
+    if h.flag != 0 {
+        // Mid-morph: only the old geometry is trustworthy (step 3 may be torn).
+        if h.old_data_offset != og.data_offset {
+            return Err(format!(
+                "slab {slab:#x}: old data offset {} for class {}",
+                h.old_data_offset, h.old_size_class
+            ));
+        }
+        return Ok(h);
     }
     if h.data_offset != g.data_offset || h.nblocks != g.nblocks {
         return Err(format!(
@@ -143,7 +194,162 @@ pub fn read_header(t: &PmThread, slab: u64, geoms: &[SlabGeom]) -> Result<SlabHe
             h.data_offset, h.nblocks, h.size_class, g.data_offset, g.nblocks
         ));
     }
+    if h.index_len > 0 && h.old_data_offset != og.data_offset {
+        return Err(format!("slab {slab:#x}: old data offset {} for class {}", h.old_data_offset, h.old_size_class));
+    }
     Ok(h)
+}
+
+/// Bytes (whole lines) of an index table of `n` entries.
+pub fn table_bytes(n: u32) -> u32 {
+    (2 * n).next_multiple_of(64)
+}
+
+/// The index table entries of the slab at `slab` with header `h`.
+pub fn read_table(t: &PmThread, slab: u64, h: &SlabHeader) -> Vec<u16> {
+    (0..h.index_len as u64).map(|i| t.load::<u16>(slab + h.index_off as u64 + 2 * i)).collect()
+}
+
+/// Writes `h` (one line) and makes it durable.
+pub fn write_header(t: &mut PmThread, slab: u64, h: &SlabHeader) {
+    t.write(PmOff::<SlabHeader>::new(slab), *h);
+    t.persist(slab, 64);
+}
+
+/// Undoes an interrupted morph (flag 1 or 2) of the slab at `slab`: back to
+/// the regular slab_before with the old class and offset and a bitmap rebuilt
+/// from the index table (at flag 1 the bitmap was never touched). Idempotent:
+/// `flag` and `index_len` are cleared last, so a crash during the undo
+/// leaves a state the next recovery undoes again. Returns the restored header.
+pub fn undo_morph(t: &mut PmThread, slab: u64, geoms: &[SlabGeom], map: StripeMap) -> SlabHeader {
+    let mut h: SlabHeader = t.read(PmOff::new(slab));
+    debug_assert!(h.flag == FLAG_STEP1 || h.flag == FLAG_STEP2);
+    let og = geoms[h.old_size_class as usize];
+    if h.flag == FLAG_STEP2 {
+        let table = read_table(t, slab, &h);
+        let bm = bitmap(slab, map);
+        let area = bm.area_bytes(og.nblocks).max(bm.area_bytes(h.nblocks.min(MAX_BLOCKS)));
+        for w in (0..area).step_by(8) {
+            t.store_u64(bm.base() + w, 0);
+        }
+        for e in table.into_iter().filter(|e| e & INDEX_LIVE != 0) {
+            bm.set(t, (e & !INDEX_LIVE) as u32);
+        }
+        t.flush_range(bm.base(), area);
+    }
+    h.size_class = h.old_size_class;
+    h.data_offset = og.data_offset;
+    h.nblocks = og.nblocks;
+    write_header(t, slab, &h);
+    h.flag = 0;
+    h.index_len = 0;
+    h.index_off = 0;
+    write_header(t, slab, &h);
+    h
+}
+
+/// Back to a regular slab (slab_after) once no old block is live: the index
+/// table is dropped by one durable header write.
+pub fn finish_morph(t: &mut PmThread, slab: u64) {
+    let mut h: SlabHeader = t.read(PmOff::new(slab));
+    h.old_size_class = h.size_class;
+    h.old_data_offset = h.data_offset;
+    h.index_len = 0;
+    h.index_off = 0;
+    write_header(t, slab, &h);
+}
+
+/// The volatile state of a slab_in: the old geometry, the index table and
+/// the counters of §5.2.
+#[derive(Clone, Debug)]
+pub struct Morph {
+    pub old_class: usize,
+    pub old: SlabGeom,
+    pub index_off: u32,
+    /// Old block index → (index-table entry, still allocated).
+    pub entries: std::collections::HashMap<u32, (u32, bool)>,
+    /// Live old blocks (`cnt_slab`).
+    pub cnt_slab: u32,
+    /// Per new block: live old blocks overlapping it, plus one if it overlaps
+    /// the index table (`cnt_block`); a block with a count is held back.
+    pub cnt_block: Vec<u16>,
+}
+
+impl Morph {
+    /// The morph state of a slab_in of class geometry `g` whose index table
+    /// at `index_off` lists `table`; the blocks it holds back are marked taken in `v`.
+    pub fn build(old_class: usize, old: SlabGeom, g: &SlabGeom, index_off: u32, table: &[u16], v: &mut VSlab) -> Morph {
+        let mut m = Morph {
+            old_class,
+            old,
+            index_off,
+            entries: Default::default(),
+            cnt_slab: 0,
+            cnt_block: vec![0; g.nblocks as usize],
+        };
+        for (i, &e) in table.iter().enumerate() {
+            let live = e & INDEX_LIVE != 0;
+            let ob = (e & !INDEX_LIVE) as u32;
+            m.entries.insert(ob, (i as u32, live));
+            if live {
+                m.cnt_slab += 1;
+                let s = old.data_offset + ob * old.size;
+                m.pin(g, s, s + old.size, v);
+            }
+        }
+        if m.cnt_slab > 0 {
+            m.pin(g, index_off, SLAB as u32, v);
+        }
+        m
+    }
+
+    /// The new blocks overlapping the slab-relative range `[s, e)`.
+    fn overlapping(g: &SlabGeom, s: u32, e: u32) -> std::ops::Range<u32> {
+        let lo = s.saturating_sub(g.data_offset) / g.size;
+        let hi = (e.saturating_sub(g.data_offset)).div_ceil(g.size).min(g.nblocks);
+        lo..hi.max(lo)
+    }
+
+    fn pin(&mut self, g: &SlabGeom, s: u32, e: u32, v: &mut VSlab) {
+        for nb in Morph::overlapping(g, s, e) {
+            if self.cnt_block[nb as usize] == 0 && !v.is_taken(nb) {
+                v.mark(nb);
+            }
+            self.cnt_block[nb as usize] += 1;
+        }
+    }
+
+    /// Drops one occupant of the new blocks overlapping `[s, e)`; returns the
+    /// blocks now free to hand out.
+    pub fn unpin(&mut self, g: &SlabGeom, s: u32, e: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        for nb in Morph::overlapping(g, s, e) {
+            let c = &mut self.cnt_block[nb as usize];
+            *c -= 1;
+            if *c == 0 {
+                out.push(nb);
+            }
+        }
+        out
+    }
+
+    /// The old block starting at slab-relative `rel`, if it is a live one.
+    pub fn live_old(&self, rel: u64) -> Option<(u32, u32)> {
+        let r = rel.checked_sub(self.old.data_offset as u64)?;
+        if r % self.old.size as u64 != 0 {
+            return None;
+        }
+        let ob = (r / self.old.size as u64) as u32;
+        match self.entries.get(&ob) {
+            Some(&(i, true)) => Some((ob, i)),
+            _ => None,
+        }
+    }
+
+    /// Whether new block `nb` is held back.
+    pub fn pinned(&self, nb: u32) -> bool {
+        self.cnt_block.get(nb as usize).is_some_and(|&c| c > 0)
+    }
 }
 
 /// What the hot path needs to know about the slab holding an offset, packed
@@ -152,15 +358,21 @@ pub fn read_header(t: &PmThread, slab: u64, geoms: &[SlabGeom]) -> Result<SlabHe
 pub struct SlabInfo {
     pub class: usize,
     pub arena: usize,
+    /// A slab_in: some offsets may be live old blocks of another class.
+    pub morph_in: bool,
 }
 
 impl SlabInfo {
     fn pack(self) -> u64 {
-        1 | (self.class as u64) << 1 | (self.arena as u64) << 9
+        1 | (self.class as u64) << 1 | (self.arena as u64) << 9 | (self.morph_in as u64) << 25
     }
 
     fn unpack(w: u64) -> Option<SlabInfo> {
-        (w & 1 == 1).then_some(SlabInfo { class: (w >> 1 & 0xff) as usize, arena: (w >> 9 & 0xffff) as usize })
+        (w & 1 == 1).then_some(SlabInfo {
+            class: (w >> 1 & 0xff) as usize,
+            arena: (w >> 9 & 0xffff) as usize,
+            morph_in: w >> 25 & 1 == 1,
+        })
     }
 }
 
@@ -205,12 +417,16 @@ pub struct VSlab {
     /// Blocks taken.
     pub used: u32,
     vbits: [u64; VBITS_WORDS],
+    /// Set while the slab is a slab_in.
+    pub morph: Option<Box<Morph>>,
+    /// Position in its arena's LRU list (larger = used more recently).
+    pub stamp: u64,
 }
 
 impl VSlab {
     pub fn new(class: usize, nblocks: u32) -> VSlab {
         assert!(nblocks <= MAX_BLOCKS);
-        VSlab { class, nblocks, used: 0, vbits: [0; VBITS_WORDS] }
+        VSlab { class, nblocks, used: 0, vbits: [0; VBITS_WORDS], morph: None, stamp: 0 }
     }
 
     pub fn is_full(&self) -> bool {
@@ -219,6 +435,11 @@ impl VSlab {
 
     pub fn is_empty(&self) -> bool {
         self.used == 0
+    }
+
+    /// Whether block `b` is taken.
+    pub fn is_taken(&self, b: u32) -> bool {
+        self.vbits[(b / 64) as usize] >> (b % 64) & 1 == 1
     }
 
     /// Marks block `b` taken (recovery: allocated in the persistent bitmap).
@@ -308,7 +529,7 @@ mod tests {
 
     #[test]
     fn slab_info_packs() {
-        let i = SlabInfo { class: 26, arena: 63 };
+        let i = SlabInfo { class: 26, arena: 63, morph_in: true };
         assert_eq!(SlabInfo::unpack(i.pack()), Some(i));
         assert_eq!(SlabInfo::unpack(0), None);
     }

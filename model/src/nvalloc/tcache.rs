@@ -95,6 +95,29 @@ impl Tcache {
         self.bins[class].count
     }
 
+    /// Takes out the cached blocks of classes other than `keep` for which
+    /// `take` holds; returns them.
+    pub fn drain_other(&mut self, keep: usize, mut take: impl FnMut(u64) -> bool) -> Vec<u64> {
+        let mut out = Vec::new();
+        for (c, bin) in self.bins.iter_mut().enumerate() {
+            if c == keep || bin.count == 0 {
+                continue;
+            }
+            for s in bin.subs.iter_mut() {
+                let before = s.len();
+                s.retain(|&b| {
+                    let t = take(b);
+                    if t {
+                        out.push(b);
+                    }
+                    !t
+                });
+                bin.count -= before - s.len();
+            }
+        }
+        out
+    }
+
     /// Empties every bin; returns the blocks.
     pub fn drain(&mut self) -> Vec<u64> {
         let mut out = Vec::new();

@@ -110,7 +110,8 @@ impl NvThread {
                 self.tcache.pop(class)?
             }
         };
-        let (slab, _) = nv.slabs.lookup(blk).expect("cached block lies in a slab");
+        let (slab, _info) = nv.slabs.lookup(blk).expect("cached block lies in a slab");
+        debug_assert_eq!(_info.class, class, "cached block {blk:#x} of a slab that changed class");
         let b = nv.geoms[class].block_index(slab, blk).expect("cached block is a block start");
         let bitmap = super::slab::bitmap(slab, nv.map);
         if nv.cfg.consistency == Consistency::Gc {
@@ -160,48 +161,99 @@ impl NvThread {
 
     fn free_impl(&mut self, off: u64, dest: Option<u64>) {
         self.t.op_begin(OpKind::Free, off);
-        match self.nv.slabs.lookup(off) {
-            Some((slab, info)) => self.free_small(off, slab, info, dest),
-            None => self.free_large(off, dest),
+        if self.nv.cfg.morphing {
+            self.free_morphing(off, dest);
+        } else {
+            match self.nv.slabs.lookup(off) {
+                Some((slab, info)) => {
+                    let NvThread { nv, t, tcache, wal, .. } = self;
+                    NvThread::free_small(nv, t, tcache, wal, off, slab, info, dest, None)
+                }
+                None => self.free_large(off, dest),
+            }
         }
         self.t.op_end(OpKind::Free, 0);
     }
 
-    fn free_small(&mut self, off: u64, slab: u64, info: super::slab::SlabInfo, dest: Option<u64>) {
-        let nv = &*self.nv;
+    /// `free` with slab morphing on: an old block of a slab_in goes straight
+    /// back to it; any other small block is freed holding its arena's morph
+    /// guard shared, so that its slab cannot morph between reading its class
+    /// and the block reaching the tcache (a cached block keeps its slab from
+    /// being a morph candidate). The guard is never held while taking the
+    /// arena lock (a morph takes them the other way round).
+    fn free_morphing(&mut self, off: u64, dest: Option<u64>) {
+        // (A live block's slab stays a slab: only large frees leave here.)
+        if self.nv.slabs.lookup(off).is_none() {
+            return self.free_large(off, dest);
+        }
+        let NvThread { nv, t, tcache, wal, .. } = self;
+        let nv: &NvAlloc = nv;
+        loop {
+            let (slab, info) = nv.slabs.lookup(off).expect("a slab stays a slab while it has blocks");
+            if info.morph_in {
+                if let Some(size) = nv.arenas[info.arena].free_old(nv, t, wal, slab, off, dest) {
+                    nv.account(t.tid(), -(size as i64));
+                    return;
+                }
+            }
+            let guard = nv.arenas[info.arena].morph_guard.read().unwrap();
+            let (slab, now) = nv.slabs.lookup(off).expect("a slab stays a slab while it has blocks");
+            if now.morph_in && !info.morph_in {
+                // Morphed in between: `off` may be an old block now.
+                continue;
+            }
+            return NvThread::free_small(nv, t, tcache, wal, off, slab, now, dest, Some(guard));
+        }
+    }
+
+    /// The small-block free on a thread's parts (so that a caller may hold
+    /// `guard`, borrowed from the allocator, meanwhile).
+    #[allow(clippy::too_many_arguments)]
+    fn free_small(
+        nv: &NvAlloc,
+        t: &mut PmThread,
+        tcache: &mut super::tcache::Tcache,
+        wal: &mut WalCursor,
+        off: u64,
+        slab: u64,
+        info: super::slab::SlabInfo,
+        dest: Option<u64>,
+        guard: Option<std::sync::RwLockReadGuard<'_, ()>>,
+    ) {
         let g = nv.geoms[info.class];
         let b = g.block_index(slab, off).unwrap_or_else(|| panic!("free of heap offset {off:#x}: not a block start"));
         let bitmap = super::slab::bitmap(slab, nv.map);
-        assert!(bitmap.test(&self.t, b), "free of heap offset {off:#x}: block is not allocated (double free?)");
+        assert!(bitmap.test(t, b), "free of heap offset {off:#x}: block is not allocated (double free?)");
         let mut slot = None;
         if nv.cfg.consistency == Consistency::Gc {
             // Unlink durably before the block can be reused: after a crash,
             // a block still reachable would be marked live again.
             if let Some(d) = dest {
-                self.t.store_u64(d, 0);
-                self.t.persist(d, 8);
+                t.store_u64(d, 0);
+                t.persist(d, 8);
             }
-            bitmap.clear(&mut self.t, b);
+            bitmap.clear(t, b);
         } else {
-            slot = dest.map(|d| self.wal.begin(&mut self.t, WalEntry { op: op::FREE_SMALL, target: off, dest: d }));
-            bitmap.clear(&mut self.t, b);
-            bitmap.persist(&mut self.t, b);
+            slot = dest.map(|d| wal.begin(t, WalEntry { op: op::FREE_SMALL, target: off, dest: d }));
+            bitmap.clear(t, b);
+            bitmap.persist(t, b);
             if let (Some(d), Some(s)) = (dest, slot) {
-                self.t.store_u64(d, 0);
-                self.t.persist(d, 8);
-                self.wal.end(&mut self.t, s);
+                t.store_u64(d, 0);
+                t.persist(d, 8);
+                wal.end(t, s);
             }
         }
-        nv.account(self.t.tid(), -(g.size as i64));
-        let sub = nv.sub_tcache(slab, b, self.tcache.nsub());
-        if !self.tcache.push(info.class, sub, off) {
+        nv.account(t.tid(), -(g.size as i64));
+        let sub = nv.sub_tcache(slab, b, tcache.nsub());
+        if !tcache.push(info.class, sub, off) {
             // Other threads may take the block from its slab: the WAL entry
             // must be durably invalid first (the thread's own reuse of a
             // cached block is ordered by the fence of its next WAL entry).
             if slot.is_some() {
-                self.t.fence();
+                t.fence();
             }
-            nv.arenas[info.arena].return_blocks(nv, &mut self.t, &[off]);
+            drop(guard);
+            nv.arenas[info.arena].return_blocks(nv, t, &[off]);
         }
     }
 
