@@ -77,11 +77,21 @@ pub fn run(a: BenchArgs) -> CmdResult {
         let w = median_secs(a.runs, || {
             std::hint::black_box(encode(&events, n as usize, &opts));
         });
-        rows.push(Row { what: format!("write {name} (synthetic, memory)"), events: n, bytes_per_event: bpe, mevents_per_s: n as f64 / w / 1e6 });
+        rows.push(Row {
+            what: format!("write {name} (synthetic, memory)"),
+            events: n,
+            bytes_per_event: bpe,
+            mevents_per_s: n as f64 / w / 1e6,
+        });
         let r = median_secs(a.runs, || {
             read_count(&bytes);
         });
-        rows.push(Row { what: format!("read {name} (synthetic, memory)"), events: n, bytes_per_event: bpe, mevents_per_s: n as f64 / r / 1e6 });
+        rows.push(Row {
+            what: format!("read {name} (synthetic, memory)"),
+            events: n,
+            bytes_per_event: bpe,
+            mevents_per_s: n as f64 / r / 1e6,
+        });
     }
     if let Some(path) = &a.trace {
         let mut total = 0u64;

@@ -96,11 +96,7 @@ fn info(a: InfoArgs) -> CmdResult {
     if !stats.by_region.is_empty() {
         writeln!(out, "\n{:<28} {:<8} {:>12} {:>14} {:>12}", "region", "category", "stores", "store bytes", "flushes")?;
         for (name, c) in &stats.by_region {
-            writeln!(
-                out,
-                "{:<28} {:<8} {:>12} {:>14} {:>12}",
-                name, c.category, c.stores, c.store_bytes, c.flushes
-            )?;
+            writeln!(out, "{:<28} {:<8} {:>12} {:>14} {:>12}", name, c.category, c.stores, c.store_bytes, c.flushes)?;
         }
     }
     Ok(out.flush()?)
