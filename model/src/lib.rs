@@ -20,6 +20,7 @@ mod arch;
 pub mod heap;
 pub mod mech;
 pub mod nvalloc;
+pub mod params;
 pub mod pm;
 pub mod pmdk;
 pub mod tracing;

@@ -23,6 +23,7 @@
 //! only when candidates exceed 10 %).
 
 use super::NvError;
+use crate::params::{set_field, split_override};
 use serde::{Deserialize, Serialize};
 
 /// How small-allocation metadata is kept consistent across crashes.
@@ -149,26 +150,14 @@ impl NvConfig {
     /// Overrides field `key` with `value` (JSON, or a bare string), e.g.
     /// `set("stripes", "4")`, `set("consistency", "gc")`.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), NvError> {
-        let mut v = serde_json::to_value(&*self).expect("config serializes");
-        let map = v.as_object_mut().expect("config is an object");
-        if !map.contains_key(key) {
-            let keys: Vec<&str> = map.keys().map(|k| k.as_str()).collect();
-            return Err(NvError::Config(format!("unknown NVAlloc parameter '{key}' (known: {})", keys.join(", "))));
-        }
-        let parsed = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
-        map.insert(key.to_string(), parsed);
-        *self =
-            serde_json::from_value(v).map_err(|e| NvError::Config(format!("bad value '{value}' for {key}: {e}")))?;
-        Ok(())
+        set_field(self, "NVAlloc parameter", key, value).map_err(NvError::Config)
     }
 
     /// Applies `key=value` overrides in order.
     pub fn with_overrides<'a>(mut self, kvs: impl IntoIterator<Item = &'a str>) -> Result<NvConfig, NvError> {
         for kv in kvs {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| NvError::Config(format!("override '{kv}' is not of the form key=value")))?;
-            self.set(k.trim(), v.trim())?;
+            let (k, v) = split_override(kv).map_err(NvError::Config)?;
+            self.set(k, v)?;
         }
         Ok(self)
     }

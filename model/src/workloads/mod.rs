@@ -40,6 +40,7 @@ pub mod threadtest;
 pub use driver::{Progress, Shared, Slots, Snapshot, Worker};
 
 use crate::alloc::{AllocThread, Footprint, PmAllocator};
+use crate::params::{set_field, split_override};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -234,40 +235,24 @@ impl Workload {
     /// Overrides parameter `key` with `value` (JSON, or a bare string), e.g.
     /// `set("iterations", "50")`.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), WorkloadError> {
-        let mut map = self.params_json();
-        if !map.contains_key(key) {
-            let keys: Vec<&str> = map.keys().map(|k| k.as_str()).collect();
-            return Err(WorkloadError::Config(format!(
-                "{}: unknown parameter '{key}' (known: {})",
-                self.name,
-                keys.join(", ")
-            )));
+        let what = "parameter";
+        match &mut self.params {
+            Params::Threadtest(p) => set_field(p, what, key, value),
+            Params::ProdCon(p) => set_field(p, what, key, value),
+            Params::Shbench(p) => set_field(p, what, key, value),
+            Params::Larson(p) => set_field(p, what, key, value),
+            Params::Dbmstest(p) => set_field(p, what, key, value),
+            Params::Fragbench(p) => set_field(p, what, key, value),
+            Params::Fptree(p) => set_field(p, what, key, value),
         }
-        let parsed = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));
-        map.insert(key.to_string(), parsed);
-        let v = serde_json::Value::Object(map);
-        let bad =
-            |e: serde_json::Error| WorkloadError::Config(format!("{}: bad value '{value}' for {key}: {e}", self.name));
-        // Parse back into the same variant (untagged would pick the first that fits).
-        self.params = match &self.params {
-            Params::Threadtest(_) => Params::Threadtest(serde_json::from_value(v).map_err(bad)?),
-            Params::ProdCon(_) => Params::ProdCon(serde_json::from_value(v).map_err(bad)?),
-            Params::Shbench(_) => Params::Shbench(serde_json::from_value(v).map_err(bad)?),
-            Params::Larson(_) => Params::Larson(serde_json::from_value(v).map_err(bad)?),
-            Params::Dbmstest(_) => Params::Dbmstest(serde_json::from_value(v).map_err(bad)?),
-            Params::Fragbench(_) => Params::Fragbench(serde_json::from_value(v).map_err(bad)?),
-            Params::Fptree(_) => Params::Fptree(serde_json::from_value(v).map_err(bad)?),
-        };
-        Ok(())
+        .map_err(|e| WorkloadError::Config(format!("{}: {e}", self.name)))
     }
 
     /// Applies `key=value` overrides in order.
     pub fn with_overrides<'a>(mut self, kvs: impl IntoIterator<Item = &'a str>) -> Result<Workload, WorkloadError> {
         for kv in kvs {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| WorkloadError::Config(format!("override '{kv}' is not of the form key=value")))?;
-            self.set(k.trim(), v.trim())?;
+            let (k, v) = split_override(kv).map_err(WorkloadError::Config)?;
+            self.set(k, v)?;
         }
         Ok(self)
     }
