@@ -70,32 +70,14 @@ fn fill(key: u64, size: u32) -> Vec<u8> {
     (0..size as u64).map(|j| key.wrapping_mul(131).wrapping_add(j * 7).wrapping_add(1) as u8).collect()
 }
 
+/// The operation a C op code names; reserved codes (8–15) become `Other`, which
+/// both writers must refuse.
 fn op_kind(code: u64) -> OpKind {
-    match code {
-        0 => OpKind::Malloc,
-        1 => OpKind::Free,
-        2 => OpKind::Realloc,
-        3 => OpKind::Morph,
-        4 => OpKind::LogGc,
-        5 => OpKind::Recovery,
-        6 => OpKind::Init,
-        7 => OpKind::Close,
-        c => OpKind::Other(c),
-    }
+    OpKind::from_code(code).unwrap_or(OpKind::Other(code))
 }
 
 fn op_code(op: OpKind) -> u64 {
-    match op {
-        OpKind::Malloc => 0,
-        OpKind::Free => 1,
-        OpKind::Realloc => 2,
-        OpKind::Morph => 3,
-        OpKind::LogGc => 4,
-        OpKind::Recovery => 5,
-        OpKind::Init => 6,
-        OpKind::Close => 7,
-        OpKind::Other(c) => c,
-    }
+    op.code()
 }
 
 const FLUSHES: [FlushKind; 3] = [FlushKind::Clwb, FlushKind::Clflushopt, FlushKind::Clflush];
