@@ -94,7 +94,12 @@ fn a_traced_run_reads_back_and_simulates() {
     let o = pmsim(&["sim", t, "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
-    assert!(v.to_string().contains("reflush"), "report has no reflush figures");
+    let o = &v["overall"];
+    let flushes = o["flushes"].as_u64().unwrap();
+    assert!(flushes > 0, "a traced NVAlloc run issued no flushes");
+    assert_eq!(o["reflushes"].as_u64().unwrap() + o["regular_flushes"].as_u64().unwrap(), flushes);
+    let hist: u64 = o["histogram"].as_array().unwrap().iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    assert_eq!(hist, flushes, "the distance histogram must count every flush");
     // The run must not clobber a file the user already has.
     let o = pmsim(&["run", "--alloc", "nvalloc-log", "--workload", "threadtest", "--scale", "tiny", "--trace", t]);
     assert!(!o.status.success(), "an existing trace was overwritten without --overwrite");
