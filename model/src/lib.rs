@@ -23,6 +23,7 @@ pub mod nvalloc;
 pub mod params;
 pub mod pm;
 pub mod pmdk;
+pub mod runner;
 pub mod tracing;
 pub mod workloads;
 

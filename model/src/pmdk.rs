@@ -39,7 +39,7 @@
 //! built-in tracer cannot see them: trace PMDK with the DBI tracers instead.
 
 use crate::alloc::{AllocThread, Footprint, PmAllocator};
-use crate::pm::CpuFeatures;
+use crate::pm::{CpuFeatures, FlushInsn};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
@@ -132,6 +132,49 @@ impl fmt::Display for PmdkError {
 }
 
 impl std::error::Error for PmdkError {}
+
+/// The PMDK environment variables a run needs (`None`: unset): the pool
+/// treated as PM unless `msync` is asked for (as the paper's DAX pools are),
+/// and the flush instruction narrowed to `flush` when one is asked for.
+pub fn required_env(msync: bool, flush: Option<FlushInsn>) -> Vec<(&'static str, Option<&'static str>)> {
+    let mut env = vec![("PMEM_IS_PMEM_FORCE", if msync { None } else { Some("1") })];
+    let (no_clwb, no_opt, no_flush) = match flush {
+        None => return env,
+        Some(FlushInsn::Clwb) => (None, None, None),
+        Some(FlushInsn::Clflushopt) => (Some("1"), None, None),
+        Some(FlushInsn::Clflush) => (Some("1"), Some("1"), None),
+        Some(FlushInsn::None) => (None, None, Some("1")),
+    };
+    env.extend([("PMEM_NO_CLWB", no_clwb), ("PMEM_NO_CLFLUSHOPT", no_opt), ("PMEM_NO_FLUSH", no_flush)]);
+    env
+}
+
+/// PMDK reads its persistence settings from the environment when the library
+/// loads, before `main`: if this process's environment is not `want`,
+/// executes the current program again with it (once) and does not return.
+/// Returns `Ok` when the environment already is right.
+pub fn ensure_env(want: &[(&'static str, Option<&'static str>)]) -> Result<(), String> {
+    let differs = want.iter().any(|(k, v)| std::env::var(k).ok().as_deref() != *v);
+    if !differs {
+        return Ok(());
+    }
+    const GUARD: &str = "PMSIM_PMDK_REEXEC";
+    if std::env::var_os(GUARD).is_some() {
+        return Err("cannot set PMDK's environment (PMEM_*): it differs even after re-executing pmsim".into());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find pmsim's executable: {e}"))?;
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args(std::env::args_os().skip(1)).env(GUARD, "1");
+    for (k, v) in want {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    use std::os::unix::process::CommandExt;
+    let e = cmd.exec();
+    Err(format!("cannot re-execute {} to set PMDK's environment: {e}", exe.display()))
+}
 
 /// How to create a pool.
 #[derive(Clone, Debug)]

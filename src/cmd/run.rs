@@ -8,17 +8,16 @@
 use super::CmdResult;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use pmsim_model::nvalloc::{NvAlloc, NvConfig};
-use pmsim_model::pmdk::{Pmdk, PmdkOptions};
-use pmsim_model::workloads::{self, Progress, RunOptions, RunReport, Scale, Workload};
-use pmsim_model::{FlushInsn, Heap, HeapOptions, Pm, PmAllocator, TraceConfig};
+use pmsim_model::pmdk;
+use pmsim_model::runner::{self, AllocInfo, AllocSpec, HeapSpec, Outcome, RunError, RunSpec, ScratchHeap};
+use pmsim_model::workloads::{Progress, RunOptions, RunReport, Scale, Workload};
+use pmsim_model::{FlushInsn, TraceConfig};
 use pmsim_sim::{Config as SimConfig, Simulator};
-use pmsim_traces::{Component, TraceFile, TraceHeader, WriterOptions};
+use pmsim_traces::{TraceFile, WriterOptions};
 use serde::Serialize;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Args)]
@@ -102,110 +101,11 @@ fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(1 << shift).ok_or_else(|| format!("'{s}' is too large"))
 }
 
-/// One allocator to run.
-#[derive(Clone)]
-enum AllocSpec {
-    Nv { label: String, cfg: NvConfig },
-    Pmdk,
-}
-
-impl AllocSpec {
-    fn label(&self) -> &str {
-        match self {
-            AllocSpec::Nv { label, .. } => label,
-            AllocSpec::Pmdk => "pmdk",
-        }
-    }
-}
-
-fn alloc_specs(a: &RunArgs) -> Result<Vec<AllocSpec>, Box<dyn std::error::Error>> {
-    let mut out = Vec::new();
-    for spec in &a.alloc {
-        let mut parts = spec.split(':');
-        let name = parts.next().unwrap_or("").trim();
-        if name == "pmdk" {
-            if parts.next().is_some() {
-                return Err(format!("--alloc {spec}: pmdk takes no parameters").into());
-            }
-            out.push(AllocSpec::Pmdk);
-            continue;
-        }
-        if !NvConfig::PRESETS.contains(&name) {
-            return Err(format!(
-                "--alloc {spec}: unknown allocator '{name}' (expected pmdk or an NVAlloc preset: {})",
-                NvConfig::PRESETS.join(", ")
-            )
-            .into());
-        }
-        let mut cfg = NvConfig::preset(name)?.with_overrides(a.set.iter().map(String::as_str))?;
-        if let Some(s) = a.stripes {
-            cfg.stripes = s;
-        }
-        if let Some(su) = a.su {
-            cfg.su = su;
-        }
-        let cfg = cfg.with_overrides(parts)?;
-        out.push(AllocSpec::Nv { label: spec.clone(), cfg });
-    }
-    Ok(out)
-}
-
-/// The PMDK environment variables this run needs (`None`: unset).
-fn pmdk_env(a: &RunArgs, flush: Option<FlushInsn>) -> Vec<(&'static str, Option<&'static str>)> {
-    let mut env = vec![("PMEM_IS_PMEM_FORCE", if a.pmdk_msync { None } else { Some("1") })];
-    let (no_clwb, no_opt, no_flush) = match flush {
-        None => return env,
-        Some(FlushInsn::Clwb) => (None, None, None),
-        Some(FlushInsn::Clflushopt) => (Some("1"), None, None),
-        Some(FlushInsn::Clflush) => (Some("1"), Some("1"), None),
-        Some(FlushInsn::None) => (None, None, Some("1")),
-    };
-    env.extend([("PMEM_NO_CLWB", no_clwb), ("PMEM_NO_CLFLUSHOPT", no_opt), ("PMEM_NO_FLUSH", no_flush)]);
-    env
-}
-
-/// PMDK reads its persistence settings from the environment when the library
-/// loads, before `main`: if this process's environment is not the one the
-/// run needs, execute pmsim again with it (once).
-fn ensure_pmdk_env(want: &[(&'static str, Option<&'static str>)]) -> CmdResult {
-    let differs = want.iter().any(|(k, v)| std::env::var(k).ok().as_deref() != *v);
-    if !differs {
-        return Ok(());
-    }
-    const GUARD: &str = "PMSIM_PMDK_REEXEC";
-    if std::env::var_os(GUARD).is_some() {
-        return Err("cannot set PMDK's environment (PMEM_*): it differs even after re-executing pmsim".into());
-    }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find pmsim's executable: {e}"))?;
-    let mut cmd = std::process::Command::new(&exe);
-    cmd.args(std::env::args_os().skip(1)).env(GUARD, "1");
-    for (k, v) in want {
-        match v {
-            Some(v) => cmd.env(k, v),
-            None => cmd.env_remove(k),
-        };
-    }
-    use std::os::unix::process::CommandExt;
-    let e = cmd.exec();
-    Err(format!("cannot re-execute {} to set PMDK's environment: {e}", exe.display()).into())
-}
-
 /// Where a run's events go.
 enum Mode {
     Native,
     Trace { path: PathBuf, opts: WriterOptions },
     Sim(SimConfig),
-}
-
-/// A heap file made for one run and removed after it (also on errors).
-struct Scratch(Option<PathBuf>);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if let Some(p) = &self.0 {
-            let _ = std::fs::remove_file(p);
-        }
-    }
 }
 
 #[derive(Serialize)]
@@ -222,17 +122,10 @@ struct TraceOut {
     bytes: u64,
 }
 
-#[derive(Serialize)]
-struct AllocOut {
-    spec: String,
-    name: String,
-    params: serde_json::Map<String, serde_json::Value>,
-}
-
 /// Everything one run printed.
 #[derive(Serialize)]
 struct RunOut {
-    allocator: AllocOut,
+    allocator: AllocInfo,
     heap: HeapOut,
     flush_insn: String,
     run: RunReport,
@@ -240,14 +133,9 @@ struct RunOut {
     sim: Option<pmsim_sim::Report>,
 }
 
-/// Runs the workload with a progress bar on stderr once it has taken a
-/// couple of seconds (indicatif draws nothing when stderr is not a terminal).
-fn drive<A: PmAllocator>(
-    alloc: &Arc<A>,
-    wl: &Workload,
-    opts: &RunOptions,
-    label: &str,
-) -> Result<RunReport, workloads::WorkloadError> {
+/// Runs `f` with a progress bar on stderr once it has taken a couple of
+/// seconds (indicatif draws nothing when stderr is not a terminal).
+fn with_bar<T>(label: &str, f: impl FnOnce(&Progress) -> T) -> T {
     let progress = Progress::default();
     let done = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -284,124 +172,38 @@ fn drive<A: PmAllocator>(
             }
         }
         let _stop = Stop(&done);
-        workloads::run(alloc, wl, opts, &progress)
+        f(&progress)
     })
-}
-
-/// The trace header's components: the allocator and the workload with every parameter.
-fn fill_header(
-    h: &mut TraceHeader,
-    alloc: (&str, &str, serde_json::Map<String, serde_json::Value>),
-    wl: &Workload,
-    opts: &RunOptions,
-) {
-    h.allocator = Component { name: alloc.0.into(), variant: alloc.1.into(), params: alloc.2 };
-    let mut params = wl.params_json();
-    params.insert("threads".into(), opts.threads.into());
-    params.insert("seed".into(), opts.seed.into());
-    params.insert("scale".into(), wl.scale().name().into());
-    h.workload = Component { name: wl.name().into(), variant: wl.scale().name().into(), params };
-    h.threads = opts.threads;
-    let argv: Vec<String> = std::env::args().collect();
-    h.extra.insert("command".into(), argv.join(" ").into());
-}
-
-/// The configuration NVAlloc reports as its parameters (its `params()`,
-/// computed before the instance exists, for the trace header).
-fn nv_params(cfg: &NvConfig) -> serde_json::Map<String, serde_json::Value> {
-    let mut c = cfg.clone();
-    c.arenas = c.arena_count() as u32;
-    match serde_json::to_value(c).expect("config serializes") {
-        serde_json::Value::Object(m) => m,
-        _ => unreachable!("config is an object"),
-    }
-}
-
-/// The heap file of one run.
-struct HeapSpec {
-    path: PathBuf,
-    size: u64,
-    overwrite: bool,
 }
 
 /// What one allocator run produced.
 struct Done {
-    run: RunReport,
-    alloc: AllocOut,
+    outcome: Outcome,
     trace: Option<TraceOut>,
     sim: Option<pmsim_sim::Report>,
 }
 
-type RunResult = Result<Done, Box<dyn std::error::Error>>;
-
-fn run_nvalloc(
-    label: &str,
-    cfg: &NvConfig,
-    wl: &Workload,
-    opts: &RunOptions,
-    mode: &Mode,
-    hs: &HeapSpec,
-    flush: FlushInsn,
-) -> RunResult {
-    let mut cfg = cfg.clone();
-    cfg.max_threads = cfg.max_threads.max(opts.threads);
-    let heap =
-        Heap::create_with(&hs.path, hs.size, &HeapOptions { overwrite: hs.overwrite, ..HeapOptions::default() })?;
-    let header_alloc = || ("nvalloc", cfg.preset.clone(), nv_params(&cfg));
-    let out = |nv: &Arc<NvAlloc>| AllocOut { spec: label.into(), name: nv.name(), params: nv.params() };
-    let tcfg =
-        TraceConfig { values: matches!(mode, Mode::Trace { opts, .. } if opts.values), ..TraceConfig::default() };
-    match mode {
-        Mode::Native => {
-            let pm = Pm::native(&heap, flush)?;
-            let nv = NvAlloc::create(&heap, pm, cfg.clone())?;
-            let r = drive(&nv, wl, opts, label);
-            let a = out(&nv);
-            drop(nv.close()?);
-            heap.close()?;
-            Ok(Done { run: r?, alloc: a, trace: None, sim: None })
+/// Runs one job in `mode`.
+fn run_one(job: &Job, opts: &RunOptions, hs: &HeapSpec, flush: FlushInsn, mode: &Mode) -> Result<Done, RunError> {
+    with_bar(job.alloc.label(), |progress| {
+        let spec = RunSpec { alloc: &job.alloc, workload: &job.wl, opts, heap: hs, flush, progress };
+        match mode {
+            Mode::Native => Ok(Done { outcome: runner::run_native(&spec)?, trace: None, sim: None }),
+            Mode::Trace { path, opts: wopts } => {
+                let tcfg = TraceConfig { values: wopts.values, ..TraceConfig::default() };
+                let (outcome, finished) = runner::run_traced(&spec, &tcfg, |h| TraceFile::create(path, &h, wopts))?;
+                let stats = finished.sink.finish().map_err(|e| format!("{}: {e}", path.display()))?;
+                let trace = Some(TraceOut { path: path.clone(), events: stats.events, bytes: stats.bytes });
+                Ok(Done { outcome, trace, sim: None })
+            }
+            Mode::Sim(cfg) => {
+                let (outcome, mut finished) = runner::run_traced(&spec, &TraceConfig::default(), |h| {
+                    Simulator::new(cfg.clone(), &h).map_err(std::io::Error::other)
+                })?;
+                Ok(Done { outcome, trace: None, sim: Some(finished.sink.report()) })
+            }
         }
-        Mode::Trace { path, opts: wopts } => {
-            let (pm, collector) = Pm::traced(&heap, flush, &tcfg, |mut h| {
-                let (n, v, p) = header_alloc();
-                fill_header(&mut h, (n, &v, p), wl, opts);
-                TraceFile::create(path, &h, wopts)
-            })?;
-            let nv = NvAlloc::create(&heap, pm, cfg.clone())?;
-            let r = drive(&nv, wl, opts, label);
-            let a = out(&nv);
-            let pm = nv.close()?;
-            let finished = collector.finish(pm)?;
-            let report = r?;
-            let stats = finished.sink.finish().map_err(|e| format!("{}: {e}", path.display()))?;
-            heap.close()?;
-            let trace = Some(TraceOut { path: path.clone(), events: stats.events, bytes: stats.bytes });
-            Ok(Done { run: report, alloc: a, trace, sim: None })
-        }
-        Mode::Sim(sim_cfg) => {
-            let (pm, collector) = Pm::traced(&heap, flush, &tcfg, |mut h| {
-                let (n, v, p) = header_alloc();
-                fill_header(&mut h, (n, &v, p), wl, opts);
-                Simulator::new(sim_cfg.clone(), &h).map_err(std::io::Error::other)
-            })?;
-            let nv = NvAlloc::create(&heap, pm, cfg.clone())?;
-            let r = drive(&nv, wl, opts, label);
-            let a = out(&nv);
-            let pm = nv.close()?;
-            let mut finished = collector.finish(pm)?;
-            let report = r?;
-            heap.close()?;
-            Ok(Done { run: report, alloc: a, trace: None, sim: Some(finished.sink.report()) })
-        }
-    }
-}
-
-fn run_pmdk(wl: &Workload, opts: &RunOptions, hs: &HeapSpec) -> RunResult {
-    let pool = Pmdk::create(&hs.path, hs.size, &PmdkOptions { overwrite: hs.overwrite, ..PmdkOptions::default() })?;
-    let r = drive(&pool, wl, opts, "pmdk");
-    let a = AllocOut { spec: "pmdk".into(), name: pool.name(), params: pool.params() };
-    pool.close()?;
-    Ok(Done { run: r?, alloc: a, trace: None, sim: None })
+    })
 }
 
 /// One run of the cross product.
@@ -414,7 +216,16 @@ struct Job {
 pub fn run(a: RunArgs) -> CmdResult {
     let scale: Scale = a.scale.parse()?;
     let flush = a.flush_insn.as_deref().map(str::parse::<FlushInsn>).transpose()?;
-    let allocs = alloc_specs(&a)?;
+    // --set, then --stripes and --su, then each spec's own `:key=value`s.
+    let mut overrides = a.set.clone();
+    overrides.extend(a.stripes.map(|s| format!("stripes={s}")));
+    overrides.extend(a.su.map(|su| format!("su={su}")));
+    let allocs = a
+        .alloc
+        .iter()
+        .map(|spec| AllocSpec::parse(spec, overrides.iter().map(String::as_str)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("--alloc: {e}"))?;
     let mut wls = Vec::new();
     for w in &a.workload {
         for name in Workload::expand(w)? {
@@ -437,16 +248,21 @@ pub fn run(a: RunArgs) -> CmdResult {
         )
         .into());
     }
-    if allocs.iter().any(|s| matches!(s, AllocSpec::Pmdk)) {
+    if let Some(s) = allocs.iter().find(|s| !s.traceable()) {
         if a.trace.is_some() || a.sim.is_some() {
-            return Err("--alloc pmdk cannot be traced by pmsim's built-in tracer: PMDK's stores and flushes happen \
-                        inside libpmemobj (trace it with the Valgrind tool in pintools/)"
-                .into());
+            return Err(format!(
+                "--alloc {}: cannot be traced by pmsim's built-in tracer: its stores and flushes happen inside \
+                 the library (trace it with the Valgrind tool in pintools/)",
+                s.label()
+            )
+            .into());
         }
+    }
+    if allocs.iter().any(|s| matches!(s, AllocSpec::Pmdk)) {
         if let Some(f) = flush {
             f.check(&pmsim_model::CpuFeatures::detect())?;
         }
-        ensure_pmdk_env(&pmdk_env(&a, flush))?;
+        pmdk::ensure_env(&pmdk::required_env(a.pmdk_msync, flush))?;
     }
     let flush = flush.unwrap_or_else(FlushInsn::best);
     if let Some(t) = &a.trace {
@@ -466,38 +282,21 @@ pub fn run(a: RunArgs) -> CmdResult {
         (None, None) => Mode::Native,
     };
 
-    let scratch_dir = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
     let mut outs = Vec::new();
     let stdout = std::io::stdout();
     for (k, job) in jobs.iter().enumerate() {
         let opts = RunOptions { threads: job.threads, seed: a.seed };
         let size = a.heap_size.unwrap_or_else(|| job.wl.heap_size_hint(job.threads));
-        let (path, _scratch) = match &a.heap {
-            Some(p) => (p.clone(), Scratch(None)),
-            None => {
-                let p = scratch_dir.join(format!("pmsim-run-{}-{k}.heap", std::process::id()));
-                (p.clone(), Scratch(Some(p)))
-            }
-        };
-        let ctx = |e: Box<dyn std::error::Error>| -> Box<dyn std::error::Error> {
-            format!("{} on {}, {} thread(s): {e}", job.wl.name(), job.alloc.label(), job.threads).into()
-        };
+        let scratch = a.heap.is_none().then(|| ScratchHeap::new(&format!("run-{k}")));
+        let path = a.heap.clone().unwrap_or_else(|| scratch.as_ref().expect("scratch heap").path().to_path_buf());
         let hs = HeapSpec { path, size, overwrite: a.overwrite };
-        let (done, flush_name) = match &job.alloc {
-            AllocSpec::Nv { label, cfg } => {
-                (run_nvalloc(label, cfg, &job.wl, &opts, &mode, &hs, flush).map_err(ctx)?, flush.name().to_string())
-            }
-            AllocSpec::Pmdk => {
-                let d = run_pmdk(&job.wl, &opts, &hs).map_err(ctx)?;
-                let f = d.alloc.params.get("flush").and_then(|v| v.as_str()).unwrap_or("?").to_string();
-                (d, f)
-            }
-        };
+        let done = run_one(job, &opts, &hs, flush, &mode)
+            .map_err(|e| format!("{} on {}, {} thread(s): {e}", job.wl.name(), job.alloc.label(), job.threads))?;
         let out = RunOut {
-            allocator: done.alloc,
+            allocator: done.outcome.alloc,
             heap: HeapOut { path: hs.path, size, kept: a.heap.is_some() },
-            flush_insn: flush_name,
-            run: done.run,
+            flush_insn: done.outcome.flush_insn,
+            run: done.outcome.run,
             trace: done.trace,
             sim: done.sim,
         };

@@ -1,0 +1,282 @@
+//! Running one allocator on one workload: the one place that turns an
+//! allocator spec (`nvalloc-log:stripes=4`, `pmdk`, …) into an allocator on a
+//! fresh heap, attaches a trace sink when asked, runs the workload and closes
+//! everything again. `pmsim run`, sweeps and the crash explorer all go
+//! through it, so a point of a sweep is exactly the run `pmsim run` makes.
+//!
+//! The sink is the caller's: a `.pmt` [`TraceFile`](pmsim_traces::TraceFile),
+//! the simulator, or anything else implementing [`EventSink`]. This module
+//! fills the trace header with the allocator, the workload and every
+//! parameter, so that a trace describes its run completely.
+
+use crate::alloc::PmAllocator;
+use crate::heap::{Heap, HeapOptions};
+use crate::nvalloc::{NvAlloc, NvConfig};
+use crate::pm::{FlushInsn, Pm};
+use crate::pmdk::{Pmdk, PmdkOptions};
+use crate::tracing::{Finished, TraceConfig};
+use crate::workloads::{self, Progress, RunOptions, RunReport, Workload};
+use pmsim_traces::{Component, EventSink, TraceHeader};
+use serde::Serialize;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The error of a run: one line for the user, sendable across the threads of a sweep.
+pub type RunError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One allocator to run, with every parameter settled.
+#[derive(Clone, Debug)]
+pub enum AllocSpec {
+    /// An NVAlloc preset with its overrides; `label` is the spec as written.
+    NvAlloc { label: String, cfg: NvConfig },
+    /// PMDK's libpmemobj through FFI (not traceable by the built-in tracer).
+    Pmdk,
+}
+
+impl AllocSpec {
+    /// Every allocator name a spec may start with.
+    pub fn names() -> Vec<&'static str> {
+        let mut v: Vec<&'static str> = NvConfig::PRESETS.to_vec();
+        v.push("pmdk");
+        v
+    }
+
+    /// Parses `NAME[:key=value:…]`. `overrides` (`key=value`, e.g. from a
+    /// command line's `--set`) apply first, then the spec's own; the spec's
+    /// label stays as written.
+    pub fn parse<'a>(spec: &str, overrides: impl IntoIterator<Item = &'a str>) -> Result<AllocSpec, RunError> {
+        let mut parts = spec.split(':');
+        let name = parts.next().unwrap_or("").trim();
+        if name == "pmdk" {
+            if parts.next().is_some() {
+                return Err(format!("allocator '{spec}': pmdk takes no parameters").into());
+            }
+            return Ok(AllocSpec::Pmdk);
+        }
+        if !NvConfig::PRESETS.contains(&name) {
+            return Err(format!(
+                "unknown allocator '{name}' in '{spec}' (expected one of: {})",
+                Self::names().join(", ")
+            )
+            .into());
+        }
+        let cfg = NvConfig::preset(name)?.with_overrides(overrides)?.with_overrides(parts)?;
+        Ok(AllocSpec::NvAlloc { label: spec.to_string(), cfg })
+    }
+
+    /// The spec as the user wrote it (the row label of tables).
+    pub fn label(&self) -> &str {
+        match self {
+            AllocSpec::NvAlloc { label, .. } => label,
+            AllocSpec::Pmdk => "pmdk",
+        }
+    }
+
+    /// Whether pmsim's built-in tracer sees this allocator's persistent
+    /// writes (PMDK's happen inside libpmemobj: trace it with the DBI tool).
+    pub fn traceable(&self) -> bool {
+        !matches!(self, AllocSpec::Pmdk)
+    }
+
+    /// Sets a parameter of the allocator (`stripes`, `su`, …), as a sweep does.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), RunError> {
+        match self {
+            AllocSpec::NvAlloc { cfg, .. } => Ok(cfg.set(key, value)?),
+            AllocSpec::Pmdk => Err(format!("pmdk has no parameter '{key}'").into()),
+        }
+    }
+}
+
+/// Who an allocator was, for result rows: the spec, the instance's name and
+/// every parameter it ran with.
+#[derive(Clone, Debug, Serialize)]
+pub struct AllocInfo {
+    pub spec: String,
+    pub name: String,
+    pub params: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The heap (or PMDK pool) file of one run.
+#[derive(Clone, Debug)]
+pub struct HeapSpec {
+    pub path: PathBuf,
+    pub size: u64,
+    /// Replace an existing file.
+    pub overwrite: bool,
+}
+
+/// A heap file made for one run and removed when dropped (also on errors).
+#[derive(Debug)]
+pub struct ScratchHeap {
+    path: PathBuf,
+}
+
+impl ScratchHeap {
+    /// A fresh file name under `/dev/shm` (memory, as a DAX mount would be)
+    /// or else the temporary directory; `tag` keeps concurrent runs of one
+    /// process apart.
+    pub fn new(tag: &str) -> ScratchHeap {
+        let dir = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        ScratchHeap { path: dir.join(format!("pmsim-{}-{tag}.heap", std::process::id())) }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchHeap {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Everything that defines one run.
+pub struct RunSpec<'a> {
+    pub alloc: &'a AllocSpec,
+    pub workload: &'a Workload,
+    pub opts: &'a RunOptions,
+    pub heap: &'a HeapSpec,
+    /// The flush instruction of pmsim's own allocators (PMDK picks its own).
+    pub flush: FlushInsn,
+    /// Polled by progress bars meanwhile.
+    pub progress: &'a Progress,
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct Outcome {
+    pub run: RunReport,
+    pub alloc: AllocInfo,
+    /// The flush instruction the allocator used (`msync` for a PMDK pool not on PM).
+    pub flush_insn: String,
+}
+
+/// Runs natively: real flush instructions, no tracing.
+pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
+    match spec.alloc {
+        AllocSpec::Pmdk => run_pmdk(spec),
+        _ => {
+            let heap = create_heap(spec.heap)?;
+            let pm = Pm::native(&heap, spec.flush)?;
+            let (run, alloc, pm) = run_on_pm(spec, &heap, pm)?;
+            drop(pm);
+            heap.close()?;
+            Ok(Outcome { run: run?, alloc, flush_insn: spec.flush.name().into() })
+        }
+    }
+}
+
+/// Runs with every event going, in global order, to the sink `make_sink`
+/// builds from the complete trace header. Returns the outcome and the sink
+/// (for a `TraceFile`, call its `finish` next).
+pub fn run_traced<S, F>(spec: &RunSpec, tcfg: &TraceConfig, make_sink: F) -> Result<(Outcome, Finished<S>), RunError>
+where
+    S: EventSink + 'static,
+    F: FnOnce(TraceHeader) -> io::Result<S>,
+{
+    if !spec.alloc.traceable() {
+        return Err(format!(
+            "{} cannot be traced by pmsim's built-in tracer: its stores and flushes happen inside the library \
+             (trace the program with the Valgrind tool in pintools/)",
+            spec.alloc.label()
+        )
+        .into());
+    }
+    let heap = create_heap(spec.heap)?;
+    let (alloc_name, variant, params) = header_alloc(spec.alloc, spec.opts);
+    let (pm, collector) = Pm::traced(&heap, spec.flush, tcfg, |mut h| {
+        fill_header(&mut h, (alloc_name, &variant, params), spec.workload, spec.opts);
+        make_sink(h)
+    })?;
+    let (run, alloc, pm) = run_on_pm(spec, &heap, pm)?;
+    let finished = collector.finish(pm)?;
+    let run = run?;
+    heap.close()?;
+    Ok((Outcome { run, alloc, flush_insn: spec.flush.name().into() }, finished))
+}
+
+fn create_heap(hs: &HeapSpec) -> Result<Heap, RunError> {
+    Ok(Heap::create_with(&hs.path, hs.size, &HeapOptions { overwrite: hs.overwrite, ..HeapOptions::default() })?)
+}
+
+/// Builds the allocator on `pm`, runs the workload, closes the allocator and
+/// gives the `Pm` back (a traced one must be handed to its collector). The
+/// workload's own error comes back inside, after the allocator is closed, so
+/// that a trace still ends cleanly.
+type OnPm = (Result<RunReport, workloads::WorkloadError>, AllocInfo, Pm);
+
+fn run_on_pm(spec: &RunSpec, heap: &Heap, pm: Pm) -> Result<OnPm, RunError> {
+    match spec.alloc {
+        AllocSpec::NvAlloc { label, cfg } => {
+            let nv = NvAlloc::create(heap, pm, sized_config(cfg, spec.opts))?;
+            let (r, info) = drive(&nv, label, spec);
+            Ok((r, info, nv.close()?))
+        }
+        AllocSpec::Pmdk => unreachable!("PMDK runs on its own pool, not on a pmsim Pm"),
+    }
+}
+
+fn drive<A: PmAllocator>(
+    a: &Arc<A>,
+    label: &str,
+    spec: &RunSpec,
+) -> (Result<RunReport, workloads::WorkloadError>, AllocInfo) {
+    let r = workloads::run(a, spec.workload, spec.opts, spec.progress);
+    (r, AllocInfo { spec: label.into(), name: a.name(), params: a.params() })
+}
+
+fn run_pmdk(spec: &RunSpec) -> Result<Outcome, RunError> {
+    let hs = spec.heap;
+    let pool = Pmdk::create(&hs.path, hs.size, &PmdkOptions { overwrite: hs.overwrite, ..PmdkOptions::default() })?;
+    let (r, alloc) = drive(&pool, "pmdk", spec);
+    let flush_insn = pool.flush().to_string();
+    pool.close()?;
+    Ok(Outcome { run: r?, alloc, flush_insn })
+}
+
+/// NVAlloc's configuration for a run of `opts.threads` threads.
+fn sized_config(cfg: &NvConfig, opts: &RunOptions) -> NvConfig {
+    let mut cfg = cfg.clone();
+    cfg.max_threads = cfg.max_threads.max(opts.threads);
+    cfg
+}
+
+/// The allocator part of a trace header, known before the instance exists.
+fn header_alloc(
+    a: &AllocSpec,
+    opts: &RunOptions,
+) -> (&'static str, String, serde_json::Map<String, serde_json::Value>) {
+    match a {
+        AllocSpec::NvAlloc { cfg, .. } => {
+            let mut c = sized_config(cfg, opts);
+            c.arenas = c.arena_count() as u32;
+            let params = match serde_json::to_value(&c).expect("config serializes") {
+                serde_json::Value::Object(m) => m,
+                _ => unreachable!("config is an object"),
+            };
+            ("nvalloc", cfg.preset.clone(), params)
+        }
+        AllocSpec::Pmdk => ("pmdk", String::new(), serde_json::Map::new()),
+    }
+}
+
+/// The trace header's components: the allocator and the workload with every
+/// parameter, the thread count and the command that made the trace.
+fn fill_header(
+    h: &mut TraceHeader,
+    alloc: (&str, &str, serde_json::Map<String, serde_json::Value>),
+    wl: &Workload,
+    opts: &RunOptions,
+) {
+    h.allocator = Component { name: alloc.0.into(), variant: alloc.1.into(), params: alloc.2 };
+    let mut params = wl.params_json();
+    params.insert("threads".into(), opts.threads.into());
+    params.insert("seed".into(), opts.seed.into());
+    params.insert("scale".into(), wl.scale().name().into());
+    h.workload = Component { name: wl.name().into(), variant: wl.scale().name().into(), params };
+    h.threads = opts.threads;
+    let argv: Vec<String> = std::env::args().collect();
+    h.extra.insert("command".into(), argv.join(" ").into());
+}
