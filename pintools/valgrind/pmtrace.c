@@ -96,6 +96,11 @@ static void pmt_print_debug_usage(void) {
 typedef struct {
     Addr base;
     SizeT len;
+    ULong offset; /* file offset of `base` */
+    /* Added to addresses in the range: a second mapping of file bytes that an
+     * earlier mapping holds (PMDK maps its pool header twice) is recorded at
+     * the earlier one's addresses, since both name the same PM. */
+    Long alias;
     HChar path[256];
 } PmRange;
 static PmRange ranges[MAX_RANGES];
@@ -115,12 +120,13 @@ static void recompute_bounds(void) {
     }
 }
 
-static inline Bool in_pm(Addr a) {
+/* The PM range holding `a`, or NULL. */
+static inline const PmRange *pm_range(Addr a) {
     UInt i;
-    if (a < pm_lo || a >= pm_hi) return False;
+    if (a < pm_lo || a >= pm_hi) return NULL;
     for (i = 0; i < n_ranges; i++)
-        if (a - ranges[i].base < ranges[i].len) return True;
-    return False;
+        if (a - ranges[i].base < ranges[i].len) return &ranges[i];
+    return NULL;
 }
 
 /* Removes [a, a+len) from the PM ranges (munmap), splitting where needed. */
@@ -300,6 +306,12 @@ static void build_header(Json *j, Bool final) {
             j_num(j, seen[i].base);
             j_raw(j, ",\"size\":");
             j_num(j, seen[i].len);
+            j_raw(j, ",\"file_offset\":");
+            j_num(j, seen[i].offset);
+            if (seen[i].alias) {
+                j_raw(j, ",\"recorded_at\":");
+                j_num(j, seen[i].base + (ULong)seen[i].alias);
+            }
             j_raw(j, "}");
         }
         j_raw(j, "],\"pm_mappings_dropped\":");
@@ -336,16 +348,30 @@ static void start_trace(void) {
         if (live[t]) check(pmt_thread_start(&writer, trace_tid(t)));
 }
 
-/* A new PM range: a file mapping or an announced range. */
-static void add_range(Addr base, SizeT len, const HChar *path) {
+/* A new PM range: a file mapping (`path`, at file `offset`) or an announced range (path ""). */
+static void add_range(Addr base, SizeT len, const HChar *path, ULong offset) {
+    PmRange *r;
+    UInt i;
     if (len == 0 || dead) return;
     if (n_ranges == MAX_RANGES) {
         VG_(umsg)("pmtrace: warning: more than %d PM ranges; %#lx (+%lu) is not traced\n", MAX_RANGES, base, len);
         return;
     }
-    ranges[n_ranges].base = base;
-    ranges[n_ranges].len = len;
-    VG_(strncpy)(ranges[n_ranges].path, path, sizeof ranges[0].path - 1);
+    r = &ranges[n_ranges];
+    r->base = base;
+    r->len = len;
+    r->offset = offset;
+    r->alias = 0;
+    VG_(memset)(r->path, 0, sizeof r->path);
+    VG_(strncpy)(r->path, path, sizeof r->path - 1);
+    for (i = 0; path[0] && i < n_ranges; i++) {
+        const PmRange *o = &ranges[i];
+        if (o->alias == 0 && VG_(strcmp)(o->path, r->path) == 0 && offset >= o->offset &&
+            offset + len <= o->offset + o->len) {
+            r->alias = (Long)(o->base + (offset - o->offset)) - (Long)base;
+            break;
+        }
+    }
     n_ranges++;
     recompute_bounds();
     if (n_seen < sizeof seen / sizeof seen[0])
@@ -358,25 +384,29 @@ static void add_range(Addr base, SizeT len, const HChar *path) {
 /* ---------------------------------------------- helpers run by the program */
 
 static void h_store(Addr a, UWord size) {
-    if (!tracing || !in_pm(a)) return;
-    check(pmt_store(&writer, trace_tid(VG_(get_running_tid)()), a, (uint32_t)size, (const void *)a));
+    const PmRange *r;
+    if (!tracing || (r = pm_range(a)) == NULL) return;
+    check(pmt_store(&writer, trace_tid(VG_(get_running_tid)()), a + r->alias, (uint32_t)size, (const void *)a));
 }
 
 static void h_ntstore(Addr a, UWord size) {
-    if (!tracing || !in_pm(a)) return;
-    check(pmt_ntstore(&writer, trace_tid(VG_(get_running_tid)()), a, (uint32_t)size, (const void *)a));
+    const PmRange *r;
+    if (!tracing || (r = pm_range(a)) == NULL) return;
+    check(pmt_ntstore(&writer, trace_tid(VG_(get_running_tid)()), a + r->alias, (uint32_t)size, (const void *)a));
 }
 
 static void h_flush(Addr a) {
-    if (!tracing || !in_pm(a)) return;
-    check(pmt_flush(&writer, trace_tid(VG_(get_running_tid)()), PMT_CLFLUSH, a & ~(Addr)63));
+    const PmRange *r;
+    if (!tracing || (r = pm_range(a)) == NULL) return;
+    check(pmt_flush(&writer, trace_tid(VG_(get_running_tid)()), PMT_CLFLUSH, (a + r->alias) & ~(Addr)63));
 }
 
 /* A clflush whose line is known only to 256 B: recorded at that granule. */
 static void h_flush_imprecise(Addr a) {
-    if (!tracing || !in_pm(a)) return;
+    const PmRange *r;
+    if (!tracing || (r = pm_range(a)) == NULL) return;
     n_imprecise++;
-    check(pmt_flush(&writer, trace_tid(VG_(get_running_tid)()), PMT_CLFLUSH, a & ~(Addr)63));
+    check(pmt_flush(&writer, trace_tid(VG_(get_running_tid)()), PMT_CLFLUSH, (a + r->alias) & ~(Addr)63));
 }
 
 static void h_fence(UWord kind) {
@@ -385,7 +415,7 @@ static void h_fence(UWord kind) {
 }
 
 static void h_rmw(Addr a) {
-    if (!tracing || !in_pm(a)) return;
+    if (!tracing || pm_range(a) == NULL) return;
     check(pmt_fence(&writer, trace_tid(VG_(get_running_tid)()), PMT_LOCKED_RMW));
 }
 
@@ -602,7 +632,7 @@ static Bool pmt_handle_client_request(ThreadId tid, UWord *arg, UWord *ret) {
     *ret = 1; /* "pmtrace is here" */
     switch (arg[0]) {
     case PMTRACE_REQ_PM_RANGE:
-        add_range(arg[1], arg[2], "");
+        add_range(arg[1], arg[2], "", 0);
         break;
     case PMTRACE_REQ_REGION_ADD:
         if (tracing)
@@ -659,7 +689,7 @@ static void pmt_post_syscall(ThreadId tid, UInt sysno, UWord *args, UInt nargs, 
         n = VG_(readlink)(link, path, sizeof path - 1);
         if (n <= 0) return;
         path[n] = 0;
-        if (under_pm_dir(path)) add_range(sr_Res(res), args[1], path);
+        if (under_pm_dir(path)) add_range(sr_Res(res), args[1], path, args[5]);
     } else if (sysno == __NR_munmap && n_ranges > 0) {
         forget_range(args[0], args[1]);
     }
