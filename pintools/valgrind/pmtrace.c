@@ -664,9 +664,14 @@ static Bool pmt_handle_client_request(ThreadId tid, UWord *arg, UWord *ret) {
 
 /* ------------------------------------------------------- syscalls and threads */
 
+/* The program ends by exit_group, or by exit of its last thread; a run that
+ * reaches fini without either was killed by a signal. */
 static void pmt_pre_syscall(ThreadId tid, UInt sysno, UWord *args, UInt nargs) {
-    (void)tid, (void)nargs;
-    if (sysno == __NR_exit_group) {
+    UInt t, others = 0;
+    (void)nargs;
+    if (sysno == __NR_exit)
+        for (t = 1; t <= PMT_MAX_THREADS; t++) others += live[t] && t != tid;
+    if (sysno == __NR_exit_group || (sysno == __NR_exit && others == 0)) {
         exited = True;
         exit_status = (Long)(args[0] & 0xff);
     }
