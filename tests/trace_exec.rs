@@ -43,6 +43,8 @@ fn build_pm_ops(dir: &Path) -> PathBuf {
         .arg(root.join("pintools/tests/c/pm_ops.c"))
         .arg("-I")
         .arg(root.join("pintools/include"))
+        .arg("-I")
+        .arg(root.join("traces/c"))
         .output()
         .expect("cc runs");
     assert!(o.status.success(), "{}", stderr(&o));
@@ -280,23 +282,10 @@ fn compare(builtin: &Persistence, dbi: &Persistence) -> Result<usize, String> {
 fn nvalloc_traced_by_valgrind_matches_the_builtin_tracer() {
     let dir = tempfile::tempdir().unwrap();
     let (builtin, dbi) = (dir.path().join("builtin.pmt"), dir.path().join("valgrind.pmt"));
-    let run = [
-        "run",
-        "--alloc",
-        "nvalloc-log",
-        "--workload",
-        "threadtest",
-        "--threads",
-        "1",
-        "--scale",
-        "tiny",
-        "--flush-insn",
-        "clflush",
-        "--param",
-        "iterations=2",
-        "--param",
-        "objects=300",
-    ];
+    let run: Vec<&str> = "run --alloc nvalloc-log --workload threadtest --threads 1 --scale tiny --flush-insn clflush \
+                          --param iterations=2 --param objects=300"
+        .split_whitespace()
+        .collect();
     let o = pmsim(&[&run[..], &["--trace", builtin.to_str().unwrap()]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     let pmsim_bin = env!("CARGO_BIN_EXE_pmsim");

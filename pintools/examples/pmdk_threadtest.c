@@ -66,13 +66,13 @@ static void *worker(void *arg) {
     for (it = 0; it < iterations; it++) {
         for (i = 0; i < objects; i++) {
             uint64_t id = tid << 48 | (it & 0xffff) << 32 | i;
-            PMTRACE_OP_BEGIN(PMTRACE_OP_MALLOC, size);
+            PMTRACE_OP_BEGIN(PMT_OP_MALLOC, size);
             if (pmemobj_alloc(pop, &slots[i], size, 0, NULL, NULL) != 0) {
                 fprintf(stderr, "pmdk_threadtest: pmemobj_alloc: %s\n", pmemobj_errormsg());
                 failed = 1;
                 return NULL;
             }
-            PMTRACE_OP_END(PMTRACE_OP_MALLOC, slots[i].off);
+            PMTRACE_OP_END(PMT_OP_MALLOC, slots[i].off);
             stamp(pmemobj_direct(slots[i]), id);
         }
         for (i = 0; i < objects; i++) {
@@ -82,9 +82,9 @@ static void *worker(void *arg) {
                 failed = 1;
                 return NULL;
             }
-            PMTRACE_OP_BEGIN(PMTRACE_OP_FREE, slots[i].off);
+            PMTRACE_OP_BEGIN(PMT_OP_FREE, slots[i].off);
             pmemobj_free(&slots[i]);
-            PMTRACE_OP_END(PMTRACE_OP_FREE, 0);
+            PMTRACE_OP_END(PMT_OP_FREE, 0);
         }
     }
     return NULL;
@@ -127,9 +127,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "pmdk_threadtest: %s: %s\n", path, pmemobj_errormsg());
         return 1;
     }
-    PMTRACE_OP_BEGIN(PMTRACE_OP_INIT, 0);
+    PMTRACE_OP_BEGIN(PMT_OP_INIT, 0);
     root = pmemobj_direct(pmemobj_root(pop, sizeof *root + nthreads * objects * sizeof(PMEMoid)));
-    PMTRACE_OP_END(PMTRACE_OP_INIT, 0);
+    PMTRACE_OP_END(PMT_OP_INIT, 0);
     if (root == NULL) {
         fprintf(stderr, "pmdk_threadtest: pmemobj_root: %s\n", pmemobj_errormsg());
         return 1;

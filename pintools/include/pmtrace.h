@@ -7,19 +7,24 @@
  *
  *     #include "pmtrace.h"
  *     PMTRACE_PM_RANGE(base, len);                       // [base, base+len) is PM
- *     PMTRACE_REGION_ADD(1, PMTRACE_META, hdr, 4096, "pool header");
- *     PMTRACE_OP_BEGIN(PMTRACE_OP_MALLOC, 64);
+ *     PMTRACE_REGION_ADD(1, PMT_META, hdr, 4096, "pool header");
+ *     PMTRACE_OP_BEGIN(PMT_OP_MALLOC, 64);
  *     ... p = my_alloc(64) ...
- *     PMTRACE_OP_END(PMTRACE_OP_MALLOC, p - base);       // result: heap offset
+ *     PMTRACE_OP_END(PMT_OP_MALLOC, p - base);           // result: heap offset
  *     PMTRACE_MARKER(7, "phase 2");
  *
  * Names and labels are NUL-terminated UTF-8 strings (cut at 4096 bytes).
- * The numbers (categories, operation codes) are those of traces/FORMAT.md.
+ * Build with -I pintools/include -I traces/c.
  */
 #ifndef PMTRACE_H
 #define PMTRACE_H
 
 #include <valgrind/valgrind.h>
+
+/* Region categories (PMT_META, PMT_WAL, PMT_LOG, PMT_DATA) and operation codes
+ * (PMT_OP_MALLOC, PMT_OP_FREE, ..., PMT_OP_OTHER and above) are the trace
+ * format's, from the C trace writer (traces/c): the tool passes them through. */
+#include "pmt_writer.h"
 
 /* Request codes (tool base 'P','M'). */
 enum {
@@ -30,20 +35,6 @@ enum {
     PMTRACE_REQ_OP_END,
     PMTRACE_REQ_MARKER,
     PMTRACE_REQ_RUNNING
-};
-
-/* Region categories. */
-enum { PMTRACE_META = 0, PMTRACE_WAL = 1, PMTRACE_LOG = 2, PMTRACE_DATA = 3 };
-
-/* Operation codes; codes >= PMTRACE_OP_OTHER are a program's own. */
-enum {
-    PMTRACE_OP_MALLOC = 0,
-    PMTRACE_OP_FREE = 1,
-    PMTRACE_OP_REALLOC = 2,
-    PMTRACE_OP_RECOVERY = 5,
-    PMTRACE_OP_INIT = 6,
-    PMTRACE_OP_CLOSE = 7,
-    PMTRACE_OP_OTHER = 16
 };
 
 #define PMTRACE_REQ_(req, a, b, c, d, e) \

@@ -7,7 +7,7 @@
 
 use crate::error::PintoolsError;
 use crate::exec::{trace_exec, TraceExec, Traced};
-use crate::tool::{cache_dir, publish, run_build, scratch, PMTRACE_H};
+use crate::tool::{cache_dir, publish, run_build, scratch, CLIENT_HEADERS};
 use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,9 @@ impl Example {
         let (file, text) = self.source();
         let mut h = crc32fast::Hasher::new();
         h.update(text.as_bytes());
-        h.update(PMTRACE_H.as_bytes());
+        for (_, t) in CLIENT_HEADERS {
+            h.update(t.as_bytes());
+        }
         let dir = cache.join(format!("{}-{:08x}", self.name(), h.finalize()));
         let exe = dir.join(self.name());
         if exe.is_file() {
@@ -83,7 +85,9 @@ impl Example {
             fs::write(tmp.join(name), text).map_err(|e| PintoolsError::io(format!("writing {}", tmp.display()), e))
         };
         write(file, text)?;
-        write("pmtrace.h", PMTRACE_H)?;
+        for (name, t) in CLIENT_HEADERS {
+            write(name, t)?;
+        }
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
         let mut cmd = Command::new(cc);
         cmd.current_dir(&tmp).args(["-O2", "-g", "-Wall", "-I.", file, "-o", self.name()]).args(self.libs());

@@ -26,8 +26,9 @@ const SOURCES: [(&str, &str); 4] = [
     ("pmtrace.h", include_str!("../include/pmtrace.h")),
 ];
 
-/// The client-request header programs include (`pintools/include/pmtrace.h`).
-pub const PMTRACE_H: &str = SOURCES[3].1;
+/// The client-request header programs include (`pintools/include/pmtrace.h`),
+/// and the trace writer it takes its constants from.
+pub const CLIENT_HEADERS: [(&str, &str); 2] = [SOURCES[3], SOURCES[2]];
 
 /// The platform the tool is built for (Valgrind names tools `TOOL-PLATFORM`).
 pub const PLATFORM: &str = "amd64-linux";

@@ -60,15 +60,15 @@ int main(int argc, char **argv) {
     }
     w = (volatile uint64_t *)pm;
 
-    PMTRACE_REGION_ADD(1, PMTRACE_META, (uintptr_t)pm, 4096, "header");
-    PMTRACE_OP_BEGIN(PMTRACE_OP_MALLOC, 64);
+    PMTRACE_REGION_ADD(1, PMT_META, (uintptr_t)pm, 4096, "header");
+    PMTRACE_OP_BEGIN(PMT_OP_MALLOC, 64);
     w[0] = 0x1111;                       /* store 8 @0 */
     *(volatile uint32_t *)(pm + 64) = 7; /* store 4 @64 */
     clflush(pm + 8);                     /* flush line 0 */
     sfence();
     _mm_stream_si64((long long *)(pm + 128), 5); /* ntstore 8 @128 */
     mfence();
-    PMTRACE_OP_END(PMTRACE_OP_MALLOC, 4096);
+    PMTRACE_OP_END(PMT_OP_MALLOC, 4096);
     expected = 0;
     __atomic_compare_exchange_n((uint64_t *)(pm + 192), &expected, 9, 0, __ATOMIC_SEQ_CST,
                                 __ATOMIC_SEQ_CST); /* rmw, store 8 @192 */
