@@ -129,6 +129,37 @@ fn every_kind_of_pm_event_is_recorded_exactly() {
     assert!(evs.iter().all(|(t, _)| *t == 0));
     let got: Vec<OwnedEvent> = evs.into_iter().map(|(_, e)| e).collect();
     assert_eq!(got, pm_ops_events(h.heap.base, mapping_base(&h, 1), false));
+
+    // With --values, stores carry the bytes they wrote.
+    let o = pmsim(&[
+        "trace-exec",
+        "--values",
+        "--pm-dir",
+        pm,
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+        "--",
+        exe.to_str().unwrap(),
+        pm,
+        "ok",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (h, evs) = read(&out);
+    assert!(h.values);
+    let values: Vec<Vec<u8>> = evs
+        .into_iter()
+        .filter_map(|(_, e)| match e {
+            OwnedEvent::Store { value, .. } | OwnedEvent::NtStore { value, .. } => Some(value.unwrap()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(values.len(), 8);
+    assert_eq!(values[0], 0x1111u64.to_le_bytes());
+    assert_eq!(values[1], 7u32.to_le_bytes());
+    assert_eq!(values[2], 5u64.to_le_bytes()); // movnti
+    assert_eq!(values[3], 9u64.to_le_bytes()); // the CAS that swapped
+    assert_eq!(values[7], [1]);
 }
 
 #[test]
