@@ -363,6 +363,7 @@ fn pmdk_threadtest_is_traced_and_simulated() {
         "trace-exec",
         "--example",
         "pmdk-threadtest",
+        "--json",
         "--pm-dir",
         pm,
         "-o",
@@ -375,6 +376,11 @@ fn pmdk_threadtest_is_traced_and_simulated() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let (h, evs) = read(&out);
+    // The program's stdout comes first, then the summary as JSON.
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let summary: serde_json::Value = serde_json::from_str(&stdout[stdout.find('{').unwrap()..]).unwrap();
+    assert_eq!(summary["stats"]["events"].as_u64(), Some(evs.len() as u64));
+    assert_eq!(summary["header"]["tracer"], "valgrind");
     assert_eq!((h.allocator.name.as_str(), h.workload.name.as_str()), ("pmdk", "threadtest"));
     let (lo, hi) = (h.heap.base, h.heap.base + h.heap.size);
     let mallocs = evs.iter().filter(|(_, e)| matches!(e, OwnedEvent::OpBegin { op: OpKind::Malloc, .. })).count();
