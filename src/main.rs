@@ -29,6 +29,8 @@ enum Command {
     Sim(cmd::sim::SimArgs),
     /// Run a workload of the NVAlloc paper on an allocator: natively, into a trace, or into the simulator.
     Run(cmd::run::RunArgs),
+    /// Trace an unmodified program (PMDK, any binary that maps PM) under pmsim's Valgrind tool into a .pmt file.
+    TraceExec(cmd::trace_exec::TraceExecArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::TraceExec(a) => cmd::trace_exec::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod run;
 pub mod sim;
 pub mod trace;
+pub mod trace_exec;
 
 /// The error every subcommand returns: one line for the user.
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;

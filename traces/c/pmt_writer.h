@@ -491,6 +491,23 @@ static inline int pmt__op(pmt_writer *w, uint32_t tid, unsigned kind, uint64_t o
     return pmt__simple(w, tid, kind, 0, op, v);
 }
 
+/* The 16-byte preamble before a header of `header_len` bytes: magic, version, flags, length. */
+static inline void pmt__preamble(uint8_t *pre, size_t header_len, unsigned flags) {
+    pre[0] = 0x89;
+    pre[1] = 'P';
+    pre[2] = 'M';
+    pre[3] = 'T';
+    pre[4] = '\r';
+    pre[5] = '\n';
+    pre[6] = 0x1a;
+    pre[7] = '\n';
+    pre[8] = PMT_VERSION;
+    pre[9] = 0;
+    pre[10] = (uint8_t)flags;
+    pre[11] = 0;
+    pmt__le32(pre + 12, (uint32_t)header_len);
+}
+
 /* ---- API ---- */
 
 /* Starts a trace: sets up `w` and writes the preamble (magic, version, flags,
@@ -543,19 +560,7 @@ static inline int pmt_writer_init(pmt_writer *w, void *buf, size_t buf_cap, size
     w->bytes = 0;
     pmt__crc_init(w->crc_table);
     w->status = PMT_OK;
-    pre[0] = 0x89;
-    pre[1] = 'P';
-    pre[2] = 'M';
-    pre[3] = 'T';
-    pre[4] = '\r';
-    pre[5] = '\n';
-    pre[6] = 0x1a;
-    pre[7] = '\n';
-    pre[8] = PMT_VERSION;
-    pre[9] = 0;
-    pre[10] = (uint8_t)flags;
-    pre[11] = 0;
-    pmt__le32(pre + 12, (uint32_t)header_len);
+    pmt__preamble(pre, header_len, flags);
     crc = pmt__crc(w->crc_table, 0, pre, sizeof pre);
     crc = pmt__crc(w->crc_table, crc, header_json, header_len);
     pmt__le32(crc_le, crc);
@@ -685,6 +690,19 @@ static inline int pmt_writer_finish(pmt_writer *w) {
     if ((e = pmt__block(w, PMT__CODEC_END, 0, end, sizeof end)) != 0) return e;
     w->status = PMT_ERR_FINISHED;
     return PMT_OK;
+}
+
+/* The checksum that follows header bytes `header_json` in a preamble with
+ * `flags` (stored little-endian after the header). For a tracer that learns
+ * things about the run only at its end (thread count, whether the program was
+ * killed) and rewrites its header in place: it writes the first header padded
+ * with JSON whitespace, then overwrites header and checksum with a header of
+ * the same length. `w` is any initialised writer (it lends its CRC table). */
+static inline uint32_t pmt_header_crc(const pmt_writer *w, const void *header_json, size_t header_len,
+                                      unsigned flags) {
+    uint8_t pre[16];
+    pmt__preamble(pre, header_len, flags);
+    return pmt__crc(w->crc_table, pmt__crc(w->crc_table, 0, pre, sizeof pre), header_json, header_len);
 }
 
 /* What the writer wrote so far, for a tracer's summary line. */

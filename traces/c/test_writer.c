@@ -256,6 +256,12 @@ static int side_tests(void) {
     /* An 80-byte buffer, 64-byte blocks, values recorded. */
     CHECK(pmt_writer_init(&side, side_buf, sizeof side_buf, 64, mem_write, &m, NULL, 0, PMT_FLAG_VALUES));
     if (m.len != 16 + 2 + 4) return fail_line = __LINE__, 1; /* the empty header is written as {} */
+    /* pmt_header_crc gives the checksum the preamble carries (for rewriting a header in place). */
+    if (pmt_header_crc(&side, "{}", 2, PMT_FLAG_VALUES) !=
+        ((uint32_t)side_out[18] | (uint32_t)side_out[19] << 8 | (uint32_t)side_out[20] << 16 | (uint32_t)side_out[21] << 24))
+        return fail_line = __LINE__, 1;
+    if (pmt_header_crc(&side, "{}", 2, 0) == pmt_header_crc(&side, "{}", 2, PMT_FLAG_VALUES))
+        return fail_line = __LINE__, 1;
     EXPECT(pmt_store(&side, 0, 0, 100, val), PMT_ERR_TOO_BIG); /* never fits */
     CHECK(pmt_store(&side, 0, 0, 8, val));                      /* 9 bytes */
     CHECK(pmt_store(&side, 0, 8, 70, val)); /* 72 bytes do not fit behind: a block of 9, then one of 73 */

@@ -1,0 +1,185 @@
+//! Running a program under the Valgrind tool into a `.pmt` trace.
+
+use crate::error::PintoolsError;
+use crate::tool::{cache_dir, is_executable, which, ValgrindTool};
+use pmsim_traces::{ErrorKind, TraceHeader, TraceReader, TraceStats};
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// What to trace and how.
+#[derive(Clone, Debug)]
+pub struct TraceExec {
+    /// The program: a path, or a name looked up on `$PATH`.
+    pub program: OsString,
+    pub args: Vec<OsString>,
+    /// The trace to write.
+    pub out: PathBuf,
+    /// Files mapped from under this directory are PM (e.g. `/dev/shm`, a DAX mount).
+    pub pm_dir: PathBuf,
+    /// Record the bytes of every PM store (needed for crash states).
+    pub values: bool,
+    /// Replace an existing trace file.
+    pub force: bool,
+    /// Names for the trace header (empty: left out).
+    pub allocator: String,
+    pub workload: String,
+    /// Extra environment for the program.
+    pub env: Vec<(OsString, OsString)>,
+    /// Where the tool is built and cached ([`cache_dir`] by default).
+    pub cache: Option<PathBuf>,
+}
+
+impl TraceExec {
+    /// Tracing `program args…` into `out`, PM under `/dev/shm`.
+    pub fn new(program: impl Into<OsString>, args: Vec<OsString>, out: impl Into<PathBuf>) -> TraceExec {
+        TraceExec {
+            program: program.into(),
+            args,
+            out: out.into(),
+            pm_dir: PathBuf::from("/dev/shm"),
+            values: false,
+            force: false,
+            allocator: String::new(),
+            workload: String::new(),
+            env: Vec::new(),
+            cache: None,
+        }
+    }
+}
+
+/// A finished trace.
+#[derive(Clone, Debug)]
+pub struct Traced {
+    pub out: PathBuf,
+    pub header: TraceHeader,
+    /// Counts of the trace, read back with pmsim's reader.
+    pub stats: TraceStats,
+    /// Wall time of the traced run (Valgrind included, the tool build not).
+    pub elapsed: Duration,
+}
+
+/// The program to run: an existing executable path, or a name on `$PATH`.
+fn resolve(program: &OsString) -> Result<PathBuf, PintoolsError> {
+    let p = Path::new(program);
+    let found = if p.components().count() > 1 || p.is_absolute() {
+        is_executable(p).then(|| p.to_path_buf())
+    } else {
+        which(program)
+    };
+    found.ok_or_else(|| PintoolsError::ProgramNotFound(p.display().to_string()))
+}
+
+/// Runs `opts.program` under the Valgrind tool `pmtrace` (building it on
+/// first use) and reads the trace back.
+///
+/// Errors, each one line: the program is not found; the PM directory is not
+/// one; the trace exists (without `force`); Valgrind or its tool kit is
+/// missing or the tool does not build; the program maps no PM (no trace is
+/// left); the program is killed (the trace is kept, marked partial in its
+/// header); the program exits non-zero (the trace is kept, complete).
+pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
+    let program = resolve(&opts.program)?;
+    let name = Path::new(&opts.program).display().to_string();
+    if !opts.pm_dir.is_dir() {
+        return Err(PintoolsError::BadInput(format!("{}: the PM directory is not a directory", opts.pm_dir.display())));
+    }
+    // Mappings are recognised by the path the kernel reports, which is canonical.
+    let pm_dir = fs::canonicalize(&opts.pm_dir)
+        .map_err(|e| PintoolsError::io(format!("resolving {}", opts.pm_dir.display()), e))?;
+    if opts.out.exists() && !opts.force {
+        return Err(PintoolsError::OutputExists(opts.out.clone()));
+    }
+    if opts.out.exists() {
+        fs::remove_file(&opts.out).map_err(|e| PintoolsError::io(format!("removing {}", opts.out.display()), e))?;
+    }
+    let cache = opts.cache.clone().unwrap_or_else(cache_dir);
+    let tool = ValgrindTool::ensure(&cache)?;
+
+    // Valgrind's own messages go to a log of their own, so that the program's
+    // stdout and stderr pass through untouched.
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let log = std::env::temp_dir().join(format!("pmsim-trace-exec-{}-{nanos}.log", std::process::id()));
+    let mut cmd = Command::new(&tool.kit.valgrind);
+    cmd.env("VALGRIND_LIB", &tool.lib_dir)
+        .arg("--tool=pmtrace")
+        .arg(format!("--log-file={}", log.display()))
+        .arg(format!("--pmt-out={}", opts.out.display()))
+        .arg(format!("--pm-dir={}", pm_dir.display()))
+        .arg(format!("--pmt-values={}", if opts.values { "yes" } else { "no" }))
+        .arg(format!("--pmt-pmsim-version={}", env!("CARGO_PKG_VERSION")));
+    if !opts.allocator.is_empty() {
+        cmd.arg(format!("--pmt-allocator={}", opts.allocator));
+    }
+    if !opts.workload.is_empty() {
+        cmd.arg(format!("--pmt-workload={}", opts.workload));
+    }
+    cmd.arg("--").arg(&program).args(&opts.args).envs(opts.env.iter().map(|(k, v)| (k, v)));
+    let start = Instant::now();
+    let status = cmd.status().map_err(|e| PintoolsError::io(format!("running {}", tool.kit.valgrind.display()), e))?;
+    let elapsed = start.elapsed();
+    let log_text = fs::read_to_string(&log).unwrap_or_default();
+    let _ = fs::remove_file(&log);
+
+    if log_text.contains("failed to start tool") || log_text.contains("Bad option") {
+        return Err(PintoolsError::Valgrind { status: status.to_string(), log: log_tail(&log_text) });
+    }
+    if !opts.out.exists() {
+        if log_text.contains("no PM mapping seen") {
+            return Err(PintoolsError::NoPmMapping { program: name, pm_dir });
+        }
+        return Err(PintoolsError::Valgrind { status: status.to_string(), log: log_tail(&log_text) });
+    }
+    // SIGILL under Valgrind 3.19 is most often a clwb/clflushopt it cannot decode.
+    let hint = if status.signal() == Some(4) || log_text.contains("unhandled instruction bytes") {
+        " (Valgrind 3.19 cannot decode clwb/clflushopt: make the program use clflush, e.g. PMDK with \
+         PMEM_NO_CLWB=1 PMEM_NO_CLFLUSHOPT=1, pmsim with --flush-insn clflush)"
+    } else {
+        ""
+    };
+    let mut reader = TraceReader::open(&opts.out)?;
+    let header = reader.header().clone();
+    let stats = match TraceStats::scan(&mut reader) {
+        Ok(s) => s,
+        Err(e) if e.kind == ErrorKind::Truncated => {
+            return Err(PintoolsError::Killed {
+                program: name,
+                signal: status.signal(),
+                out: opts.out.clone(),
+                events: None,
+                hint,
+            })
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let partial = header.extra.get("partial").and_then(|v| v.as_bool()).unwrap_or(false);
+    if partial || status.signal().is_some() {
+        return Err(PintoolsError::Killed {
+            program: name,
+            signal: status.signal(),
+            out: opts.out.clone(),
+            events: Some(stats.events),
+            hint,
+        });
+    }
+    match status.code() {
+        Some(0) => Ok(Traced { out: opts.out.clone(), header, stats, elapsed }),
+        Some(code) => {
+            Err(PintoolsError::Exited { program: name, status: code, out: opts.out.clone(), events: stats.events })
+        }
+        None => Err(PintoolsError::Valgrind { status: status.to_string(), log: log_tail(&log_text) }),
+    }
+}
+
+/// Valgrind's lines worth showing: its errors, without the banner.
+fn log_tail(log: &str) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .map(|l| l.trim_start_matches(|c: char| c == '=' || c.is_ascii_digit()).trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines[lines.len().saturating_sub(4)..].join("\n")
+}

@@ -1,0 +1,790 @@
+/*
+ * pmtrace: a Valgrind tool that records what an unmodified program does to
+ * persistent memory (PM) into a pmsim `.pmt` trace, through the project's one
+ * C trace writer (traces/c/pmt_writer.h).
+ *
+ * What is PM: the mappings of files under --pm-dir (seen at mmap), and ranges
+ * the program announces with the client requests of pintools/include/pmtrace.h.
+ * What is recorded, per thread (trace thread id = Valgrind thread id - 1):
+ *  - stores into PM (and their bytes with --pmt-values=yes); stores of
+ *    movnti/movntdq/movntps/movntpd and their VEX forms as non-temporal stores:
+ *    VEX turns them into plain stores, so the instruction bytes at the IMark
+ *    tell them apart;
+ *  - clflush of a PM line. VEX 3.19 ends the block with jump kind
+ *    Ijk_InvalICache and writes the line to guest_CMSTART, masked to 256 B:
+ *    the exact address is the first operand of the And64 whose result the PUT
+ *    writes. When the optimiser folded the address to a constant (a
+ *    RIP-relative clflush of a static), only the masked constant is left, so
+ *    the address is decoded from the instruction bytes (0F AE /7, mod=00
+ *    rm=101: next RIP + disp32). clwb and clflushopt do not exist here: VEX
+ *    3.19 cannot decode them (SIGILL) and its CPUID hides them;
+ *  - sfence and mfence: both are Ist_MBE(Imbe_Fence) in IR (lfence too), so
+ *    the instruction bytes decide; lfence orders no stores and is left out;
+ *  - locked read-modify-writes on PM (Ist_CAS: lock cmpxchg, xchg, lock add,
+ *    ...) as a LOCKED_RMW ordering point, then the store if the swap happened,
+ *    as pmsim's own tracer records its CAS;
+ *  - thread starts and ends, regions, operations and markers (client requests).
+ *
+ * The trace starts at the first PM mapping, whose base and size the header
+ * names as the heap. The header is rewritten in place at exit (it is written
+ * padded with spaces) to add what only the end knows: thread count, later PM
+ * mappings, the exit status, and "partial": true when the program did not
+ * exit (a fatal signal), since its trace then stops mid-run.
+ *
+ * The instrumentation reads top to bottom in pmt_instrument().
+ */
+#include "pub_tool_basics.h"
+#include "pub_tool_clientstate.h"
+#include "pub_tool_libcassert.h"
+#include "pub_tool_libcbase.h"
+#include "pub_tool_libcfile.h"
+#include "pub_tool_libcprint.h"
+#include "pub_tool_machine.h"
+#include "pub_tool_mallocfree.h"
+#include "pub_tool_options.h"
+#include "pub_tool_threadstate.h"
+#include "pub_tool_tooliface.h"
+#include "pub_tool_vki.h"
+#include "pub_tool_vkiscnums.h"
+#include "pub_tool_xarray.h"
+#include "libvex_guest_amd64.h"
+#include "valgrind.h"
+
+#define PMT_NO_STDIO
+#define PMT_MAX_THREADS 1024
+#include "pmt_writer.h"
+#include "pmtrace.h"
+
+/* ------------------------------------------------------------------ options */
+
+static const HChar *clo_out = NULL;          /* --pmt-out=FILE (required) */
+static const HChar *clo_pm_dir = "/dev/shm"; /* --pm-dir=DIR */
+static Bool clo_values = False;              /* --pmt-values=yes|no */
+static const HChar *clo_version = "";        /* --pmt-pmsim-version=V */
+static const HChar *clo_allocator = "";      /* --pmt-allocator=NAME */
+static const HChar *clo_workload = "";       /* --pmt-workload=NAME */
+
+static Bool pmt_process_cmd_line_option(const HChar *arg) {
+    if VG_STR_CLO (arg, "--pmt-out", clo_out) {
+    } else if VG_STR_CLO (arg, "--pm-dir", clo_pm_dir) {
+    } else if VG_BOOL_CLO (arg, "--pmt-values", clo_values) {
+    } else if VG_STR_CLO (arg, "--pmt-pmsim-version", clo_version) {
+    } else if VG_STR_CLO (arg, "--pmt-allocator", clo_allocator) {
+    } else if VG_STR_CLO (arg, "--pmt-workload", clo_workload) {
+    } else
+        return False;
+    return True;
+}
+
+static void pmt_print_usage(void) {
+    VG_(printf)("    --pmt-out=FILE            the .pmt trace to write [required]\n"
+                "    --pm-dir=DIR              files mapped from under DIR are PM [/dev/shm]\n"
+                "    --pmt-values=yes|no       record the bytes of every PM store [no]\n"
+                "    --pmt-allocator=NAME      allocator name for the trace header\n"
+                "    --pmt-workload=NAME       workload name for the trace header\n");
+}
+
+static void pmt_print_debug_usage(void) {
+    VG_(printf)("    (none)\n");
+}
+
+/* ------------------------------------------------------------ the PM ranges */
+
+/* PM ranges: file mappings under --pm-dir and announced ranges. Few, so a
+ * small array with a bounding box in front for the common miss. */
+#define MAX_RANGES 64
+typedef struct {
+    Addr base;
+    SizeT len;
+    ULong offset; /* file offset of `base` */
+    /* Added to addresses in the range: a second mapping of file bytes that an
+     * earlier mapping holds (PMDK maps its pool header twice) is recorded at
+     * the earlier one's addresses, since both name the same PM. */
+    Long alias;
+    HChar path[256];
+} PmRange;
+static PmRange ranges[MAX_RANGES];
+static UInt n_ranges;
+static Addr pm_lo = ~(Addr)0, pm_hi = 0;
+/* Every PM mapping the run made, for the header (later ones beyond the heap). */
+static PmRange seen[16];
+static UInt n_seen, n_seen_dropped;
+
+static void recompute_bounds(void) {
+    UInt i;
+    pm_lo = ~(Addr)0;
+    pm_hi = 0;
+    for (i = 0; i < n_ranges; i++) {
+        if (ranges[i].base < pm_lo) pm_lo = ranges[i].base;
+        if (ranges[i].base + ranges[i].len > pm_hi) pm_hi = ranges[i].base + ranges[i].len;
+    }
+}
+
+/* The PM range holding `a`, or NULL. */
+static inline const PmRange *pm_range(Addr a) {
+    UInt i;
+    if (a < pm_lo || a >= pm_hi) return NULL;
+    for (i = 0; i < n_ranges; i++)
+        if (a - ranges[i].base < ranges[i].len) return &ranges[i];
+    return NULL;
+}
+
+/* Removes [a, a+len) from the PM ranges (munmap), splitting where needed. */
+static void forget_range(Addr a, SizeT len) {
+    UInt i;
+    Addr e = a + len;
+    for (i = 0; i < n_ranges;) {
+        PmRange *r = &ranges[i];
+        Addr rb = r->base, re = r->base + r->len;
+        if (e <= rb || a >= re) {
+            i++;
+            continue;
+        }
+        if (a > rb && e < re && n_ranges < MAX_RANGES) { /* a hole in the middle: keep the tail */
+            ranges[n_ranges] = *r;
+            ranges[n_ranges].base = e;
+            ranges[n_ranges].len = re - e;
+            n_ranges++;
+        }
+        if (a > rb) {
+            r->len = a - rb;
+            i++;
+        } else if (e < re) {
+            r->base = e;
+            r->len = re - e;
+            i++;
+        } else {
+            ranges[i] = ranges[--n_ranges];
+        }
+    }
+    recompute_bounds();
+}
+
+/* ---------------------------------------------------------------- the trace */
+
+static pmt_writer writer;
+/* Store values are at most a few KiB (xsave); labels are cut at MAX_TEXT. */
+#define MAX_TEXT 4096
+static UChar wbuf[PMT_BUF_SIZE(PMT_DEFAULT_BLOCK_SIZE, 8192)];
+static Int out_fd = -1;
+static Bool tracing;        /* the header is out: events are recorded */
+static Bool dead;           /* writing failed: nothing more is recorded */
+static Bool exited;         /* the program called exit/exit_group */
+static Long exit_status;
+static UInt header_len;     /* bytes of the (padded) header on disk */
+static UInt max_threads;    /* highest Valgrind thread id seen */
+static ULong n_refused;     /* events the writer refused (bad id, text, ...) */
+static ULong n_imprecise;   /* clflushes whose exact line could not be recovered */
+static Bool live[PMT_MAX_THREADS + 1];
+
+static int write_all(void *ctx, const void *buf, size_t len) {
+    const UChar *p = buf;
+    (void)ctx;
+    while (len > 0) {
+        Int n = VG_(write)(out_fd, p, len > 0x40000000 ? 0x40000000 : (Int)len);
+        if (n <= 0) return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Reports a refused event; a failed write stops the trace for good. */
+static void check(int st) {
+    if (st == PMT_OK) return;
+    if (st == PMT_ERR_WRITE && !dead) {
+        dead = True;
+        tracing = False;
+        VG_(umsg)("pmtrace: error: writing %s failed; the trace stops here\n", clo_out);
+    } else if (st != PMT_ERR_WRITE) {
+        if (n_refused++ == 0) VG_(umsg)("pmtrace: warning: an event was refused: %s\n", pmt_strerror(st));
+    }
+}
+
+static inline UInt trace_tid(ThreadId tid) {
+    if (tid > max_threads) max_threads = tid;
+    return tid > 0 ? tid - 1 : 0;
+}
+
+/* A tiny JSON builder over a fixed buffer: overflow is remembered, not written. */
+typedef struct {
+    HChar *p;
+    UInt len, cap;
+    Bool overflow;
+} Json;
+
+static void j_raw(Json *j, const HChar *s) {
+    while (*s) {
+        if (j->len + 1 >= j->cap) {
+            j->overflow = True;
+            return;
+        }
+        j->p[j->len++] = *s++;
+    }
+    j->p[j->len] = 0;
+}
+
+static void j_num(Json *j, ULong v) {
+    HChar b[32];
+    VG_(sprintf)(b, "%llu", v);
+    j_raw(j, b);
+}
+
+/* A JSON string; bytes of a non-UTF-8 string are replaced by '?'. */
+static void j_str(Json *j, const HChar *s) {
+    SizeT n = VG_(strlen)(s), i;
+    Bool utf8 = pmt__utf8((const uint8_t *)s, n);
+    HChar b[8];
+    j_raw(j, "\"");
+    for (i = 0; i < n; i++) {
+        UChar c = (UChar)s[i];
+        if (c == '"' || c == '\\') {
+            b[0] = '\\';
+            b[1] = (HChar)c;
+            b[2] = 0;
+        } else if (c < 0x20) {
+            VG_(sprintf)(b, "\\u%04x", (UInt)c);
+        } else {
+            b[0] = (c >= 0x80 && !utf8) ? '?' : (HChar)c;
+            b[1] = 0;
+        }
+        j_raw(j, b);
+    }
+    j_raw(j, "\"");
+}
+
+/* The header JSON; `final` adds what is known at exit. */
+static void build_header(Json *j, Bool final) {
+    UInt i;
+    j_raw(j, "{\"pmsim_version\":");
+    j_str(j, clo_version);
+    j_raw(j, ",\"tracer\":\"valgrind\",\"flush_insn\":\"clflush\",\"threads\":");
+    j_num(j, final ? max_threads : 0);
+    if (clo_allocator[0]) {
+        j_raw(j, ",\"allocator\":{\"name\":");
+        j_str(j, clo_allocator);
+        j_raw(j, ",\"params\":{}}");
+    }
+    if (clo_workload[0]) {
+        j_raw(j, ",\"workload\":{\"name\":");
+        j_str(j, clo_workload);
+        j_raw(j, ",\"params\":{}}");
+    }
+    j_raw(j, ",\"heap\":{\"path\":");
+    j_str(j, seen[0].path);
+    j_raw(j, ",\"base\":");
+    j_num(j, seen[0].base);
+    j_raw(j, ",\"size\":");
+    j_num(j, seen[0].len);
+    j_raw(j, "},\"regions\":[],\"values\":");
+    j_raw(j, clo_values ? "true" : "false");
+    j_raw(j, ",\"extra\":{\"command\":[");
+    j_str(j, VG_(args_the_exename) ? VG_(args_the_exename) : "");
+    for (i = 0; i < VG_(sizeXA)(VG_(args_for_client)); i++) {
+        j_raw(j, ",");
+        j_str(j, *(HChar **)VG_(indexXA)(VG_(args_for_client), i));
+    }
+    j_raw(j, "],\"pm_dir\":");
+    j_str(j, clo_pm_dir);
+    j_raw(j, ",\"partial\":");
+    j_raw(j, final && !exited ? "true" : "false");
+    if (final) {
+        if (!exited) j_raw(j, ",\"partial_reason\":\"the program was killed by a signal\"");
+        if (exited) {
+            j_raw(j, ",\"exit_status\":");
+            j_num(j, (ULong)exit_status);
+        }
+        j_raw(j, ",\"imprecise_flushes\":");
+        j_num(j, n_imprecise);
+        j_raw(j, ",\"refused_events\":");
+        j_num(j, n_refused);
+        j_raw(j, ",\"pm_mappings\":[");
+        for (i = 0; i < n_seen; i++) {
+            j_raw(j, i ? ",{\"path\":" : "{\"path\":");
+            j_str(j, seen[i].path);
+            j_raw(j, ",\"base\":");
+            j_num(j, seen[i].base);
+            j_raw(j, ",\"size\":");
+            j_num(j, seen[i].len);
+            j_raw(j, ",\"file_offset\":");
+            j_num(j, seen[i].offset);
+            if (seen[i].alias) {
+                j_raw(j, ",\"recorded_at\":");
+                j_num(j, seen[i].base + (ULong)seen[i].alias);
+            }
+            j_raw(j, "}");
+        }
+        j_raw(j, "],\"pm_mappings_dropped\":");
+        j_num(j, n_seen_dropped);
+    }
+    j_raw(j, "}}");
+}
+
+/* Room kept in the first header for what the final one adds. */
+#define HEADER_SLACK 4096
+static HChar hbuf[65536];
+
+/* The first PM range: the header goes out and tracing starts. */
+static void start_trace(void) {
+    Json j = {hbuf, 0, sizeof hbuf - HEADER_SLACK, False};
+    UInt t;
+    int st;
+    build_header(&j, False);
+    if (j.overflow) {
+        VG_(umsg)("pmtrace: error: the trace header does not fit in %u bytes (command line too long?)\n", j.cap);
+        dead = True;
+        return;
+    }
+    header_len = j.len + HEADER_SLACK;
+    VG_(memset)(hbuf + j.len, ' ', HEADER_SLACK);
+    st = pmt_writer_init(&writer, wbuf, sizeof wbuf, 0, write_all, NULL, hbuf, header_len,
+                         clo_values ? PMT_FLAG_VALUES : 0);
+    if (st != PMT_OK) {
+        check(st == PMT_ERR_WRITE ? st : PMT_ERR_WRITE);
+        return;
+    }
+    tracing = True;
+    for (t = 1; t <= PMT_MAX_THREADS; t++)
+        if (live[t]) check(pmt_thread_start(&writer, trace_tid(t)));
+}
+
+/* A new PM range: a file mapping (`path`, at file `offset`) or an announced range (path ""). */
+static void add_range(Addr base, SizeT len, const HChar *path, ULong offset) {
+    PmRange *r;
+    UInt i;
+    if (len == 0 || dead) return;
+    if (n_ranges == MAX_RANGES) {
+        VG_(umsg)("pmtrace: warning: more than %d PM ranges; %#lx (+%lu) is not traced\n", MAX_RANGES, base, len);
+        return;
+    }
+    r = &ranges[n_ranges];
+    r->base = base;
+    r->len = len;
+    r->offset = offset;
+    r->alias = 0;
+    VG_(memset)(r->path, 0, sizeof r->path);
+    VG_(strncpy)(r->path, path, sizeof r->path - 1);
+    for (i = 0; path[0] && i < n_ranges; i++) {
+        const PmRange *o = &ranges[i];
+        if (o->alias == 0 && VG_(strcmp)(o->path, r->path) == 0 && offset >= o->offset &&
+            offset + len <= o->offset + o->len) {
+            r->alias = (Long)(o->base + (offset - o->offset)) - (Long)base;
+            break;
+        }
+    }
+    n_ranges++;
+    recompute_bounds();
+    if (n_seen < sizeof seen / sizeof seen[0])
+        seen[n_seen++] = ranges[n_ranges - 1];
+    else
+        n_seen_dropped++;
+    if (!tracing) start_trace();
+}
+
+/* ---------------------------------------------- helpers run by the program */
+
+static void h_store(Addr a, UWord size) {
+    const PmRange *r;
+    if (!tracing || (r = pm_range(a)) == NULL) return;
+    check(pmt_store(&writer, trace_tid(VG_(get_running_tid)()), a + r->alias, (uint32_t)size, (const void *)a));
+}
+
+static void h_ntstore(Addr a, UWord size) {
+    const PmRange *r;
+    if (!tracing || (r = pm_range(a)) == NULL) return;
+    check(pmt_ntstore(&writer, trace_tid(VG_(get_running_tid)()), a + r->alias, (uint32_t)size, (const void *)a));
+}
+
+static void h_flush(Addr a) {
+    const PmRange *r;
+    if (!tracing || (r = pm_range(a)) == NULL) return;
+    check(pmt_flush(&writer, trace_tid(VG_(get_running_tid)()), PMT_CLFLUSH, (a + r->alias) & ~(Addr)63));
+}
+
+/* A clflush whose line is known only to 256 B: recorded at that granule. */
+static void h_flush_imprecise(Addr a) {
+    const PmRange *r;
+    if (!tracing || (r = pm_range(a)) == NULL) return;
+    n_imprecise++;
+    check(pmt_flush(&writer, trace_tid(VG_(get_running_tid)()), PMT_CLFLUSH, (a + r->alias) & ~(Addr)63));
+}
+
+static void h_fence(UWord kind) {
+    if (!tracing) return;
+    check(pmt_fence(&writer, trace_tid(VG_(get_running_tid)()), (unsigned)kind));
+}
+
+static void h_rmw(Addr a) {
+    if (!tracing || pm_range(a) == NULL) return;
+    check(pmt_fence(&writer, trace_tid(VG_(get_running_tid)()), PMT_LOCKED_RMW));
+}
+
+/* ------------------------------------------------ instruction classification */
+
+typedef enum { INS_OTHER, INS_SFENCE, INS_MFENCE, INS_LFENCE, INS_CLFLUSH, INS_NTSTORE } InsKind;
+
+/* What the instruction at `p` (`len` bytes) is, as far as pmtrace cares.
+ * For a RIP-relative clflush, *riprel is set and *disp is its disp32. */
+static InsKind classify(const UChar *p, UInt len, Bool *riprel, Int *disp) {
+    UInt i = 0;
+    Bool has66 = False;
+    *riprel = False;
+    while (i < len) { /* legacy prefixes */
+        UChar b = p[i];
+        if (b == 0x66)
+            has66 = True;
+        else if (!(b == 0x67 || b == 0xF0 || b == 0xF2 || b == 0xF3 || b == 0x2E || b == 0x36 || b == 0x3E ||
+                   b == 0x26 || b == 0x64 || b == 0x65))
+            break;
+        i++;
+    }
+    if (i < len && (p[i] & 0xF0) == 0x40) i++; /* REX */
+    if (i + 2 < len && (p[i] == 0xC5 || p[i] == 0xC4)) { /* VEX: vmovntdq / vmovntps / vmovntpd */
+        UInt pp, map, op;
+        if (p[i] == 0xC5) {
+            pp = p[i + 1] & 3u;
+            map = 1;
+            op = p[i + 2];
+        } else {
+            if (i + 3 >= len) return INS_OTHER;
+            map = p[i + 1] & 0x1Fu;
+            pp = p[i + 2] & 3u;
+            op = p[i + 3];
+        }
+        if (map == 1 && ((op == 0xE7 && pp == 1) || (op == 0x2B && pp <= 1))) return INS_NTSTORE;
+        return INS_OTHER;
+    }
+    if (i + 1 >= len || p[i] != 0x0F) return INS_OTHER;
+    switch (p[i + 1]) {
+    case 0xC3: /* movnti */
+    case 0x2B: /* movntps, movntpd */
+    case 0xE7: /* movntq, movntdq */
+        return INS_NTSTORE;
+    case 0xAE: {
+        UInt modrm, mod, reg;
+        if (i + 2 >= len) return INS_OTHER;
+        modrm = p[i + 2];
+        mod = modrm >> 6;
+        reg = (modrm >> 3) & 7u;
+        if (mod == 3) return reg == 7 ? INS_SFENCE : reg == 6 ? INS_MFENCE : reg == 5 ? INS_LFENCE : INS_OTHER;
+        if (reg != 7 || has66) return INS_OTHER;
+        if (mod == 0 && (modrm & 7u) == 5 && i + 6 < len) {
+            *riprel = True;
+            *disp = (Int)((UInt)p[i + 3] | (UInt)p[i + 4] << 8 | (UInt)p[i + 5] << 16 | (UInt)p[i + 6] << 24);
+        }
+        return INS_CLFLUSH;
+    }
+    default:
+        return INS_OTHER;
+    }
+}
+
+/* ------------------------------------------------------------ instrumentation */
+
+static void add_call(IRSB *sb, const HChar *name, void *fn, IRExpr **args, IRExpr *guard) {
+    IRDirty *di = unsafeIRDirty_0_N(0, name, VG_(fnptr_to_fnentry)(fn), args);
+    if (guard) di->guard = guard;
+    addStmtToIRSB(sb, IRStmt_Dirty(di));
+}
+
+/* A store of `data`'s size at `addr` (when `guard` holds), after it happened. */
+static void add_store(IRSB *sb, IRExpr *addr, IRExpr *data, IRExpr *guard, Bool nt) {
+    Int size = sizeofIRType(typeOfIRExpr(sb->tyenv, data));
+    if (nt)
+        add_call(sb, "h_ntstore", h_ntstore, mkIRExprVec_2(addr, mkIRExpr_HWord((HWord)size)), guard);
+    else
+        add_call(sb, "h_store", h_store, mkIRExprVec_2(addr, mkIRExpr_HWord((HWord)size)), guard);
+}
+
+/* The expression that defined temp `t` in `sb` before statement `upto`. */
+static IRExpr *definition(IRSB *sb, IRTemp t, Int upto) {
+    Int k;
+    for (k = upto - 1; k >= 0; k--) {
+        IRStmt *s = sb->stmts[k];
+        if (s->tag == Ist_WrTmp && s->Ist.WrTmp.tmp == t) return s->Ist.WrTmp.data;
+    }
+    return NULL;
+}
+
+static IROp eq_op(IRType ty) {
+    switch (ty) {
+    case Ity_I8: return Iop_CmpEQ8;
+    case Ity_I16: return Iop_CmpEQ16;
+    case Ity_I32: return Iop_CmpEQ32;
+    default: return Iop_CmpEQ64;
+    }
+}
+
+static IRSB *pmt_instrument(VgCallbackClosure *closure, IRSB *in, const VexGuestLayout *layout,
+                            const VexGuestExtents *vge, const VexArchInfo *archinfo_host, IRType gWordTy,
+                            IRType hWordTy) {
+    IRSB *out;
+    Int i;
+    InsKind ins = INS_OTHER;
+    Addr ins_addr = 0;
+    UInt ins_len = 0;
+    Bool riprel = False;
+    Int disp = 0;
+    (void)closure, (void)layout, (void)vge, (void)archinfo_host, (void)hWordTy;
+    if (gWordTy != Ity_I64) VG_(tool_panic)("pmtrace: only amd64 guests are supported");
+
+    out = deepCopyIRSBExceptStmts(in);
+    for (i = 0; i < in->stmts_used && in->stmts[i]->tag != Ist_IMark; i++) addStmtToIRSB(out, in->stmts[i]);
+
+    for (; i < in->stmts_used; i++) {
+        IRStmt *st = in->stmts[i];
+        if (!st || st->tag == Ist_NoOp) continue;
+        switch (st->tag) {
+        case Ist_IMark: /* a new instruction: what is it? */
+            ins_addr = (Addr)st->Ist.IMark.addr;
+            ins_len = st->Ist.IMark.len;
+            ins = classify((const UChar *)ins_addr, ins_len, &riprel, &disp);
+            addStmtToIRSB(out, st);
+            break;
+
+        case Ist_Store: /* a store (movnt* ones are plain stores in IR) */
+            addStmtToIRSB(out, st);
+            add_store(out, st->Ist.Store.addr, st->Ist.Store.data, NULL, ins == INS_NTSTORE);
+            break;
+
+        case Ist_StoreG: { /* a guarded store */
+            IRStoreG *sg = st->Ist.StoreG.details;
+            addStmtToIRSB(out, st);
+            add_store(out, sg->addr, sg->data, sg->guard, ins == INS_NTSTORE);
+            break;
+        }
+
+        case Ist_Dirty: { /* a helper that writes memory (fxsave, xsave, ...) */
+            IRDirty *d = st->Ist.Dirty.details;
+            addStmtToIRSB(out, st);
+            if (d->mFx == Ifx_Write || d->mFx == Ifx_Modify)
+                add_call(out, "h_store", h_store, mkIRExprVec_2(d->mAddr, mkIRExpr_HWord((HWord)d->mSize)),
+                         d->guard);
+            break;
+        }
+
+        case Ist_CAS: { /* a locked read-modify-write: ordering point, then the store if it swapped */
+            IRCAS *c = st->Ist.CAS.details;
+            IRType ty = typeOfIRExpr(in->tyenv, c->expdLo);
+            IRTemp ok = newIRTemp(out->tyenv, Ity_I1);
+            IRExpr *eq = IRExpr_Binop(eq_op(ty), IRExpr_RdTmp(c->oldLo), c->expdLo);
+            addStmtToIRSB(out, st);
+            if (c->oldHi != IRTemp_INVALID) {
+                IRTemp lo = newIRTemp(out->tyenv, Ity_I1), hi = newIRTemp(out->tyenv, Ity_I1);
+                addStmtToIRSB(out, IRStmt_WrTmp(lo, eq));
+                addStmtToIRSB(out,
+                              IRStmt_WrTmp(hi, IRExpr_Binop(eq_op(ty), IRExpr_RdTmp(c->oldHi), c->expdHi)));
+                eq = IRExpr_Binop(Iop_And1, IRExpr_RdTmp(lo), IRExpr_RdTmp(hi));
+            }
+            addStmtToIRSB(out, IRStmt_WrTmp(ok, eq));
+            add_call(out, "h_rmw", h_rmw, mkIRExprVec_1(c->addr), NULL);
+            add_call(out, "h_store", h_store,
+                     mkIRExprVec_2(c->addr, mkIRExpr_HWord((HWord)(sizeofIRType(ty) *
+                                                                    (c->oldHi != IRTemp_INVALID ? 2 : 1)))),
+                     IRExpr_RdTmp(ok));
+            break;
+        }
+
+        case Ist_MBE: /* sfence, mfence and lfence alike: the bytes tell */
+            addStmtToIRSB(out, st);
+            if (st->Ist.MBE.event == Imbe_Fence && (ins == INS_SFENCE || ins == INS_MFENCE))
+                add_call(out, "h_fence", h_fence,
+                         mkIRExprVec_1(mkIRExpr_HWord(ins == INS_SFENCE ? PMT_SFENCE : PMT_MFENCE)), NULL);
+            break;
+
+        case Ist_Put: /* clflush: guest_CMSTART = And64(line address, ~0xFF) */
+            if (ins == INS_CLFLUSH && st->Ist.Put.offset == offsetof(VexGuestAMD64State, guest_CMSTART)) {
+                IRExpr *data = st->Ist.Put.data, *def = NULL;
+                if (data->tag == Iex_RdTmp) def = definition(in, data->Iex.RdTmp.tmp, i);
+                if (def && def->tag == Iex_Binop && def->Iex.Binop.op == Iop_And64)
+                    add_call(out, "h_flush", h_flush, mkIRExprVec_1(def->Iex.Binop.arg1), NULL);
+                else if (riprel)
+                    add_call(out, "h_flush", h_flush,
+                             mkIRExprVec_1(mkIRExpr_HWord((HWord)(ins_addr + ins_len + (Long)disp))), NULL);
+                else
+                    add_call(out, "h_flush_imprecise", h_flush_imprecise, mkIRExprVec_1(data), NULL);
+            }
+            addStmtToIRSB(out, st);
+            break;
+
+        default:
+            addStmtToIRSB(out, st);
+            break;
+        }
+    }
+    return out;
+}
+
+/* ----------------------------------------------------------- client requests */
+
+/* A NUL-terminated client string, cut at MAX_TEXT bytes. */
+static SizeT client_text(const HChar *s) {
+    SizeT n = 0;
+    if (s == NULL) return 0;
+    while (n < MAX_TEXT && s[n]) n++;
+    return n;
+}
+
+static Bool pmt_handle_client_request(ThreadId tid, UWord *arg, UWord *ret) {
+    UInt t;
+    if (!VG_IS_TOOL_USERREQ('P', 'M', arg[0])) return False;
+    t = trace_tid(tid);
+    *ret = 1; /* "pmtrace is here" */
+    switch (arg[0]) {
+    case PMTRACE_REQ_PM_RANGE:
+        add_range(arg[1], arg[2], "", 0);
+        break;
+    case PMTRACE_REQ_REGION_ADD:
+        if (tracing)
+            check(pmt_region_add(&writer, t, arg[1], (unsigned)arg[2], arg[3], arg[4], (const char *)arg[5],
+                                 client_text((const HChar *)arg[5])));
+        break;
+    case PMTRACE_REQ_REGION_REMOVE:
+        if (tracing) check(pmt_region_remove(&writer, t, arg[1]));
+        break;
+    case PMTRACE_REQ_OP_BEGIN:
+        if (tracing) check(pmt_op_begin(&writer, t, arg[1], arg[2]));
+        break;
+    case PMTRACE_REQ_OP_END:
+        if (tracing) check(pmt_op_end(&writer, t, arg[1], arg[2]));
+        break;
+    case PMTRACE_REQ_MARKER:
+        if (tracing)
+            check(pmt_marker(&writer, t, arg[1], (const char *)arg[2], client_text((const HChar *)arg[2])));
+        break;
+    case PMTRACE_REQ_RUNNING:
+        break;
+    default:
+        VG_(umsg)("pmtrace: warning: unknown client request %#lx\n", arg[0]);
+        *ret = 0;
+        break;
+    }
+    return True;
+}
+
+/* ------------------------------------------------------- syscalls and threads */
+
+/* The program ends by exit_group, or by exit of its last thread; a run that
+ * reaches fini without either was killed by a signal. */
+static void pmt_pre_syscall(ThreadId tid, UInt sysno, UWord *args, UInt nargs) {
+    UInt t, others = 0;
+    (void)nargs;
+    if (sysno == __NR_exit)
+        for (t = 1; t <= PMT_MAX_THREADS; t++) others += live[t] && t != tid;
+    if (sysno == __NR_exit_group || (sysno == __NR_exit && others == 0)) {
+        exited = True;
+        exit_status = (Long)(args[0] & 0xff);
+    }
+}
+
+/* Whether `path` lies under --pm-dir. */
+static Bool under_pm_dir(const HChar *path) {
+    SizeT n = VG_(strlen)(clo_pm_dir);
+    while (n > 1 && clo_pm_dir[n - 1] == '/') n--;
+    return VG_(strncmp)(path, clo_pm_dir, n) == 0 && (path[n] == '/' || n == 1);
+}
+
+static void pmt_post_syscall(ThreadId tid, UInt sysno, UWord *args, UInt nargs, SysRes res) {
+    (void)tid, (void)nargs;
+    if (sr_isError(res)) return;
+    if (sysno == __NR_mmap && !(args[3] & VKI_MAP_ANONYMOUS) && (Int)args[4] >= 0) {
+        HChar link[64], path[4096];
+        SSizeT n;
+        VG_(sprintf)(link, "/proc/self/fd/%d", (Int)args[4]);
+        n = VG_(readlink)(link, path, sizeof path - 1);
+        if (n <= 0) return;
+        path[n] = 0;
+        if (under_pm_dir(path)) add_range(sr_Res(res), args[1], path, args[5]);
+    } else if (sysno == __NR_munmap && n_ranges > 0) {
+        forget_range(args[0], args[1]);
+    }
+}
+
+static void pmt_thread_create(ThreadId parent, ThreadId child) {
+    (void)parent;
+    if (child <= PMT_MAX_THREADS) live[child] = True;
+    if (tracing) check(pmt_thread_start(&writer, trace_tid(child)));
+}
+
+static void pmt_thread_exit(ThreadId tid) {
+    if (tid <= PMT_MAX_THREADS) live[tid] = False;
+    if (tracing) check(pmt_thread_end(&writer, trace_tid(tid)));
+}
+
+/* --------------------------------------------------------------- start, end */
+
+static void pmt_post_clo_init(void) {
+    SysRes r;
+    if (clo_out == NULL || clo_out[0] == 0) {
+        VG_(fmsg_bad_option)("--pmt-out", "pmtrace needs --pmt-out=FILE, the trace to write\n");
+    }
+    r = VG_(open)(clo_out, VKI_O_CREAT | VKI_O_WRONLY | VKI_O_TRUNC, 0644);
+    if (sr_isError(r)) {
+        VG_(fmsg)("pmtrace: cannot create the trace %s\n", clo_out);
+        VG_(exit)(1);
+    }
+    out_fd = (Int)sr_Res(r);
+    live[1] = True; /* the main thread */
+}
+
+static void pmt_fini(Int exitcode) {
+    (void)exitcode;
+    if (n_seen == 0) {
+        VG_(close)(out_fd);
+        VG_(unlink)(clo_out);
+        VG_(umsg)("pmtrace: error: no PM mapping seen: the program mapped no file under %s and announced no "
+                  "range\n",
+                  clo_pm_dir);
+        return;
+    }
+    if (tracing) {
+        UInt t;
+        for (t = 1; t <= PMT_MAX_THREADS; t++)
+            if (live[t]) check(pmt_thread_end(&writer, trace_tid(t)));
+        check(pmt_writer_finish(&writer));
+    }
+    if (!dead) { /* the final header, same length, in place */
+        Json j = {hbuf, 0, header_len + 1, False};
+        UChar crc[4];
+        uint32_t c;
+        build_header(&j, True);
+        while (j.overflow && n_seen > 1) { /* drop later mappings until it fits */
+            n_seen--;
+            n_seen_dropped++;
+            j.len = 0;
+            j.overflow = False;
+            build_header(&j, True);
+        }
+        if (!j.overflow) {
+            VG_(memset)(hbuf + j.len, ' ', header_len - j.len);
+            c = pmt_header_crc(&writer, hbuf, header_len, clo_values ? PMT_FLAG_VALUES : 0);
+            pmt__le32(crc, c);
+            if (VG_(lseek)(out_fd, 16, VKI_SEEK_SET) != 16 || write_all(NULL, hbuf, header_len) != 0 ||
+                write_all(NULL, crc, 4) != 0)
+                VG_(umsg)("pmtrace: error: cannot rewrite the header of %s\n", clo_out);
+        }
+    }
+    VG_(close)(out_fd);
+    if (!dead) {
+        pmt_stats s = pmt_writer_stats(&writer);
+        VG_(umsg)("pmtrace: %llu events in %s%s\n", (ULong)s.events, clo_out,
+                  exited ? "" : " (partial: the program did not exit)");
+    }
+}
+
+static void pmt_pre_clo_init(void) {
+    VG_(details_name)("pmtrace");
+    VG_(details_version)(NULL);
+    VG_(details_description)("persistent-memory stores, flushes and fences into pmsim .pmt traces");
+    VG_(details_copyright_author)("the pmsim authors");
+    VG_(details_bug_reports_to)("the pmsim project");
+    VG_(details_avg_translation_sizeB)(300);
+    VG_(basic_tool_funcs)(pmt_post_clo_init, pmt_instrument, pmt_fini);
+    VG_(needs_command_line_options)(pmt_process_cmd_line_option, pmt_print_usage, pmt_print_debug_usage);
+    VG_(needs_client_requests)(pmt_handle_client_request);
+    VG_(needs_syscall_wrapper)(pmt_pre_syscall, pmt_post_syscall);
+    VG_(track_pre_thread_ll_create)(pmt_thread_create);
+    VG_(track_pre_thread_ll_exit)(pmt_thread_exit);
+}
+
+VG_DETERMINE_INTERFACE_VERSION(pmt_pre_clo_init)

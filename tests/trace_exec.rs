@@ -1,0 +1,420 @@
+//! `pmsim trace-exec` end to end with the real Valgrind: the tool is built
+//! (once, into a cache under target/), a C program with known PM events is
+//! traced exactly, bad inputs get one error line, NVAlloc traced by Valgrind
+//! matches NVAlloc traced by pmsim's own tracer, and PMDK is traced and
+//! simulated.
+
+use pmsim_traces::{Event, FenceKind, FlushKind, OpKind, OwnedEvent, TraceHeader, TraceReader};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// One cache for every test of this binary (and of later runs): the tool is
+/// built once.
+fn cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pmsim-cache")
+}
+
+fn pmsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmsim")).args(args).env("PMSIM_CACHE_DIR", cache()).output().expect("pmsim runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The error output is exactly one `pmsim: error:` line, returned.
+fn one_error_line(o: &Output) -> String {
+    assert!(!o.status.success(), "expected a failure; stdout:\n{}", String::from_utf8_lossy(&o.stdout));
+    let err = stderr(o);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("pmsim: ")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].starts_with("pmsim: error: "), "{err}");
+    lines[0].to_string()
+}
+
+/// Builds pintools/tests/c/pm_ops.c into `dir`.
+fn build_pm_ops(dir: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exe = dir.join("pm_ops");
+    let o = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-O2", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(root.join("pintools/tests/c/pm_ops.c"))
+        .arg("-I")
+        .arg(root.join("pintools/include"))
+        .arg("-I")
+        .arg(root.join("traces/c"))
+        .output()
+        .expect("cc runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    exe
+}
+
+/// The events of a trace with their thread ids, and its header.
+fn read(path: &Path) -> (TraceHeader, Vec<(u32, OwnedEvent)>) {
+    let mut r = TraceReader::open(path).unwrap();
+    let h = r.header().clone();
+    let mut evs = Vec::new();
+    r.for_each(|rec| evs.push((rec.tid, rec.event.to_owned()))).unwrap();
+    (h, evs)
+}
+
+/// What pm_ops.c does with PM, relative to the mapped file (`h`) and to the
+/// announced static (`s`), in order; `crash` stops where the crash is.
+fn pm_ops_events(h: u64, s: u64, crash: bool) -> Vec<OwnedEvent> {
+    use OwnedEvent as E;
+    let st = |addr, size| E::Store { addr, size, value: None };
+    let nt = |addr, size| E::NtStore { addr, size, value: None };
+    let fl = |line| E::Flush { kind: FlushKind::Clflush, line };
+    let fe = |kind| E::Fence { kind };
+    let mut v = vec![
+        E::ThreadStart,
+        E::RegionAdd { id: 1, category: pmsim_traces::Category::Meta, base: h, len: 4096, name: "header".into() },
+        E::OpBegin { op: OpKind::Malloc, arg: 64 },
+        st(h, 8),
+        st(h + 64, 4),
+        fl(h),
+        fe(FenceKind::Sfence),
+        nt(h + 128, 8),
+        fe(FenceKind::Mfence),
+        E::OpEnd { op: OpKind::Malloc, result: 4096 },
+        fe(FenceKind::LockedRmw),
+        st(h + 192, 8),
+        fe(FenceKind::LockedRmw), // the failed CAS: no store
+        fl(h + 192),
+    ];
+    if !crash {
+        v.extend([
+            fe(FenceKind::LockedRmw),
+            st(h + 256, 8),
+            nt(h + 320, 16),
+            st(h + 400, 16),
+            fe(FenceKind::Sfence),
+            E::Marker { id: 7, label: "phase 2".into() },
+            st(s + 300, 1),
+            fl(s + 256), // RIP-relative: decoded from the instruction bytes
+            fl(s + 192),
+            fe(FenceKind::Sfence),
+        ]);
+    }
+    v.push(E::ThreadEnd);
+    v
+}
+
+/// The base of the `i`-th PM mapping the tool saw (0: the heap).
+fn mapping_base(h: &TraceHeader, i: usize) -> u64 {
+    h.extra["pm_mappings"][i]["base"].as_u64().unwrap()
+}
+
+#[test]
+fn every_kind_of_pm_event_is_recorded_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_pm_ops(dir.path());
+    let out = dir.path().join("ops.pmt");
+    let pm = dir.path().to_str().unwrap();
+    let o = pmsim(&["trace-exec", "--pm-dir", pm, "-o", out.to_str().unwrap(), "--", exe.to_str().unwrap(), pm, "ok"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = String::from_utf8_lossy(&o.stdout);
+    assert!(summary.contains("6 stores, 2 non-temporal stores, 4 flushes, 7 fences"), "{summary}");
+
+    let (h, evs) = read(&out);
+    assert_eq!(h.tracer, pmsim_traces::Tracer::Valgrind);
+    assert_eq!((h.flush_insn.as_str(), h.threads, h.heap.size), ("clflush", 1, 65536));
+    assert!(h.heap.path.ends_with("/pm_ops.heap"), "{}", h.heap.path);
+    assert_eq!(h.extra["partial"], false);
+    assert_eq!(h.extra["exit_status"], 0);
+    assert_eq!(h.extra["imprecise_flushes"], 0);
+    assert_eq!(mapping_base(&h, 0), h.heap.base);
+    assert!(evs.iter().all(|(t, _)| *t == 0));
+    let got: Vec<OwnedEvent> = evs.into_iter().map(|(_, e)| e).collect();
+    assert_eq!(got, pm_ops_events(h.heap.base, mapping_base(&h, 1), false));
+
+    // With --values, stores carry the bytes they wrote.
+    let o = pmsim(&[
+        "trace-exec",
+        "--values",
+        "--pm-dir",
+        pm,
+        "-o",
+        out.to_str().unwrap(),
+        "--force",
+        "--",
+        exe.to_str().unwrap(),
+        pm,
+        "ok",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (h, evs) = read(&out);
+    assert!(h.values);
+    let values: Vec<Vec<u8>> = evs
+        .into_iter()
+        .filter_map(|(_, e)| match e {
+            OwnedEvent::Store { value, .. } | OwnedEvent::NtStore { value, .. } => Some(value.unwrap()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(values.len(), 8);
+    assert_eq!(values[0], 0x1111u64.to_le_bytes());
+    assert_eq!(values[1], 7u32.to_le_bytes());
+    assert_eq!(values[2], 5u64.to_le_bytes()); // movnti
+    assert_eq!(values[3], 9u64.to_le_bytes()); // the CAS that swapped
+    assert_eq!(values[7], [1]);
+}
+
+#[test]
+fn a_killed_program_leaves_a_partial_trace_and_one_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_pm_ops(dir.path());
+    let out = dir.path().join("crash.pmt");
+    let pm = dir.path().to_str().unwrap();
+    let o =
+        pmsim(&["trace-exec", "--pm-dir", pm, "-o", out.to_str().unwrap(), "--", exe.to_str().unwrap(), pm, "crash"]);
+    let line = one_error_line(&o);
+    assert!(line.contains("killed by signal 11 (SIGSEGV)") && line.contains("partial"), "{line}");
+    let (h, evs) = read(&out);
+    assert_eq!(h.extra["partial"], true, "{:?}", h.extra);
+    assert!(h.extra.get("exit_status").is_none());
+    let got: Vec<OwnedEvent> = evs.into_iter().map(|(_, e)| e).collect();
+    assert_eq!(got, pm_ops_events(h.heap.base, 0, true));
+}
+
+#[test]
+fn bad_inputs_get_one_clear_error_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build_pm_ops(dir.path());
+    let out = dir.path().join("t.pmt");
+    let (pm, out_s, exe_s) = (dir.path().to_str().unwrap(), out.to_str().unwrap(), exe.to_str().unwrap());
+
+    let line = one_error_line(&pmsim(&["trace-exec", "-o", out_s, "--", "./no-such-program"]));
+    assert!(line.contains("./no-such-program: program not found"), "{line}");
+    let line = one_error_line(&pmsim(&["trace-exec", "-o", out_s, "--", "no-such-program-on-path"]));
+    assert!(line.contains("no-such-program-on-path: program not found"), "{line}");
+
+    let line = one_error_line(&pmsim(&["trace-exec", "--pm-dir", pm, "-o", out_s, "--", exe_s, pm, "nopm"]));
+    assert!(line.contains("no PM mapping seen") && line.contains(pm), "{line}");
+    assert!(!out.exists(), "no trace is left when there was no PM");
+
+    let line = one_error_line(&pmsim(&["trace-exec", "--pm-dir", "/no/such/dir", "-o", out_s, "--", exe_s]));
+    assert!(line.contains("/no/such/dir: the PM directory is not a directory"), "{line}");
+
+    std::fs::write(&out, b"keep me").unwrap();
+    let line = one_error_line(&pmsim(&["trace-exec", "--pm-dir", pm, "-o", out_s, "--", exe_s, pm, "ok"]));
+    assert!(line.contains("exists (give --force"), "{line}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
+
+    let line = one_error_line(&pmsim(&["trace-exec", "-o", out_s]));
+    assert!(line.contains("give the program to trace after --"), "{line}");
+}
+
+// ---- NVAlloc: the built-in tracer and the Valgrind tool agree ---------------
+
+/// A trace reduced to what both tracers must agree on: the flushes and
+/// fences in order (lines relative to the heap base), and between two of
+/// them (an "epoch") the PM stores, relative too.
+#[derive(Debug, Default)]
+struct Persistence {
+    order: Vec<Ord_>,
+    /// Per epoch (index into `order` of the next ordering event): (offset, size) of each store.
+    stores: BTreeMap<usize, Vec<(u64, u32)>>,
+    store_count: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ord_ {
+    Flush(u64),
+    Fence(FenceKind),
+}
+
+fn persistence(path: &Path) -> Persistence {
+    let mut r = TraceReader::open(path).unwrap();
+    let base = r.header().heap.base;
+    let mut p = Persistence::default();
+    r.for_each(|rec| match rec.event {
+        Event::Flush { line, .. } => p.order.push(Ord_::Flush(line - base)),
+        Event::Fence { kind } => p.order.push(Ord_::Fence(kind)),
+        Event::Store { addr, size, .. } | Event::NtStore { addr, size, .. } => {
+            p.stores.entry(p.order.len()).or_default().push((addr - base, size));
+            p.store_count += 1;
+        }
+        _ => {}
+    })
+    .unwrap();
+    p
+}
+
+/// The heap's own header page: the heap file writes and flushes it when it
+/// is created and closed, outside the window pmsim's tracer records.
+const HEAP_HEADER: u64 = 4096;
+
+fn bytes(stores: Option<&Vec<(u64, u32)>>) -> BTreeSet<u64> {
+    stores.into_iter().flatten().flat_map(|&(a, n)| a..a + n as u64).collect()
+}
+
+/// Checks that `dbi` (Valgrind) holds `builtin` (pmsim's tracer): the same
+/// flush and fence sequence, and in every epoch the same PM bytes stored and
+/// the same stores, where a store the built-in tracer records as one event
+/// of at most 16 bytes must be one machine store at the same address with the
+/// same size. Returns the number of such stores both agree on.
+///
+/// What may differ, and why: the DBI sees the heap file's own writes of its
+/// header page before and after the traced window; a store the built-in
+/// tracer records as one event larger than 16 bytes (a memcpy into PM) is
+/// several machine stores; and glibc's memmove stores the bytes of a short
+/// copy twice (head and tail overlap), so the DBI may see a store twice.
+fn compare(builtin: &Persistence, dbi: &Persistence) -> Result<usize, String> {
+    let n = builtin.order.len();
+    let k = (0..=dbi.order.len().saturating_sub(n))
+        .find(|&k| dbi.order[k..k + n] == builtin.order[..])
+        .ok_or("the built-in flush/fence sequence does not occur in the Valgrind trace")?;
+    for (i, o) in dbi.order[..k].iter().chain(&dbi.order[k + n..]).enumerate() {
+        if let Ord_::Flush(l) = o {
+            if *l >= HEAP_HEADER {
+                return Err(format!("extra flush of heap offset {l:#x} outside the traced window (#{i})"));
+            }
+        }
+    }
+    let mut agreed = 0;
+    for e in 0..=n {
+        let (b, d) = (builtin.stores.get(&e), dbi.stores.get(&(e + k)));
+        let (bb, db) = (bytes(b), bytes(d));
+        let boundary = e == 0 || e == n;
+        let extra: Vec<u64> = db.difference(&bb).copied().filter(|&a| !boundary || a >= HEAP_HEADER).collect();
+        if !bb.is_subset(&db) || !extra.is_empty() {
+            return Err(format!(
+                "epoch {e}: stored bytes differ (built-in only: {:?}, Valgrind only: {:?})",
+                bb.difference(&db).take(8).collect::<Vec<_>>(),
+                extra.iter().take(8).collect::<Vec<_>>()
+            ));
+        }
+        let big: Vec<(u64, u64)> =
+            b.into_iter().flatten().filter(|s| s.1 > 16).map(|&(a, s)| (a, a + s as u64)).collect();
+        let small_b: BTreeSet<(u64, u32)> = b.into_iter().flatten().filter(|s| s.1 <= 16).copied().collect();
+        let small_d: BTreeSet<(u64, u32)> = d
+            .into_iter()
+            .flatten()
+            .filter(|&&(a, s)| !big.iter().any(|&(lo, hi)| lo <= a && a + s as u64 <= hi))
+            .filter(|&&(a, _)| !boundary || a >= HEAP_HEADER)
+            .copied()
+            .collect();
+        if small_b != small_d {
+            return Err(format!(
+                "epoch {e}: stores differ (built-in only: {:?}, Valgrind only: {:?})",
+                small_b.difference(&small_d).take(4).collect::<Vec<_>>(),
+                small_d.difference(&small_b).take(4).collect::<Vec<_>>()
+            ));
+        }
+        agreed += small_b.len();
+    }
+    Ok(agreed)
+}
+
+#[test]
+fn nvalloc_traced_by_valgrind_matches_the_builtin_tracer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (builtin, dbi) = (dir.path().join("builtin.pmt"), dir.path().join("valgrind.pmt"));
+    let run: Vec<&str> = "run --alloc nvalloc-log --workload threadtest --threads 1 --scale tiny --flush-insn clflush \
+                          --param iterations=2 --param objects=300"
+        .split_whitespace()
+        .collect();
+    let o = pmsim(&[&run[..], &["--trace", builtin.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let pmsim_bin = env!("CARGO_BIN_EXE_pmsim");
+    let o = pmsim(&[&["trace-exec", "-o", dbi.to_str().unwrap(), "--", pmsim_bin][..], &run[..]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let (b, d) = (persistence(&builtin), persistence(&dbi));
+    let flushes = b.order.iter().filter(|o| matches!(o, Ord_::Flush(_))).count();
+    assert!(flushes > 1000 && b.order.len() > flushes + 1000, "a run too small to compare: {:?}", b.order.len());
+    let agreed = compare(&b, &d).unwrap();
+    eprintln!(
+        "{} flushes and {} fences identical; {agreed} stores identical ({} built-in events, {} machine stores)",
+        flushes,
+        b.order.len() - flushes,
+        b.store_count,
+        d.store_count
+    );
+    assert!(agreed * 10 >= b.store_count * 9, "too few single stores to compare: {agreed} of {}", b.store_count);
+
+    // The comparison can fail: a missing flush, an extra store, a moved fence.
+    let mut broken = persistence(&dbi);
+    let at = broken.order.iter().rposition(|o| matches!(o, Ord_::Flush(l) if *l >= HEAP_HEADER)).unwrap();
+    broken.order.remove(at);
+    assert!(compare(&b, &broken).is_err());
+    let mut broken = persistence(&dbi);
+    broken.stores.entry(broken.order.len() / 2).or_default().push((HEAP_HEADER + 8, 8));
+    assert!(compare(&b, &broken).unwrap_err().contains("stored bytes differ"));
+    let mut broken = persistence(&dbi);
+    let f = (broken.order.len() / 2..broken.order.len() - 1)
+        .find(|&i| matches!(broken.order[i], Ord_::Fence(FenceKind::Sfence)) && broken.order[i + 1] != broken.order[i])
+        .unwrap();
+    broken.order.swap(f, f + 1);
+    assert!(compare(&b, &broken).is_err());
+}
+
+// ---- PMDK ----------------------------------------------------------------------
+
+#[test]
+fn pmdk_threadtest_is_traced_and_simulated() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pmdk.pmt");
+    let pm = dir.path().to_str().unwrap();
+    let o = pmsim(&[
+        "trace-exec",
+        "--example",
+        "pmdk-threadtest",
+        "--json",
+        "--pm-dir",
+        pm,
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "2",
+        "200",
+        "64",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (h, evs) = read(&out);
+    // The program's stdout comes first, then the summary as JSON.
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let summary: serde_json::Value = serde_json::from_str(&stdout[stdout.find('{').unwrap()..]).unwrap();
+    assert_eq!(summary["stats"]["events"].as_u64(), Some(evs.len() as u64));
+    assert_eq!(summary["header"]["tracer"], "valgrind");
+    assert_eq!((h.allocator.name.as_str(), h.workload.name.as_str()), ("pmdk", "threadtest"));
+    let (lo, hi) = (h.heap.base, h.heap.base + h.heap.size);
+    let mallocs = evs.iter().filter(|(_, e)| matches!(e, OwnedEvent::OpBegin { op: OpKind::Malloc, .. })).count();
+    assert_eq!(mallocs, 2 * 200);
+    let flushes: Vec<u64> = evs
+        .iter()
+        .filter_map(|(_, e)| match e {
+            OwnedEvent::Flush { kind, line } => {
+                assert_eq!(*kind, FlushKind::Clflush);
+                Some(*line)
+            }
+            _ => None,
+        })
+        .collect();
+    // PMDK maps its pool header a second time; the tool records that alias at the pool's addresses.
+    assert!(h.extra["pm_mappings"].as_array().unwrap().len() >= 2, "{:?}", h.extra);
+    assert!(flushes.iter().all(|l| (lo..hi).contains(l)), "a flush outside the pool");
+    // PMDK persists every allocation and free: flushes inside the operations.
+    let mut in_op = false;
+    let mut op_flushes = 0;
+    for (_, e) in &evs {
+        match e {
+            OwnedEvent::OpBegin { .. } => in_op = true,
+            OwnedEvent::OpEnd { .. } => in_op = false,
+            OwnedEvent::Flush { .. } if in_op => op_flushes += 1,
+            _ => {}
+        }
+    }
+    assert!(op_flushes >= 2 * 2 * 200, "only {op_flushes} flushes inside the 800 operations");
+
+    let o = pmsim(&["sim", out.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let text = v.to_string();
+    assert!(text.contains("reflush"), "{text}");
+    assert_eq!(v["overall"]["flushes"].as_u64(), Some(flushes.len() as u64), "{}", v["overall"]);
+}
