@@ -29,6 +29,8 @@ enum Command {
     Sim(cmd::sim::SimArgs),
     /// Run a workload of the NVAlloc paper on an allocator: natively, into a trace, or into the simulator.
     Run(cmd::run::RunArgs),
+    /// Write a trace's memory traffic for gem5 (packet trace + replay script), DRAMsim3 or Ramulator 2.
+    Export(cmd::export::ExportArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Export(a) => cmd::export::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
