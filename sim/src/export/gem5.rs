@@ -133,8 +133,8 @@ impl std::str::FromStr for Memory {
 /// What the replay script needs to know.
 #[derive(Clone, Debug)]
 pub struct Script {
-    /// The packet trace, absolute (gem5 resolves relative names against the
-    /// TrafficGen config file, which the script writes into its output directory).
+    /// The packet trace, absolute (the script links to it from gem5's output
+    /// directory, where it writes the TrafficGen config).
     pub trace: PathBuf,
     /// Length of the TRACE state in ticks: the last packet's tick plus a drain margin.
     pub duration: u64,
@@ -180,9 +180,15 @@ TRACE = {trace}
 DURATION = {duration}
 MEM_SIZE = {size}
 
+# The TrafficGen config names the trace by a whitespace-free link beside it
+# (gem5 reads the config word by word and resolves names against its folder).
 cfg = os.path.join(m5.options.outdir, "pmsim-tgen.cfg")
+link = os.path.join(m5.options.outdir, "pmsim-trace")
+if os.path.lexists(link):
+    os.remove(link)
+os.symlink(TRACE, link)
 with open(cfg, "w") as f:
-    f.write(f"STATE 0 {{DURATION}} TRACE {{TRACE}} 0\n")
+    f.write("STATE 0 %d TRACE pmsim-trace 0\n" % DURATION)
     f.write("STATE 1 0 EXIT\n")
     f.write("INIT 0\n")
     f.write("TRANSITION 0 1 1\n")
