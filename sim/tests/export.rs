@@ -247,12 +247,10 @@ fn reference(path: &str, t: Timing) -> Vec<(u64, u32, u64, u64)> {
                 dirty.insert(l << 6);
             }
         }
-        Event::Flush { line, .. } => {
-            if dirty.remove(&line) {
-                out.push((next, rec.tid, rec.index, line));
-                outstanding.insert(rec.tid, next);
-                next += t.packet_ps;
-            }
+        Event::Flush { line, .. } if dirty.remove(&line) => {
+            out.push((next, rec.tid, rec.index, line));
+            outstanding.insert(rec.tid, next);
+            next += t.packet_ps;
         }
         Event::Fence { .. } => {
             if let Some(last) = outstanding.remove(&rec.tid) {

@@ -69,24 +69,18 @@ pub fn encode_packet(buf: &mut Vec<u8>, p: &Packet) {
 pub struct PacketTraceWriter<W: Write> {
     out: W,
     buf: Vec<u8>,
-    msg: Vec<u8>,
 }
 
 impl<W: Write> PacketTraceWriter<W> {
     /// Writes the magic and the header.
     pub fn new(mut out: W, obj_id: &str) -> io::Result<Self> {
         out.write_all(&MAGIC)?;
-        let mut w = PacketTraceWriter { out, buf: Vec::with_capacity(64), msg: Vec::with_capacity(48) };
         let h = encode_header(obj_id);
-        w.frame(&h)?;
-        Ok(w)
-    }
-
-    fn frame(&mut self, msg: &[u8]) -> io::Result<()> {
-        self.buf.clear();
-        varint::put(&mut self.buf, msg.len() as u64);
-        self.buf.extend_from_slice(msg);
-        self.out.write_all(&self.buf)
+        let mut buf = Vec::with_capacity(h.len() + 10);
+        varint::put(&mut buf, h.len() as u64);
+        buf.extend_from_slice(&h);
+        out.write_all(&buf)?;
+        Ok(PacketTraceWriter { out, buf })
     }
 
     pub fn into_inner(self) -> W {
@@ -94,15 +88,21 @@ impl<W: Write> PacketTraceWriter<W> {
     }
 }
 
+/// A `Packet` message is at most 41 bytes (five one-byte tags; `tick`, `addr`
+/// and `pkt_id` at most 10 bytes each, `cmd` 1, `size` 5), so its length
+/// always fits the one-byte varint written in front of it.
+const MAX_PACKET_MSG: usize = 127;
+
 impl<W: Write> PacketWriter for PacketTraceWriter<W> {
     #[inline]
     fn packet(&mut self, p: &Packet) -> io::Result<()> {
-        let mut msg = std::mem::take(&mut self.msg);
-        msg.clear();
-        encode_packet(&mut msg, p);
-        let r = self.frame(&msg);
-        self.msg = msg;
-        r
+        self.buf.clear();
+        self.buf.push(0);
+        encode_packet(&mut self.buf, p);
+        let len = self.buf.len() - 1;
+        debug_assert!(len <= MAX_PACKET_MSG);
+        self.buf[0] = len as u8;
+        self.out.write_all(&self.buf)
     }
 
     fn finish(&mut self) -> io::Result<()> {

@@ -336,8 +336,9 @@ pub fn export_file<R: Read>(
     })?;
     sink.flush().map_err(named)?;
     summary.out_bytes = sink.bytes;
-    let file = sink.inner.into_inner().map_err(|e| named(e.into_error()))?;
-    file.sync_all().map_err(named)?;
+    // Not synced: an export is derived data, made again from the trace if a
+    // crash loses it, and a sync of gigabytes would double the export's time.
+    sink.inner.into_inner().map_err(|e| named(e.into_error()))?;
     std::fs::rename(&tmp, out).map_err(|e| ExportError::Input(format!("{}: cannot create: {e}", out.display())))?;
     Ok(summary)
 }
