@@ -162,8 +162,9 @@ impl Script {
         let trace = py_str(&self.trace.to_string_lossy());
         format!(
             r#"# gem5 replay of a pmsim export: a TrafficGen plays the packet trace into one
-# memory controller ({what}). Written by `pmsim export`; written for gem5 v24
-# (m5.objects, a NULL build) but not run against a real gem5 where it was made.
+# memory controller ({what}).
+# Written by `pmsim export` for gem5 v24 (m5.objects, a NULL build); it has not
+# been run against a real gem5 where it was made.
 #
 #     build/NULL/gem5.opt [-d OUTDIR] THIS_SCRIPT
 #
