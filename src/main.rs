@@ -31,6 +31,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Trace an unmodified program (PMDK, any binary that maps PM) under pmsim's Valgrind tool into a .pmt file.
     TraceExec(cmd::trace_exec::TraceExecArgs),
+    /// Write a trace's memory traffic for gem5 (packet trace + replay script), DRAMsim3 or Ramulator 2.
+    Export(cmd::export::ExportArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => cmd::sim::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::TraceExec(a) => cmd::trace_exec::run(a),
+        Command::Export(a) => cmd::export::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

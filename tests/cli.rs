@@ -104,3 +104,126 @@ fn a_traced_run_reads_back_and_simulates() {
     let o = pmsim(&["run", "--alloc", "nvalloc-log", "--workload", "threadtest", "--scale", "tiny", "--trace", t]);
     assert!(!o.status.success(), "an existing trace was overwritten without --overwrite");
 }
+
+fn pmsim_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pmsim"));
+    c.args(args).env_remove("GEM5");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("pmsim runs")
+}
+
+/// One line on stderr containing every needle, and a failure.
+fn fails_with(o: &Output, needles: &[&str]) {
+    assert!(!o.status.success(), "accepted: {}", stdout(o));
+    let err = stderr(o);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    for n in needles {
+        assert!(err.contains(n), "missing {n:?} in {err}");
+    }
+}
+
+#[test]
+fn export_writes_every_pm_write_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.gem5");
+    let script = dir.path().join("replay.py");
+    let o = pmsim(&[
+        "export",
+        SAMPLE,
+        "--format",
+        "gem5",
+        "--out",
+        out.to_str().unwrap(),
+        "--gem5-config",
+        script.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    let sim: serde_json::Value = serde_json::from_slice(&pmsim(&["sim", SAMPLE, "--json"]).stdout).unwrap();
+    assert_eq!(v["summary"]["packets"], sim["overall"]["pm_writes"]);
+    assert_eq!(v["summary"]["out_bytes"].as_u64().unwrap(), std::fs::metadata(&out).unwrap().len());
+    let py = std::fs::read_to_string(&script).unwrap();
+    assert!(py.contains(&format!("TRACE = \"{}\"", out.display())) && py.contains("NVM_2400_1x64"), "{py}");
+    let o = pmsim(&["export", SAMPLE, "--format", "ramulator", "--out", out.to_str().unwrap(), "--region", "wal"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("packets") && stdout(&o).contains("ramulator format"), "{}", stdout(&o));
+}
+
+#[test]
+fn export_bad_input_is_one_error_line() {
+    use pmsim_traces::{Category, Event, FlushKind, Region, TraceHeader, TraceWriter, WriterOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.out");
+    let out_s = out.to_str().unwrap();
+    fails_with(&pmsim(&["export", SAMPLE, "--format", "nvsim", "--out", out_s]), &["unknown export format \"nvsim\""]);
+    let bad = "/nonexistent-dir/x.gem5";
+    fails_with(&pmsim(&["export", SAMPLE, "--format", "gem5", "--out", bad]), &[bad, "cannot create"]);
+    fails_with(&pmsim(&["export", SAMPLE, "--format", "gem5", "--out", out_s, "--region", "slab"]), &["\"slab\""]);
+    fails_with(&pmsim(&["export", SAMPLE, "--format", "dramsim3", "--out", out_s, "--gzip"]), &["--format gem5"]);
+    fails_with(&pmsim(&["export", SAMPLE, "--format", "gem5", "--out", out_s, "--run-gem5"]), &["GEM5"]);
+
+    // A trace whose only region is metadata, asked for its WAL traffic.
+    let t = dir.path().join("meta-only.pmt");
+    let header = TraceHeader {
+        regions: vec![Region { id: 0, name: "bitmap".into(), category: Category::Meta, base: 0, len: 4096 }],
+        ..TraceHeader::default()
+    };
+    let mut w = TraceWriter::new(std::fs::File::create(&t).unwrap(), &header, &WriterOptions::default()).unwrap();
+    w.write(0, &Event::Store { addr: 64, size: 8, value: None }).unwrap();
+    w.write(0, &Event::Flush { kind: FlushKind::Clwb, line: 64 }).unwrap();
+    w.finish().unwrap();
+    let ts = t.to_str().unwrap();
+    fails_with(
+        &pmsim(&["export", ts, "--format", "dramsim3", "--out", out_s, "--region", "wal,meta"]),
+        &["meta-only.pmt", "no region of category wal (it has meta)"],
+    );
+    assert!(!out.exists(), "a failed export left its output");
+    let o = pmsim(&["export", ts, "--format", "dramsim3", "--out", out_s, "--region", "meta"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "0x40 WRITE 0\n");
+}
+
+/// `--run-gem5` with a stand-in for gem5 that checks how it is called and
+/// writes a stats.txt: the command line, the script and the statistics
+/// printer are exercised; gem5 itself is not here.
+#[test]
+fn run_gem5_calls_gem5_and_reads_its_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("gem5.opt");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n[ \"$1\" = -d ] || exit 3\ngrep -q 'TrafficGen(config_file=cfg)' \"$3\" || exit 4\nmkdir -p \"$2\"\n\
+         printf -- '---------- Begin Simulation Statistics ----------\\nsimTicks 20000000 # t\\n\
+         system.mem_ctrl.writeReqs 16228 # w\\nsystem.tgen.avgWriteLatency 123.5 # l\\n' > \"$2/stats.txt\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.path().join("t.gem5");
+    let o = pmsim_env(
+        &["export", SAMPLE, "--format", "gem5", "--out", out.to_str().unwrap(), "--run-gem5"],
+        &[("GEM5", fake.to_str().unwrap())],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = stdout(&o);
+    for needle in [
+        "system.mem_ctrl.writeReqs",
+        "16228",
+        "system.tgen.avgWriteLatency",
+        "gem5 simulated time",
+        "pmsim persist-time estimate",
+    ] {
+        assert!(s.contains(needle), "missing {needle:?} in\n{s}");
+    }
+    assert!(dir.path().join("t.gem5.py").exists() && dir.path().join("t.gem5.m5out/gem5.log").exists());
+    // A gem5 that fails is reported with where its output went.
+    std::fs::write(&fake, "#!/bin/sh\necho boom\nexit 1\n").unwrap();
+    let o = pmsim_env(
+        &["export", SAMPLE, "--format", "gem5", "--out", out.to_str().unwrap(), "--run-gem5"],
+        &[("GEM5", fake.to_str().unwrap())],
+    );
+    fails_with(&o, &["gem5 failed", "gem5.log"]);
+}

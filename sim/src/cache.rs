@@ -142,6 +142,15 @@ impl CpuCache {
     }
 }
 
+/// The 64 B lines `[addr, addr + size)` touches (one for size 0); the range
+/// stops at the top of the address space instead of wrapping.
+#[inline(always)]
+pub fn lines(addr: u64, size: u32) -> impl Iterator<Item = u64> {
+    let first = addr >> 6;
+    let last = addr.saturating_add((size as u64).max(1) - 1) >> 6;
+    (first..=last).map(|l| l << 6)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

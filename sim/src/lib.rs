@@ -13,7 +13,9 @@
 //!   `sim/optane.toml`): persist time per operation, split by region category
 //!   as in Fig. 11;
 //! - **access maps** ([`access_map`]): where the first N flushes of each
-//!   category land (Fig. 2).
+//!   category land (Fig. 2);
+//! - **exporters** ([`export`]): the same persist stream as gem5, DRAMsim3 or
+//!   Ramulator 2 traces, for cycle-level memory simulators.
 //!
 //! ```
 //! use pmsim_sim::{Config, Simulator};
@@ -41,6 +43,7 @@ pub mod access_map;
 pub mod cache;
 pub mod config;
 pub mod distance;
+pub mod export;
 pub mod fastmap;
 pub mod optane;
 mod print;

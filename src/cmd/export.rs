@@ -1,0 +1,261 @@
+//! `pmsim export`: a trace's memory traffic as a gem5 packet trace, a
+//! DRAMsim3 or a Ramulator 2 trace (logic in `pmsim_sim::export`); for gem5
+//! also the replay script, and a run of it when `GEM5` names a gem5 binary.
+
+use super::CmdResult;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pmsim_sim::export::{self, gem5, FileOptions, Format, Mode, Options, Summary, Timing};
+use pmsim_sim::{Config, Simulator};
+use pmsim_traces::{Category, TraceReader};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// The .pmt file.
+    file: PathBuf,
+    /// Target: gem5 (packet trace for its TrafficGen), dramsim3 or ramulator (Ramulator 2 LoadStoreTrace).
+    #[arg(long)]
+    format: String,
+    /// The file to write.
+    #[arg(long)]
+    out: PathBuf,
+    /// persist: what reaches PM (dirty lines written back by flushes, evictions of
+    /// dirty lines, non-temporal lines); all: that plus every store and load.
+    #[arg(long, default_value = "persist")]
+    mode: String,
+    /// Keep only packets to regions of these categories, comma-separated (meta,wal,log,data).
+    #[arg(long)]
+    region: Option<String>,
+    /// Keep only the packets of this thread (the cache model still sees every thread).
+    #[arg(long)]
+    thread: Option<u32>,
+    /// eADR: flushes move nothing; only evictions and non-temporal stores reach PM.
+    #[arg(long)]
+    eadr: bool,
+    /// Machine model in TOML, for the cache (defaults: sim/optane.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Picoseconds between two packets.
+    #[arg(long, default_value_t = Timing::default().packet_ps)]
+    packet_ps: u64,
+    /// Picoseconds a fence waits after its thread's latest flush or non-temporal packet.
+    #[arg(long, default_value_t = Timing::default().fence_ps)]
+    fence_ps: u64,
+    /// Exported address of the heap's first byte (decimal or 0x hex).
+    #[arg(long, default_value = "0")]
+    base: String,
+    /// gem5: gzip the packet trace (gem5 reads either).
+    #[arg(long)]
+    gzip: bool,
+    /// dramsim3: memory clock period in ps, turning ticks into cycles [default: 833, DDR4-2400].
+    #[arg(long)]
+    tck_ps: Option<u64>,
+    /// gem5: also write a replay script for build/NULL/gem5.opt to this file.
+    #[arg(long, value_name = "OUT.py")]
+    gem5_config: Option<PathBuf>,
+    /// gem5: memory behind the controller in the script: nvm (NVM_2400_1x64) or dram (DDR4_2400_8x8).
+    #[arg(long, default_value = "nvm")]
+    gem5_mem: String,
+    /// gem5: ticks the replay runs past the last packet, for queued writes to finish.
+    #[arg(long, default_value_t = 10_000_000)]
+    gem5_drain_ps: u64,
+    /// gem5: run the script with the gem5 binary named by the GEM5 environment variable
+    /// and print its statistics next to pmsim's own latency estimate.
+    #[arg(long)]
+    run_gem5: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: ExportArgs) -> CmdResult {
+    // Everything that can be refused is refused before the (possibly long) export.
+    let format: Format = a.format.parse()?;
+    let mode: Mode = a.mode.parse()?;
+    let categories = a.region.as_deref().map(parse_categories).transpose()?;
+    let base = parse_u64(&a.base).ok_or_else(|| format!("--base {:?}: not a number", a.base))?;
+    let memory: gem5::Memory = a.gem5_mem.parse()?;
+    if format != Format::Gem5 && (a.gzip || a.gem5_config.is_some() || a.run_gem5) {
+        return Err("--gzip, --gem5-config and --run-gem5 need --format gem5".into());
+    }
+    if format != Format::Dramsim3 && a.tck_ps.is_some() {
+        return Err("--tck-ps needs --format dramsim3".into());
+    }
+    if a.packet_ps == 0 {
+        return Err("--packet-ps must be at least 1".into());
+    }
+    let gem5_bin = match (a.run_gem5, std::env::var_os("GEM5")) {
+        (false, _) => None,
+        (true, Some(g)) if !g.is_empty() => Some(PathBuf::from(g)),
+        (true, _) => {
+            return Err("--run-gem5 needs the GEM5 environment variable set to a gem5 binary \
+                        (e.g. GEM5=/path/to/gem5/build/NULL/gem5.opt); gem5 is not part of pmsim"
+                .into())
+        }
+    };
+    let cfg = match &a.config {
+        Some(p) => Config::from_file(p)?,
+        None => Config::default(),
+    };
+    let opts = Options {
+        mode,
+        categories,
+        thread: a.thread,
+        cache: cfg.cache.clone(),
+        eadr: a.eadr || cfg.eadr,
+        timing: Timing { packet_ps: a.packet_ps, fence_ps: a.fence_ps },
+        base,
+    };
+
+    let mut reader = TraceReader::open(&a.file)?;
+    let header = reader.header().clone();
+    let trace_name = a.file.file_name().map_or_else(|| a.file.display().to_string(), |n| n.to_string_lossy().into());
+    let file_opts = FileOptions { gzip: a.gzip, tck_ps: a.tck_ps, obj_id: format!("pmsim export of {trace_name}") };
+    let len = std::fs::metadata(&a.file).map(|m| m.len()).unwrap_or(0);
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "export [{elapsed_precise}] {wide_bar} {binary_bytes}/{binary_total_bytes} ({eta})",
+        )
+        .expect("valid template"),
+    );
+    let started = std::time::Instant::now();
+    let result = export::export_file(&mut reader, &opts, format, &file_opts, &a.out, |b| bar.set_position(b));
+    bar.finish_and_clear();
+    let summary = result?;
+    let secs = started.elapsed().as_secs_f64();
+
+    let script_path = match (&a.gem5_config, &gem5_bin) {
+        (Some(p), _) => Some(p.clone()),
+        (None, Some(_)) => Some(with_suffix(&a.out, ".py")),
+        (None, None) => None,
+    };
+    if let Some(p) = &script_path {
+        let trace = std::path::absolute(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
+        let end = base.saturating_add(header.heap.size).max(summary.max_end);
+        let script = gem5::Script {
+            trace,
+            duration: summary.last_tick.saturating_add(a.gem5_drain_ps),
+            memory,
+            size: gem5::Script::range_size(end),
+        };
+        std::fs::write(p, script.render()).map_err(|e| format!("{}: cannot write: {e}", p.display()))?;
+    }
+    let gem5_run = match (&gem5_bin, &script_path) {
+        (Some(bin), Some(script)) => Some(gem5::run(bin, script, &with_suffix(&a.out, ".m5out"))?),
+        _ => None,
+    };
+    // pmsim's own estimate of the same trace, for comparison with gem5's.
+    let estimate_ns = match &gem5_run {
+        Some(_) => {
+            let mut reader = TraceReader::open(&a.file)?;
+            let mut sim_cfg = cfg.clone();
+            sim_cfg.eadr = opts.eadr;
+            let mut sim = Simulator::new(sim_cfg, reader.header())?;
+            sim.replay(&mut reader)?;
+            Some(sim.report().overall.persist_ns.total)
+        }
+        None => None,
+    };
+
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        let v = serde_json::json!({
+            "file": a.file,
+            "out": a.out,
+            "format": format,
+            "mode": mode,
+            "timing": opts.timing,
+            "summary": summary,
+            "seconds": secs,
+            "events_per_second": summary.events as f64 / secs.max(1e-9),
+            "gem5_config": script_path,
+            "gem5": gem5_run.as_ref().map(|r| serde_json::json!({
+                "out_dir": r.out_dir,
+                "stats": r.stats.iter().map(|(n, v)| (n.clone(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+                "incomplete": r.incomplete,
+            })),
+            "pmsim_persist_ns": estimate_ns,
+        });
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
+        return Ok(out.flush()?);
+    }
+    writeln!(out, "{}", summary_line(&a.out, format, &summary, secs))?;
+    if let Some(p) = &script_path {
+        writeln!(out, "gem5 replay script: {} (run: build/NULL/gem5.opt {})", p.display(), p.display())?;
+    }
+    if let (Some(r), Some(est)) = (&gem5_run, estimate_ns) {
+        writeln!(out, "gem5 statistics ({}/stats.txt):", r.out_dir.display())?;
+        for key in gem5::KEY_STATS {
+            if let Some((_, v)) = r.stats.iter().find(|(n, _)| n == key) {
+                writeln!(out, "  {key:<40} {v}")?;
+            }
+        }
+        if let Some(t) = r.sim_ticks {
+            writeln!(
+                out,
+                "gem5 simulated time         {:.3} us (trace span {:.3} us + drain {:.3} us)",
+                t / 1e6,
+                summary.last_tick as f64 / 1e6,
+                a.gem5_drain_ps as f64 / 1e6
+            )?;
+        }
+        writeln!(out, "pmsim persist-time estimate {:.3} us (pmsim sim, same trace and cache)", est / 1e3)?;
+        if r.incomplete {
+            writeln!(out, "warning: gem5 could not replay the whole trace in time; raise --gem5-drain-ps")?;
+        }
+    }
+    Ok(out.flush()?)
+}
+
+/// One line: what was written, how big, how fast.
+fn summary_line(out: &Path, format: Format, s: &Summary, secs: f64) -> String {
+    let sources: Vec<String> =
+        s.by_source.iter().filter(|(_, n)| *n > 0).map(|(name, n)| format!("{n} {name}")).collect();
+    format!(
+        "{}: {} packets ({} writes, {} reads{}{}), {} bytes, {} format, from {} events in {:.2} s ({:.1} M events/s)",
+        out.display(),
+        s.packets,
+        s.writes,
+        s.reads,
+        if sources.is_empty() { String::new() } else { format!(": {}", sources.join(", ")) },
+        if s.dirty_lines_left > 0 {
+            format!("; {} lines left dirty in the cache", s.dirty_lines_left)
+        } else {
+            String::new()
+        },
+        s.out_bytes,
+        format.name(),
+        s.events,
+        secs,
+        s.events as f64 / secs.max(1e-9) / 1e6,
+    )
+}
+
+fn parse_categories(s: &str) -> Result<Vec<Category>, String> {
+    s.split(',')
+        .map(|name| {
+            let name = name.trim();
+            Category::ALL
+                .into_iter()
+                .find(|c| c.name() == name)
+                .ok_or_else(|| format!("--region: unknown region category {name:?} (expected meta, wal, log or data)"))
+        })
+        .collect()
+}
+
+fn parse_u64(s: &str) -> Option<u64> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
