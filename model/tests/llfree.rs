@@ -276,8 +276,7 @@ fn every_lower_level_cas_is_flushed_and_fenced_unless_eadr() {
     }
     // 600 base frames: two CASes each way; the huge frame one each way.
     assert_eq!(cases, 600 * 4 + 2, "lower-level CASes");
-    // Under eADR the same operations flush nothing (only close, on another
-    // thread, writes the counters back).
+    // Under eADR the same operations flush nothing.
     let (events, _) = traced(LlConfig { eadr: true, ..LlConfig::default() }, churn);
     let cas = events.iter().filter(|e| matches!(e, OwnedEvent::Fence { kind: FenceKind::LockedRmw })).count();
     assert!(cas >= 600 * 4, "eADR: {cas} CASes");

@@ -239,13 +239,8 @@ impl LlFree {
         })?;
         let mut t = ll.pm.thread(0);
         t.op_begin(OpKind::Close, 0);
-        if ll.cfg.eadr {
-            // The counters were never flushed; a clean shutdown vouches for
-            // them, so they must be durable first.
-            t.flush_range(ll.lower.zone.children_off, ll.lower.zone.children_bytes());
-            t.flush_range(ll.lower.zone.bitfields_off, 64 * ll.lower.zone.nhuge);
-            t.fence();
-        }
+        // Every CAS was flushed as it happened (or, under eADR, the cache is
+        // durable): the marker alone vouches for the counters.
         Zone::set_marker(&mut t, Marker::Shutdown);
         t.op_end(OpKind::Close, 0);
         drop(t);
