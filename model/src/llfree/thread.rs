@@ -112,7 +112,7 @@ impl LlThread {
         let ll = &*self.ll;
         let c = pfn / CHILD_FRAMES as u64;
         let order = if ll.lower.child(&self.t, c).huge() {
-            assert!(pfn % CHILD_FRAMES as u64 == 0, "free of frame {pfn}: inside an allocated huge frame");
+            assert!(pfn.is_multiple_of(CHILD_FRAMES as u64), "free of frame {pfn}: inside an allocated huge frame");
             ll.lower.put_huge(&mut self.t, c);
             9
         } else {
