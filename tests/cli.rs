@@ -226,4 +226,33 @@ fn run_gem5_calls_gem5_and_reads_its_stats() {
         &[("GEM5", fake.to_str().unwrap())],
     );
     fails_with(&o, &["gem5 failed", "gem5.log"]);
+/// `pmsim run --alloc llfree … --sim`: LLFree's flushes reach the simulator,
+/// broken down by its regions; under eADR its lower level flushes nothing.
+#[test]
+fn llfree_runs_into_the_simulator() {
+    let run = |alloc: &str| {
+        let args = ["run", "--alloc", alloc, "--workload", "threadtest", "--threads", "2", "--sim", "--json"];
+        let o = pmsim(&[&args[..], &["--param", "iterations=2", "--param", "objects=300"]].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+        v["runs"][0].clone()
+    };
+    let region_flushes = |r: &serde_json::Value, name: &str| {
+        let regions = r["sim"]["regions"].as_array().unwrap();
+        regions.iter().find(|x| x["name"] == name).map_or(0, |x| x["flushes"].as_u64().unwrap())
+    };
+    let adr = run("llfree");
+    assert_eq!(adr["allocator"]["name"], "llfree");
+    assert_eq!(adr["allocator"]["params"]["eadr"], false);
+    // 2 threads × 2 iterations × 300 objects, each allocated and freed: two
+    // flushed CASes (child, bit field) per operation.
+    let ops = 2 * 2 * 300 * 2;
+    assert!(region_flushes(&adr, "llfree children") >= ops, "{}", adr["sim"]["regions"]);
+    assert!(region_flushes(&adr, "llfree bit fields") >= ops, "{}", adr["sim"]["regions"]);
+    let eadr = run("llfree:eadr=true");
+    assert_eq!(eadr["allocator"]["params"]["eadr"], true);
+    assert_eq!(region_flushes(&eadr, "llfree bit fields"), 0, "eADR: the bit fields are never flushed by operations");
+    let o = pmsim(&["run", "--alloc", "llfree:nonsense=1", "--workload", "threadtest"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("unknown LLFree parameter 'nonsense'"), "{}", stderr(&o));
 }

@@ -51,6 +51,47 @@ pub trait PmAllocator: Send + Sync + Sized + 'static {
     }
 }
 
+/// The [`AllocThread`] methods that touch memory, for a thread handle whose
+/// [`PmThread`](crate::PmThread) is its field `$t`: they go straight to the
+/// persistence primitives (so a traced run records the workload's stores).
+/// Expand inside `impl AllocThread for …`.
+macro_rules! pm_thread_access {
+    ($t:ident) => {
+        fn write(&mut self, off: u64, data: &[u8]) {
+            self.$t.store_bytes(off, data);
+        }
+
+        fn read(&self, off: u64, buf: &mut [u8]) {
+            self.$t.load_bytes(off, buf);
+        }
+
+        fn persist(&mut self, off: u64, len: u64) {
+            self.$t.persist(off, len);
+        }
+
+        fn write_u64(&mut self, off: u64, v: u64) {
+            self.$t.store_u64(off, v);
+        }
+
+        fn read_u64(&self, off: u64) -> u64 {
+            self.$t.load_u64(off)
+        }
+
+        fn set_root(&mut self, slot: usize, off: u64) {
+            self.$t.set_root(slot, off);
+        }
+
+        fn root(&self, slot: usize) -> u64 {
+            self.$t.root(slot)
+        }
+
+        fn idle(&mut self) {
+            self.$t.flush_thread();
+        }
+    };
+}
+pub(crate) use pm_thread_access;
+
 /// What one thread can do with the allocator and the memory it hands out.
 pub trait AllocThread: Send {
     /// Allocates `size` bytes; the offset of the block, or `None` when the heap is full.

@@ -18,6 +18,7 @@
 pub mod alloc;
 mod arch;
 pub mod heap;
+pub mod llfree;
 pub mod mech;
 pub mod nvalloc;
 pub mod params;

@@ -11,6 +11,7 @@
 
 use crate::alloc::PmAllocator;
 use crate::heap::{Heap, HeapOptions};
+use crate::llfree::{LlConfig, LlFree};
 use crate::nvalloc::{NvAlloc, NvConfig};
 use crate::pm::{FlushInsn, Pm};
 use crate::pmdk::{Pmdk, PmdkOptions};
@@ -32,6 +33,8 @@ pub enum AllocSpec {
     NvAlloc { label: String, cfg: NvConfig },
     /// PMDK's libpmemobj through FFI (not traceable by the built-in tracer).
     Pmdk,
+    /// LLFree in persistent mode (`llfree[:eadr=true:…]`).
+    LlFree { label: String, cfg: LlConfig },
 }
 
 impl AllocSpec {
@@ -39,6 +42,7 @@ impl AllocSpec {
     pub fn names() -> Vec<&'static str> {
         let mut v: Vec<&'static str> = NvConfig::PRESETS.to_vec();
         v.push("pmdk");
+        v.push("llfree");
         v
     }
 
@@ -54,6 +58,11 @@ impl AllocSpec {
             }
             return Ok(AllocSpec::Pmdk);
         }
+        if name == "llfree" {
+            let cfg = LlConfig::default().with_overrides(overrides)?.with_overrides(parts)?;
+            cfg.validate()?;
+            return Ok(AllocSpec::LlFree { label: spec.to_string(), cfg });
+        }
         if !NvConfig::PRESETS.contains(&name) {
             return Err(format!(
                 "unknown allocator '{name}' in '{spec}' (expected one of: {})",
@@ -68,7 +77,7 @@ impl AllocSpec {
     /// The spec as the user wrote it (the row label of tables).
     pub fn label(&self) -> &str {
         match self {
-            AllocSpec::NvAlloc { label, .. } => label,
+            AllocSpec::NvAlloc { label, .. } | AllocSpec::LlFree { label, .. } => label,
             AllocSpec::Pmdk => "pmdk",
         }
     }
@@ -83,7 +92,26 @@ impl AllocSpec {
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), RunError> {
         match self {
             AllocSpec::NvAlloc { cfg, .. } => Ok(cfg.set(key, value)?),
+            AllocSpec::LlFree { cfg, .. } => Ok(cfg.set(key, value)?),
             AllocSpec::Pmdk => Err(format!("pmdk has no parameter '{key}'").into()),
+        }
+    }
+
+    /// The heap size (bytes, a multiple of 2 MiB) this allocator needs for
+    /// `wl` with `threads` threads: the workload's hint, except for LLFree,
+    /// which hands out a whole frame per object (4 KiB, or 2 MiB above that)
+    /// and wants a tree (64 MiB) per thread to reserve.
+    pub fn heap_size(&self, wl: &Workload, threads: u32) -> u64 {
+        match self {
+            AllocSpec::LlFree { .. } => {
+                let frame = if wl.max_object_size() <= 4096 { 4096 } else { 2 << 20 };
+                // The workload's objects plus its own arrays, a quarter
+                // extra for the trees' fill levels, a tree per thread and one more.
+                let frames = wl.peak_objects(threads).saturating_add(64).saturating_mul(frame);
+                let want = (frames + frames / 4 + (16 << 20)).max((threads as u64 + 1) * (64 << 20));
+                want.div_ceil(2 << 20) * (2 << 20)
+            }
+            _ => wl.heap_size_hint(threads),
         }
     }
 }
@@ -214,6 +242,11 @@ fn run_on_pm(spec: &RunSpec, heap: &Heap, pm: Pm) -> Result<OnPm, RunError> {
             let (r, info) = drive(&nv, label, spec);
             Ok((r, info, nv.close()?))
         }
+        AllocSpec::LlFree { label, cfg } => {
+            let ll = LlFree::create(heap, pm, cfg.clone())?;
+            let (r, info) = drive(&ll, label, spec);
+            Ok((r, info, ll.close()?))
+        }
         AllocSpec::Pmdk => unreachable!("PMDK runs on its own pool, not on a pmsim Pm"),
     }
 }
@@ -257,6 +290,13 @@ fn header_alloc(
                 _ => unreachable!("config is an object"),
             };
             ("nvalloc", cfg.preset.clone(), params)
+        }
+        AllocSpec::LlFree { cfg, .. } => {
+            let params = match serde_json::to_value(cfg).expect("config serializes") {
+                serde_json::Value::Object(m) => m,
+                _ => unreachable!("config is an object"),
+            };
+            ("llfree", if cfg.eadr { "eadr" } else { "adr" }.into(), params)
         }
         AllocSpec::Pmdk => ("pmdk", String::new(), serde_json::Map::new()),
     }

@@ -6,17 +6,18 @@
 //! Objects written by the tests carry their length, a seed and a checksum of
 //! their payload, so any corruption or overlap shows up as a bad checksum.
 
+mod common;
+
+use common::{kill_victim, open_heap, retry_locked, tmpdir, Rng, Victim};
 use pmsim_model::heap::Heap as H;
 use pmsim_model::mech::wal::{Wal, WalEntry};
 use pmsim_model::nvalloc::thread::op;
 use pmsim_model::nvalloc::{NvAlloc, NvConfig, NvError, NvThread};
-use pmsim_model::{AllocThread, FlushInsn, Heap, HeapErrorKind, HeapOptions, Pm, PmAllocator};
+use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, Pm, PmAllocator};
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Every preset.
 const PRESETS: [&str; 5] = ["base", "+interleaved", "+log", "nvalloc-log", "nvalloc-gc"];
@@ -24,35 +25,6 @@ const PRESETS: [&str; 5] = ["base", "+interleaved", "+log", "nvalloc-log", "nval
 const LOG_PRESETS: [&str; 4] = ["base", "+interleaved", "+log", "nvalloc-log"];
 
 // ----- helpers -----------------------------------------------------------------
-
-/// A tiny xorshift64* generator: tests need repeatable randomness, not quality.
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn tmpdir() -> tempfile::TempDir {
-    if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm").unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    }
-}
 
 fn cfg(preset: &str) -> NvConfig {
     // Four arenas whatever the machine, so that threads share and cross arenas.
@@ -82,27 +54,6 @@ fn open_with(path: &Path, c: NvConfig) -> (Heap, Arc<NvAlloc>) {
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
     let nv = NvAlloc::open(&heap, pm, c).unwrap_or_else(|e| panic!("open failed: {e}"));
     (heap, nv)
-}
-
-/// Opens the heap file, retrying for a while if it is locked: while the
-/// SIGKILL test spawns a victim, the child briefly holds copies of this
-/// process's descriptors (until its exec closes them), and with them the
-/// flock of any heap another test has open at that moment.
-fn open_heap(path: &Path) -> Heap {
-    retry_locked(|| Heap::open(path))
-}
-
-/// `f`, retried while it fails because the heap is locked (see [`open_heap`]).
-fn retry_locked(f: impl Fn() -> Result<Heap, pmsim_model::HeapError>) -> Heap {
-    let start = Instant::now();
-    loop {
-        match f() {
-            Err(e) if e.kind == HeapErrorKind::Locked && start.elapsed() < Duration::from_secs(5) => {
-                std::thread::sleep(Duration::from_millis(2))
-            }
-            r => return r.unwrap(),
-        }
-    }
 }
 
 fn open(path: &Path, preset: &str) -> (Heap, Arc<NvAlloc>) {
@@ -842,7 +793,6 @@ fn conservatively_reachable(t: &NvThread, allocs: &[(u64, u64)], from: impl Iter
 #[test]
 fn sigkill_at_random_points_is_recovered() {
     let d = tmpdir();
-    let exe = std::env::current_exe().unwrap();
     let mut r = Rng::new(0xC0FFEE);
     let start = Instant::now();
     let (mut redone, mut dropped, mut kills) = (0, 0, 0);
@@ -857,29 +807,15 @@ fn sigkill_at_random_points_is_recovered() {
         drop(t);
         close(heap, nv);
         for round in 0..rounds {
-            let mut child = Command::new(&exe)
-                .args(["--exact", "crash_child_role", "--nocapture", "--test-threads=1"])
-                .env(CHILD_ENV, format!("{}|{preset}|{}", path.display(), round + 1))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
             // Half the kills at a random time from the start (recovery
             // included), half at a random time after the victim is running.
-            if round % 2 == 1 {
-                let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-                let ready = lines.by_ref().map_while(Result::ok).any(|l| l.contains(READY));
-                assert!(ready, "{preset}: the victim ended before it was ready: {:?}", child.wait_with_output());
-                std::thread::sleep(Duration::from_micros(r.below(30_000)));
-            } else {
-                std::thread::sleep(Duration::from_micros(r.below(60_000)));
-            }
-            if let Some(status) = child.try_wait().unwrap() {
-                let out = child.wait_with_output().unwrap();
-                panic!("{preset}: the victim exited by itself ({status}): {}", String::from_utf8_lossy(&out.stderr));
-            }
-            child.kill().unwrap();
-            child.wait().unwrap();
+            let victim = Victim {
+                role: "crash_child_role",
+                env: CHILD_ENV,
+                value: format!("{}|{preset}|{}", path.display(), round + 1),
+                ready: READY,
+            };
+            kill_victim(&victim, round, &mut r, preset);
             kills += 1;
             let (a, b) = check_after_crash(&path, preset);
             redone += a;

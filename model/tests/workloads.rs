@@ -1,5 +1,5 @@
-//! The paper's workloads at `tiny` scale on every allocator that exists:
-//! PMDK's libpmemobj and each NVAlloc preset (a preset NVAlloc refuses as
+//! The paper's workloads (and LLFree's benchmarks) at `tiny` scale on every
+//! allocator that exists: PMDK's libpmemobj, LLFree and each NVAlloc preset (a preset NVAlloc refuses as
 //! not implemented yet is reported and skipped, so it is tested the day it
 //! lands). Each run checks its own results (checksums, published and cleared
 //! destinations, FPTree lookups, nothing live at the end).
@@ -7,8 +7,10 @@
 //! Also: a one-thread traced run is reproducible event for event, and the
 //! self-checks do fail on a deliberately broken allocator.
 
+use pmsim_model::llfree::{LlConfig, LlFree};
 use pmsim_model::nvalloc::{NvAlloc, NvConfig, NvError};
 use pmsim_model::pmdk::{Pmdk, PmdkOptions};
+use pmsim_model::runner::AllocSpec;
 use pmsim_model::workloads::{self, Progress, RunOptions, RunReport, Scale, Workload, WorkloadError};
 use pmsim_model::{AllocThread, FlushInsn, Footprint, Heap, HeapOptions, Pm, PmAllocator, TraceConfig};
 use pmsim_traces::{OwnedEvent, VecSink};
@@ -64,6 +66,27 @@ fn run_pmdk(wl: &Workload, threads: u32) -> Result<RunReport, String> {
     r.map_err(|e| format!("pmdk: {e}"))
 }
 
+/// Runs `wl` on a fresh LLFree heap sized as the runner sizes it, and
+/// checks afterwards that every child counter agrees with its bit field.
+fn run_llfree(wl: &Workload, threads: u32) -> Result<RunReport, String> {
+    let dir = tmpdir();
+    let path = dir.path().join("ll.heap");
+    let size = AllocSpec::parse("llfree", []).unwrap().heap_size(wl, threads);
+    let heap = Heap::create_with(&path, size, &HeapOptions::default()).unwrap();
+    let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+    let ll = LlFree::create(&heap, pm, LlConfig::default()).map_err(|e| e.to_string())?;
+    let r = workloads::run(&ll, wl, &RunOptions { threads, seed: 7 }, &Progress::default());
+    let mut t = ll.thread(0);
+    ll.check(t.pm()).map_err(|e| format!("llfree after {}: {e}", wl.name()))?;
+    assert!(t.allocations().is_empty(), "llfree: frames left allocated after {}", wl.name());
+    drop(t);
+    assert_eq!(ll.free_frames(), ll.zone().frames(), "llfree: the upper level lost count of frames");
+    let pm = ll.close().map_err(|e| e.to_string())?;
+    drop(pm);
+    heap.close().unwrap();
+    r.map_err(|e| format!("llfree: {e}"))
+}
+
 fn check_report(r: &RunReport, who: &str) {
     assert!(r.ops > 0, "{who}: no operations counted");
     assert!(r.measured_ops > 0 && r.measured_ops <= r.ops, "{who}: measured {} of {}", r.measured_ops, r.ops);
@@ -72,10 +95,13 @@ fn check_report(r: &RunReport, who: &str) {
     assert_eq!(r.end.live_bytes, 0, "{who}: bytes left live");
 }
 
-/// Runs workload `name` on PMDK and every NVAlloc preset, with 1 and 2 threads.
+/// Runs workload `name` on PMDK, LLFree and every NVAlloc preset, with 1 and 2 threads.
 fn every_allocator(name: &str) {
     let wl = workload(name);
     for threads in [1, 2] {
+        let r = run_llfree(&wl, threads).unwrap_or_else(|e| panic!("{name}, {threads} thread(s): {e}"));
+        check_report(&r, &format!("{name} on llfree"));
+        assert!(r.peak.mapped_bytes > r.peak.live_bytes, "{name} on llfree: mapped <= live");
         let r = run_pmdk(&wl, threads).unwrap_or_else(|e| panic!("{name}, {threads} thread(s): {e}"));
         check_report(&r, &format!("{name} on pmdk"));
         assert!(r.peak.mapped_bytes > 0, "{name}: PMDK's statistics gave no mapped bytes");
@@ -151,6 +177,26 @@ fn fptree() {
     assert!(r.extra["inner_height"].as_u64().unwrap() >= 3, "{:?}", r.extra);
     let r = run_nvalloc("nvalloc-log", &wl, 2).unwrap().unwrap();
     assert!(r.extra["leaves"].as_u64().unwrap() > 100, "{:?}", r.extra);
+}
+
+#[test]
+fn llfree_bulk() {
+    every_allocator("llfree-bulk");
+}
+
+#[test]
+fn llfree_random() {
+    every_allocator("llfree-random");
+}
+
+#[test]
+fn llfree_repeat() {
+    every_allocator("llfree-repeat");
+    // The paper's huge-frame variant, published through slots.
+    let wl = workload("llfree-repeat").with_overrides(["size=2097152", "publish=true", "iterations=500"]).unwrap();
+    let r = run_llfree(&wl, 2).unwrap();
+    assert_eq!(r.ops, 2 * (2 * 500 + 2) + 2, "directory, slot arrays and 500 pairs per thread: {r:?}");
+    assert!(r.extra["alloc_ns"].as_f64().unwrap() > 0.0, "{:?}", r.extra);
 }
 
 #[test]

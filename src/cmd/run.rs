@@ -22,12 +22,14 @@ use std::time::{Duration, Instant};
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Allocator(s): nvalloc-log, nvalloc-gc, base, +interleaved, +log (NVAlloc presets) or pmdk.
-    /// `PRESET:key=value:…` overrides NVAlloc parameters for that one allocator; a comma list runs each.
+    /// Allocator(s): nvalloc-log, nvalloc-gc, base, +interleaved, +log (NVAlloc presets), llfree or pmdk.
+    /// `NAME:key=value:…` overrides parameters for that one allocator (e.g. llfree:eadr=true); a comma
+    /// list runs each.
     #[arg(long, value_delimiter = ',', required = true)]
     alloc: Vec<String>,
     /// Workload(s): threadtest, prodcon, shbench, larson-small, larson-large, dbmstest,
-    /// fragbench-w1 … fragbench-w4, fptree; `fragbench` (W1–W4), `larson` (both), `all`. A comma list runs each.
+    /// fragbench-w1 … fragbench-w4, fptree, llfree-bulk, llfree-random, llfree-repeat; `fragbench` (W1–W4),
+    /// `larson` (both), `llfree` (LLFree's three), `all`. A comma list runs each.
     #[arg(long, value_delimiter = ',', required = true)]
     workload: Vec<String>,
     /// Worker threads (a comma list runs each count).
@@ -286,7 +288,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     let stdout = std::io::stdout();
     for (k, job) in jobs.iter().enumerate() {
         let opts = RunOptions { threads: job.threads, seed: a.seed };
-        let size = a.heap_size.unwrap_or_else(|| job.wl.heap_size_hint(job.threads));
+        let size = a.heap_size.unwrap_or_else(|| job.alloc.heap_size(&job.wl, job.threads));
         let scratch = a.heap.is_none().then(|| ScratchHeap::new(&format!("run-{k}")));
         let path = a.heap.clone().unwrap_or_else(|| scratch.as_ref().expect("scratch heap").path().to_path_buf());
         let hs = HeapSpec { path, size, overwrite: a.overwrite };

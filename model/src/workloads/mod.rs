@@ -11,6 +11,7 @@
 //! | `dbmstest` | §3.3, §6.2, Fig. 2, 11c | Poisson-sized large objects, 90 % deleted per iteration |
 //! | `fragbench-w1` … `-w4` | §3.2, §6.4, Table 1, Fig. 1b, 15 | size distribution changes under a live-data cap |
 //! | `fptree` | §6.3, Fig. 14 | a persistent B+-tree: leaves and 128 B key-value objects in PM |
+//! | `llfree-bulk`, `llfree-random`, `llfree-repeat` | LLFree §5.1 | frames allocated in bulk and freed in order, in random order across threads, or one at a time |
 //!
 //! Every workload has three presets ([`Scale`]): `paper` (the paper's
 //! parameters, hours on real hardware), `small` (about a minute natively) and
@@ -32,6 +33,7 @@ pub mod driver;
 pub mod fptree;
 pub mod fragbench;
 pub mod larson;
+pub mod llfree_bench;
 pub mod prodcon;
 pub mod rng;
 pub mod shbench;
@@ -148,6 +150,7 @@ pub enum Params {
     Dbmstest(dbmstest::Params),
     Fragbench(fragbench::Params),
     Fptree(fptree::Params),
+    LlfreeBench(llfree_bench::Params),
 }
 
 /// A workload with its parameters.
@@ -160,7 +163,7 @@ pub struct Workload {
 
 impl Workload {
     /// Every workload name [`Workload::preset`] knows.
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 14] = [
         "threadtest",
         "prodcon",
         "shbench",
@@ -172,6 +175,9 @@ impl Workload {
         "fragbench-w3",
         "fragbench-w4",
         "fptree",
+        "llfree-bulk",
+        "llfree-random",
+        "llfree-repeat",
     ];
 
     /// Names that stand for several workloads (`fragbench` = W1–W4, `all`).
@@ -179,10 +185,11 @@ impl Workload {
         match name {
             "fragbench" => Ok(Workload::NAMES.iter().copied().filter(|n| n.starts_with("fragbench-")).collect()),
             "larson" => Ok(vec!["larson-small", "larson-large"]),
+            "llfree" => Ok(Workload::NAMES.iter().copied().filter(|n| n.starts_with("llfree-")).collect()),
             "all" => Ok(Workload::NAMES.to_vec()),
             n => Workload::NAMES.iter().copied().find(|&x| x == n).map(|x| vec![x]).ok_or_else(|| {
                 WorkloadError::Config(format!(
-                    "unknown workload '{n}' (expected one of: {}, or fragbench, larson, all)",
+                    "unknown workload '{n}' (expected one of: {}, or fragbench, larson, llfree, all)",
                     Workload::NAMES.join(", ")
                 ))
             }),
@@ -199,6 +206,9 @@ impl Workload {
             "larson-large" => Params::Larson(larson::Params::large(scale)),
             "dbmstest" => Params::Dbmstest(dbmstest::Params::preset(scale)),
             "fptree" => Params::Fptree(fptree::Params::preset(scale)),
+            "llfree-bulk" => Params::LlfreeBench(llfree_bench::Params::preset(llfree_bench::Bench::Bulk, scale)),
+            "llfree-random" => Params::LlfreeBench(llfree_bench::Params::preset(llfree_bench::Bench::Random, scale)),
+            "llfree-repeat" => Params::LlfreeBench(llfree_bench::Params::preset(llfree_bench::Bench::Repeat, scale)),
             n => match n.strip_prefix("fragbench-w").and_then(|w| w.parse::<u32>().ok()) {
                 Some(w @ 1..=4) => Params::Fragbench(fragbench::Params::preset(w, scale)),
                 _ => {
@@ -244,6 +254,7 @@ impl Workload {
             Params::Dbmstest(p) => set_field(p, what, key, value),
             Params::Fragbench(p) => set_field(p, what, key, value),
             Params::Fptree(p) => set_field(p, what, key, value),
+            Params::LlfreeBench(p) => set_field(p, what, key, value),
         }
         .map_err(|e| WorkloadError::Config(format!("{}: {e}", self.name)))
     }
@@ -270,6 +281,7 @@ impl Workload {
             Params::Dbmstest(p) => p.validate(threads),
             Params::Fragbench(p) => p.validate(),
             Params::Fptree(p) => p.validate(),
+            Params::LlfreeBench(p) => p.validate(threads),
         };
         r.map_err(|m| WorkloadError::Config(format!("{}: {m}", self.name)))
     }
@@ -278,15 +290,7 @@ impl Workload {
     /// peak with room for the fragmentation the paper reports (up to 2.8×
     /// the live data) and the allocators' metadata.
     pub fn heap_size_hint(&self, threads: u32) -> u64 {
-        let live = match &self.params {
-            Params::Threadtest(p) => p.peak_live(threads),
-            Params::ProdCon(p) => p.peak_live(threads),
-            Params::Shbench(p) => p.peak_live(threads),
-            Params::Larson(p) => p.peak_live(threads),
-            Params::Dbmstest(p) => p.peak_live(threads),
-            Params::Fragbench(p) => p.peak_live(threads),
-            Params::Fptree(p) => p.peak_live(threads),
-        };
+        let live = self.peak_live(threads);
         // 3× the live data plus 64 MiB for metadata and the smallest pools.
         let mut want = live.saturating_mul(3).saturating_add(64 << 20);
         if self.large_objects() {
@@ -300,6 +304,53 @@ impl Workload {
 }
 
 impl Workload {
+    /// The live bytes at the workload's peak (its own estimate, with a
+    /// 16-byte allowance per object).
+    pub fn peak_live(&self, threads: u32) -> u64 {
+        match &self.params {
+            Params::Threadtest(p) => p.peak_live(threads),
+            Params::ProdCon(p) => p.peak_live(threads),
+            Params::Shbench(p) => p.peak_live(threads),
+            Params::Larson(p) => p.peak_live(threads),
+            Params::Dbmstest(p) => p.peak_live(threads),
+            Params::Fragbench(p) => p.peak_live(threads),
+            Params::Fptree(p) => p.peak_live(threads),
+            Params::LlfreeBench(p) => p.peak_live(threads),
+        }
+    }
+
+    /// The largest object the workload allocates (its own arrays of
+    /// destination slots aside), bytes.
+    pub fn max_object_size(&self) -> u64 {
+        match &self.params {
+            Params::Threadtest(p) => p.size,
+            Params::ProdCon(p) => p.size,
+            Params::Shbench(p) => p.max_size,
+            Params::Larson(p) => p.max_size,
+            Params::Dbmstest(p) => p.max_size,
+            Params::Fragbench(p) => p.before_max.max(p.after_max),
+            Params::Fptree(p) => p.kv_size.max(p.fanout * 26 + 64),
+            Params::LlfreeBench(p) => p.size,
+        }
+    }
+
+    /// About how many objects are live at the peak: the peak live bytes over
+    /// a typical object (an upper bound where sizes vary), for allocators
+    /// that spend a page frame per object.
+    pub fn peak_objects(&self, threads: u32) -> u64 {
+        let per = match &self.params {
+            Params::Threadtest(p) => p.size + 16,
+            Params::ProdCon(p) => p.size + 16,
+            Params::Shbench(p) => p.max_size + 16,
+            Params::Larson(p) => p.max_size + 16,
+            Params::Dbmstest(p) => (p.min_size + p.step * p.lambda as u64).min(p.max_size),
+            Params::Fragbench(p) => p.before_min.min(p.after_min),
+            Params::Fptree(p) => p.kv_size + 16,
+            Params::LlfreeBench(p) => return p.peak_objects(threads),
+        };
+        self.peak_live(threads).div_ceil(per.max(1))
+    }
+
     /// Whether the workload allocates objects of 16 KB and more.
     fn large_objects(&self) -> bool {
         match &self.params {
@@ -386,6 +437,7 @@ pub fn run<A: PmAllocator>(
         Params::Dbmstest(p) => dbmstest::run(&sh, p)?,
         Params::Fragbench(p) => fragbench::run(&sh, p)?,
         Params::Fptree(p) => fptree::run(&sh, p)?,
+        Params::LlfreeBench(p) => llfree_bench::run(&sh, p)?,
     }
     sh.single(0, |w| {
         w.t.set_root(0, 0);
