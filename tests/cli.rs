@@ -226,6 +226,8 @@ fn run_gem5_calls_gem5_and_reads_its_stats() {
         &[("GEM5", fake.to_str().unwrap())],
     );
     fails_with(&o, &["gem5 failed", "gem5.log"]);
+}
+
 /// `pmsim run --alloc llfree … --sim`: LLFree's flushes reach the simulator,
 /// broken down by its regions; under eADR its lower level flushes nothing.
 #[test]
