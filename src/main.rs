@@ -29,6 +29,9 @@ enum Command {
     Sim(cmd::sim::SimArgs),
     /// Run a workload of the NVAlloc paper on an allocator: natively, into a trace, or into the simulator.
     Run(cmd::run::RunArgs),
+    /// Run every point of an experiment (TOML file and/or --set ranges) in parallel, sharded and resumable;
+    /// `pmsim sweep merge DIR` combines the shards.
+    Sweep(cmd::sweep::SweepArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Sweep(a) => cmd::sweep::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
