@@ -5,6 +5,8 @@
 //! alone.
 
 pub mod experiment;
+pub mod figures;
+pub mod plot;
 pub mod point;
 pub mod row;
 pub mod store;
