@@ -9,8 +9,9 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 # Debian packages: the C toolchain (C trace writer and its tests), pkg-config,
-# Valgrind's tool kit (pintools/), PMDK (the real peer allocator), Java for TLC.
-APT_PKGS=(build-essential pkg-config libpmemobj-dev curl ca-certificates python3 python3-pip python3-venv)
+# Valgrind's tool kit (pintools/), PMDK (the real peer allocator), Java for TLC,
+# the font figures are drawn with (fonts-dejavu-core: DejaVuSans.ttf).
+APT_PKGS=(build-essential pkg-config libpmemobj-dev curl ca-certificates python3 python3-pip python3-venv fonts-dejavu-core)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -32,6 +32,8 @@ enum Command {
     /// Run every point of an experiment (TOML file and/or --set ranges) in parallel, sharded and resumable;
     /// `pmsim sweep merge DIR` combines the shards.
     Sweep(cmd::sweep::SweepArgs),
+    /// The main job: run the experiment set and write a report (index.html, README.md) with every figure.
+    Reproduce(cmd::reproduce::ReproduceArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +44,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => cmd::sim::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Sweep(a) => cmd::sweep::run(a),
+        Command::Reproduce(a) => cmd::reproduce::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

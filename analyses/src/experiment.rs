@@ -56,6 +56,10 @@ pub struct Meta {
     /// The default mode when `[sweep]` has no `mode` key.
     #[serde(default)]
     pub mode: Option<Mode>,
+    /// The figures `pmsim reproduce` draws from this experiment's rows (ids of
+    /// [`crate::figures::FIGURES`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub figures: Vec<String>,
 }
 
 /// An experiment with every axis resolved to its list of values.
@@ -123,6 +127,12 @@ impl Experiment {
         let mut exp = Experiment { meta: f.experiment, axes };
         if exp.meta.name.is_empty() {
             exp.meta.name = Path::new(name).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        }
+        for f in &exp.meta.figures {
+            if crate::figures::by_id(f).is_none() {
+                let known: Vec<&str> = crate::figures::FIGURES.iter().map(|f| f.0).collect();
+                return Err(format!("{name}: unknown figure '{f}' (known: {})", known.join(", ")));
+            }
         }
         exp.points().map_err(|e| format!("{name}: {e}"))?;
         Ok(exp)

@@ -183,7 +183,6 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
         return None;
     }
     const SLOTS: [&str; 6] = ["meta", "wal", "log", "data", "unmapped", "fence"];
-    let many_wl = distinct(rs.iter().map(|r| &r.point.workload)).len() > 1;
     let mut table = Table::new(&[
         "allocator",
         "workload",
@@ -196,39 +195,42 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
         "fence ns/op",
         "total ns/op",
     ]);
-    let mut cats = Vec::new();
-    let mut vals = vec![Vec::new(); SLOTS.len()];
-    for r in &rs {
-        let ops = r.sim_f64("/overall/ops").filter(|&o| o > 0.0).unwrap_or(1.0);
-        let label = if many_wl { format!("{} {}", alloc_label(r, &[]), r.point.workload) } else { alloc_label(r, &[]) };
-        cats.push(label);
-        let mut cells = vec![alloc_label(r, &[]), r.point.workload.clone(), r.point.threads.to_string()];
-        for (k, s) in SLOTS.iter().enumerate() {
-            let v = r.sim_f64(&format!("/overall/persist_ns/{s}")).unwrap_or(0.0) / ops;
-            vals[k].push(v);
-            cells.push(format!("{v:.1}"));
+    let mut panels = Vec::new();
+    for wl in distinct(rs.iter().map(|r| r.point.workload.clone())) {
+        let mut cats = Vec::new();
+        let mut vals = vec![Vec::new(); SLOTS.len()];
+        for r in rs.iter().filter(|r| r.point.workload == wl) {
+            let ops = r.sim_f64("/overall/ops").filter(|&o| o > 0.0).unwrap_or(1.0);
+            cats.push(alloc_label(r, &[]));
+            let mut cells = vec![alloc_label(r, &[]), wl.clone(), r.point.threads.to_string()];
+            for (k, s) in SLOTS.iter().enumerate() {
+                let v = r.sim_f64(&format!("/overall/persist_ns/{s}")).unwrap_or(0.0) / ops;
+                vals[k].push(v);
+                cells.push(format!("{v:.1}"));
+            }
+            cells.push(format!("{:.1}", per_op(r).unwrap_or(0.0)));
+            table.push(cells);
         }
-        cells.push(format!("{:.1}", per_op(r).unwrap_or(0.0)));
-        table.push(cells);
+        let series: Vec<Series<f64>> = SLOTS
+            .iter()
+            .zip(vals)
+            .filter(|(_, v)| v.iter().any(|&x| x > 0.0))
+            .map(|(s, v)| (format!("flush {s}"), v))
+            .collect();
+        panels.push(Panel {
+            title: wl,
+            x_label: "allocator".into(),
+            y_label: "estimated persist time (ns per operation)".into(),
+            kind: Kind::Bars { categories: cats, series, stacked: true },
+        });
     }
-    let series: Vec<Series<f64>> = SLOTS
-        .iter()
-        .zip(vals)
-        .filter(|(_, v)| v.iter().any(|&x| x > 0.0))
-        .map(|(s, v)| (format!("flush {s}"), v))
-        .collect();
     Some(Figure {
         id: "fig11".into(),
         title: "Persist-time breakdown (NVAlloc Fig. 11)".into(),
         caption: "Estimated persist time per allocator operation (simulator latency model: reflush penalty by \
                   distance, XPBuffer hits and misses, fences), split by the category of the flushed region."
             .into(),
-        panels: vec![Panel {
-            title: "estimated persist time per operation".into(),
-            x_label: "allocator".into(),
-            y_label: "ns per operation".into(),
-            kind: Kind::Bars { categories: cats, series, stacked: true },
-        }],
+        panels,
         table,
     })
 }
@@ -295,34 +297,38 @@ pub fn fig15b(rows: &[Row]) -> Option<Figure> {
         return None;
     }
     let mut table = Table::new(&["workload", "allocator", "slabs 0–30 %", "slabs 30–70 %", "slabs 70–100 %"]);
-    let mut cats = Vec::new();
-    let mut v: [Vec<f64>; 3] = Default::default();
-    for r in &rs {
-        let get = |k: &str| r.native_f64(&format!("/snapshot/slabs/{k}")).unwrap_or(0.0);
-        let (lo, mid, hi) = (get("low"), get("mid"), get("high"));
-        cats.push(format!("{} {}", r.point.workload.replace("fragbench-", "").to_uppercase(), alloc_label(r, &[])));
-        v[0].push(lo);
-        v[1].push(mid);
-        v[2].push(hi);
-        table.push(vec![r.point.workload.clone(), alloc_label(r, &[]), num(Some(lo)), num(Some(mid)), num(Some(hi))]);
-    }
-    let [lo, mid, hi] = v;
-    Some(Figure {
-        id: "fig15b".into(),
-        title: "Fragbench slab utilization (NVAlloc Fig. 15b)".into(),
-        caption: "Slabs by the share of their blocks in use, at each Fragbench workload's working-set point \
-                  (native runs). Morphing turns low-utilization slabs back into useful space."
-            .into(),
-        panels: vec![Panel {
-            title: "slabs by utilization".into(),
-            x_label: "workload and allocator".into(),
+    let mut panels = Vec::new();
+    for alloc in distinct(rs.iter().map(|r| alloc_label(r, &[]))) {
+        let mut cats = Vec::new();
+        let mut v: [Vec<f64>; 3] = Default::default();
+        for r in rs.iter().filter(|r| alloc_label(r, &[]) == alloc) {
+            let get = |k: &str| r.native_f64(&format!("/snapshot/slabs/{k}")).unwrap_or(0.0);
+            let (lo, mid, hi) = (get("low"), get("mid"), get("high"));
+            cats.push(r.point.workload.replace("fragbench-", "").to_uppercase());
+            v[0].push(lo);
+            v[1].push(mid);
+            v[2].push(hi);
+            table.push(vec![r.point.workload.clone(), alloc.clone(), num(Some(lo)), num(Some(mid)), num(Some(hi))]);
+        }
+        let [lo, mid, hi] = v;
+        panels.push(Panel {
+            title: alloc,
+            x_label: "workload".into(),
             y_label: "slabs".into(),
             kind: Kind::Bars {
                 categories: cats,
                 series: vec![("0–30 % used".into(), lo), ("30–70 %".into(), mid), ("70–100 %".into(), hi)],
                 stacked: true,
             },
-        }],
+        });
+    }
+    Some(Figure {
+        id: "fig15b".into(),
+        title: "Fragbench slab utilization (NVAlloc Fig. 15b)".into(),
+        caption: "Slabs by the share of their blocks in use, at each Fragbench workload's working-set point \
+                  (native runs). Morphing turns low-utilization slabs back into useful space."
+            .into(),
+        panels,
         table,
     })
 }
@@ -464,14 +470,16 @@ pub fn fig19(rows: &[Row]) -> Option<Figure> {
         return None;
     }
     let domain = |r: &Row| if eadr(r) { "eADR" } else { "ADR" };
-    let name = |r: &Row| format!("{} ×{} threads", domain(r), r.point.threads);
+    let name = |r: &Row| format!("{} {} ×{} threads", alloc_label(r, &["stripes"]), domain(r), r.point.threads);
     let pm_per_op = |r: &Row| {
         let ops = r.sim_f64("/overall/ops").filter(|&o| o > 0.0)?;
         Some(r.sim_f64("/overall/pm_writes")? / ops)
     };
-    let mut table = Table::new(&["persistence", "threads", "stripes", "persist ns/op", "PM writes/op", "evictions"]);
+    let mut table =
+        Table::new(&["allocator", "persistence", "threads", "stripes", "persist ns/op", "PM writes/op", "evictions"]);
     for r in &rs {
         table.push(vec![
+            alloc_label(r, &["stripes"]),
             domain(r).into(),
             r.point.threads.to_string(),
             num(param_f64(r, "stripes")),

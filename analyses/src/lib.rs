@@ -8,6 +8,7 @@ pub mod experiment;
 pub mod figures;
 pub mod plot;
 pub mod point;
+pub mod reproduce;
 pub mod row;
 pub mod store;
 pub mod sweep;

@@ -80,7 +80,7 @@ fn color(i: usize) -> RGBColor {
     COLORS[i % COLORS.len()]
 }
 
-/// A compact number for axis ticks (`1.5M`, `250k`, `0.25`).
+/// A compact number for axis ticks (`1.5M`, `250k`, `0.25`, `0.0025`).
 pub fn tick(v: f64) -> String {
     let a = v.abs();
     if a >= 1e9 {
@@ -94,7 +94,9 @@ pub fn tick(v: f64) -> String {
     } else if a >= 1.0 {
         format!("{v:.1}")
     } else {
-        format!("{v:.2}")
+        // Enough decimals for two significant digits.
+        let d = (-a.log10()).ceil().max(1.0) as usize + 1;
+        format!("{v:.d$}")
     }
 }
 
@@ -221,7 +223,13 @@ fn draw_xy<DB: DrawingBackend>(
     if !x0.is_finite() {
         (x0, x1) = (0.0, 1.0);
     }
-    let pad = ((x1 - x0) * 0.05).max(if log2 { 0.25 } else { 0.5 });
+    let pad = if log2 {
+        0.25
+    } else if x1 > x0 {
+        (x1 - x0) * 0.08
+    } else {
+        x0.abs().max(1.0) * 0.1
+    };
     let mut chart = b.build_cartesian_2d((x0 - pad)..(x1 + pad), y_range(ymax)).map_err(e)?;
     let xfmt = move |x: &f64| {
         if log2 {

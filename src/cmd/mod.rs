@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod reproduce;
 pub mod run;
 pub mod sim;
 pub mod sweep;
