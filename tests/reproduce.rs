@@ -52,8 +52,19 @@ fn reproduce_tiny_writes_the_report_and_its_sweeps_merge() {
     // Each experiment's sweep directory merges on its own.
     let sweep = out.join("sweeps").join("stripes");
     let csv = tmp.path().join("stripes.csv");
-    let o = pmsim(&["sweep", "merge", sweep.to_str().unwrap(), "--csv", csv.to_str().unwrap()]);
+    let rep = tmp.path().join("stripes-report");
+    let o = pmsim(&[
+        "sweep",
+        "merge",
+        sweep.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+        "--report",
+        rep.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(rep.join("index.html")).unwrap();
+    assert!(html.contains("<img src=\"figures/fig16a.png\"") && rep.join("figures/fig16a.svg").exists());
     let text = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(text.lines().count(), 1 + 24, "{text}");
     assert!(text.lines().next().unwrap().contains("stripes"));

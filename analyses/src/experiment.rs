@@ -120,7 +120,7 @@ impl Experiment {
                     format!(" (line {line})")
                 })
                 .unwrap_or_default();
-            format!("{name}: {}{at}", e.message())
+            format!("{name}: {}{at}", e.message().trim().replace('\n', ": "))
         })?;
         let mut axes = BTreeMap::new();
         flatten("", &f.sweep, &mut axes).map_err(|e| format!("{name}: {e}"))?;

@@ -96,7 +96,8 @@ pub fn tick(v: f64) -> String {
     } else {
         // Enough decimals for two significant digits.
         let d = (-a.log10()).ceil().max(1.0) as usize + 1;
-        format!("{v:.d$}")
+        let s = format!("{v:.d$}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
     }
 }
 

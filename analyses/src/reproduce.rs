@@ -19,7 +19,7 @@
 //! Valgrind tool in pintools/ and replayed with `pmsim sim --json`) join the
 //! report as extra rows of an experiment: see [`Traced`].
 
-use crate::experiment::Experiment;
+use crate::experiment::{Experiment, Meta};
 use crate::figures;
 use crate::plot::{self, Figure};
 use crate::point::{Mode, Point};
@@ -228,32 +228,10 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
                 rows.push(tr.row(rows.len(), &opts.scale)?);
             }
         }
-        let headline = table::headline(&rows);
-        let csv = out.join("results").join(format!("{name}.csv"));
-        let mut f = std::fs::File::create(&csv).map_err(|e| format!("{}: {e}", csv.display()))?;
-        headline.write_csv(&mut f).map_err(|e| format!("{}: {e}", csv.display()))?;
-        let mut drawn = Vec::new();
-        for id in &meta.figures {
-            let fig_fn = figures::by_id(id).ok_or_else(|| format!("{file}: unknown figure '{id}'"))?;
-            if let Some(fig) = fig_fn(&rows) {
-                plot::render(&fig, &out.join("figures"))?;
-                drawn.push(fig);
-            }
-        }
-        eprintln!("reproduce: {name}: {} points ({} run now) in {:.1} s", s.points, s.ran, t.elapsed().as_secs_f64());
-        sections.push(Section {
-            name,
-            title: meta.title.clone(),
-            description: meta.description.clone(),
-            file: base,
-            points: s.points,
-            ran: s.ran,
-            wall_s: t.elapsed().as_secs_f64(),
-            figures: drawn.iter().map(|f| f.id.clone()).collect(),
-            toml: text,
-            drawn,
-            headline,
-        });
+        let file = format!("experiments/{base}");
+        let sec = section(out, &meta, file, text, &rows, (s.points, s.ran, t.elapsed().as_secs_f64()))?;
+        eprintln!("reproduce: {name}: {} points ({} run now) in {:.1} s", s.points, s.ran, sec.wall_s);
+        sections.push(sec);
     }
     let summary = Summary {
         out: out.display().to_string(),
@@ -261,11 +239,87 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
         sections,
         wall_s: t0.elapsed().as_secs_f64(),
     };
-    let html = out.join("index.html");
-    std::fs::write(&html, index_html(&summary, opts)).map_err(|e| format!("{}: {e}", html.display()))?;
-    let md = out.join("README.md");
-    std::fs::write(&md, readme_md(&summary, opts)).map_err(|e| format!("{}: {e}", md.display()))?;
+    write_report(&summary, &opts.command)?;
     Ok(summary)
+}
+
+/// One experiment's part of a report: its figures drawn from `rows` into
+/// OUT/figures, its headline table into OUT/results/<name>.csv.
+/// `counts` is (points, points run now, wall seconds).
+fn section(
+    out: &Path,
+    meta: &Meta,
+    file: String,
+    params: String,
+    rows: &[Row],
+    counts: (usize, usize, f64),
+) -> Result<Section, String> {
+    for sub in ["figures", "results"] {
+        std::fs::create_dir_all(out.join(sub)).map_err(|e| format!("{}: {e}", out.join(sub).display()))?;
+    }
+    let headline = table::headline(rows);
+    let csv = out.join("results").join(format!("{}.csv", meta.name));
+    let mut f = std::fs::File::create(&csv).map_err(|e| format!("{}: {e}", csv.display()))?;
+    headline.write_csv(&mut f).map_err(|e| format!("{}: {e}", csv.display()))?;
+    let mut drawn = Vec::new();
+    for id in &meta.figures {
+        let fig_fn = figures::by_id(id).ok_or_else(|| format!("{file}: unknown figure '{id}'"))?;
+        if let Some(fig) = fig_fn(rows) {
+            plot::render(&fig, &out.join("figures"))?;
+            drawn.push(fig);
+        }
+    }
+    Ok(Section {
+        name: meta.name.clone(),
+        title: if meta.title.is_empty() { meta.name.clone() } else { meta.title.clone() },
+        description: meta.description.clone(),
+        file,
+        points: counts.0,
+        ran: counts.1,
+        wall_s: counts.2,
+        figures: drawn.iter().map(|f| f.id.clone()).collect(),
+        toml: params,
+        drawn,
+        headline,
+    })
+}
+
+/// Writes OUT/index.html and OUT/README.md.
+pub fn write_report(summary: &Summary, command: &str) -> Result<(), String> {
+    let out = Path::new(&summary.out);
+    let html = out.join("index.html");
+    std::fs::write(&html, index_html(summary, command)).map_err(|e| format!("{}: {e}", html.display()))?;
+    let md = out.join("README.md");
+    std::fs::write(&md, readme_md(summary, command)).map_err(|e| format!("{}: {e}", md.display()))?;
+    Ok(())
+}
+
+/// The report of one sweep directory (a merged Slurm sweep, say): its rows
+/// merged and checked, the experiment's figures drawn, the report written to `out`.
+pub fn report_sweep(dir: &SweepDir, out: &Path, command: &str) -> Result<Summary, String> {
+    plot::load_font()?;
+    let t0 = Instant::now();
+    let (r, rows, _) = store::merge(dir)?;
+    let params = serde_json::to_string_pretty(&r.experiment).expect("experiments serialize");
+    let file = dir.experiment_path().display().to_string();
+    let sec = section(out, &r.experiment.meta, file, params, &rows, (rows.len(), 0, 0.0))?;
+    let scales = figures_scales(&rows);
+    let summary = Summary {
+        out: out.display().to_string(),
+        scale: scales,
+        sections: vec![sec],
+        wall_s: t0.elapsed().as_secs_f64(),
+    };
+    write_report(&summary, command)?;
+    Ok(summary)
+}
+
+fn figures_scales(rows: &[Row]) -> String {
+    let mut v: Vec<&str> = rows.iter().map(|r| r.point.scale.as_str()).collect();
+    v.dedup();
+    v.sort();
+    v.dedup();
+    v.join(", ")
 }
 
 fn host() -> String {
@@ -281,7 +335,7 @@ figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{f
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}\
 th{background:#f4f4f4}pre{background:#f7f7f7;padding:.6em;overflow-x:auto}section{border-top:2px solid #ccc;margin-top:2em}";
 
-fn index_html(s: &Summary, o: &Options) -> String {
+fn index_html(s: &Summary, command: &str) -> String {
     let mut h = String::new();
     let _ = write!(
         h,
@@ -298,7 +352,7 @@ fn index_html(s: &Summary, o: &Options) -> String {
          a heap file in memory. Rerun with the same command to resume; edit <code>experiments/*.toml</code> and pass \
          <code>--experiments</code> to change them.</p>\n<ul>\n",
         env!("CARGO_PKG_VERSION"),
-        html_escape(&o.command),
+        html_escape(command),
         html_escape(&host()),
         cpus(),
         s.wall_s
@@ -335,7 +389,7 @@ fn index_html(s: &Summary, o: &Options) -> String {
         }
         let _ = write!(
             h,
-            "<details><summary>Parameters: <code>experiments/{}</code></summary>\n<pre>{}</pre>\n</details>\n\
+            "<details><summary>Parameters: <code>{}</code></summary>\n<pre>{}</pre>\n</details>\n\
              <details><summary>Every point</summary>\n{}</details>\n</section>\n",
             sec.file,
             html_escape(&sec.toml),
@@ -346,7 +400,7 @@ fn index_html(s: &Summary, o: &Options) -> String {
     h
 }
 
-fn readme_md(s: &Summary, o: &Options) -> String {
+fn readme_md(s: &Summary, command: &str) -> String {
     let mut m = String::new();
     let _ = write!(
         m,
@@ -354,7 +408,7 @@ fn readme_md(s: &Summary, o: &Options) -> String {
          Open `index.html` for the figures with their tables. Every number was measured by this run.\n",
         s.scale,
         env!("CARGO_PKG_VERSION"),
-        o.command,
+        command,
         host(),
         cpus(),
         s.wall_s
@@ -362,7 +416,7 @@ fn readme_md(s: &Summary, o: &Options) -> String {
     for sec in &s.sections {
         let _ = write!(
             m,
-            "\n## {}\n\n{}\n\n{} points, {:.1} s; parameters in `experiments/{}`, rows in `sweeps/{}/`, table in \
+            "\n## {}\n\n{}\n\n{} points, {:.1} s; parameters in `{}`, rows in `sweeps/{}/`, table in \
              `results/{}.csv`.\n",
             sec.title, sec.description, sec.points, sec.wall_s, sec.file, sec.name, sec.name
         );

@@ -59,6 +59,9 @@ impl Resolved {
 /// The error of the store: one line naming the file.
 pub type StoreError = String;
 
+/// Rows read from shard files, each with its file, and the torn lines skipped.
+pub type ShardRows = (Vec<(PathBuf, Row)>, Vec<String>);
+
 /// A sweep directory.
 #[derive(Clone, Debug)]
 pub struct SweepDir {
@@ -125,7 +128,7 @@ impl SweepDir {
 
     /// Every complete row of every shard file, checked; torn last lines are
     /// skipped and reported in the second list.
-    pub fn read_rows(&self) -> Result<(Vec<(PathBuf, Row)>, Vec<String>), StoreError> {
+    pub fn read_rows(&self) -> Result<ShardRows, StoreError> {
         let dir = self.shards_dir();
         let mut files: Vec<PathBuf> = match fs::read_dir(&dir) {
             Ok(rd) => rd

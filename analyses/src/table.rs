@@ -99,7 +99,9 @@ pub fn num(v: Option<f64>) -> String {
         None => "-".into(),
         Some(x) if x == x.trunc() && x.abs() < 1e15 => format!("{x:.0}"),
         Some(x) if x.abs() >= 100.0 => format!("{x:.1}"),
-        Some(x) => format!("{x:.4}"),
+        Some(x) if x.abs() >= 0.01 => format!("{x:.4}"),
+        // Three significant digits for small values (write amplification).
+        Some(x) => format!("{x:.3e}"),
     }
 }
 

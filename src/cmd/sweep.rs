@@ -56,6 +56,9 @@ struct MergeArgs {
     /// Write the rows as one JSON document.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Also draw the experiment's figures and write a report (index.html, README.md) into OUT.
+    #[arg(long, value_name = "OUT")]
+    report: Option<PathBuf>,
 }
 
 pub fn run(a: SweepArgs) -> CmdResult {
@@ -136,6 +139,10 @@ fn merge(m: MergeArgs) -> CmdResult {
     if let Some(p) = &m.csv {
         let mut f = std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?;
         table::write_csv(&rows, &mut f).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(out) = &m.report {
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        pmsim_analyses::reproduce::report_sweep(&dir, out, &command)?;
     }
     let mut w = std::io::stdout().lock();
     writeln!(w, "merged {} rows of '{}' (fingerprint {})", rows.len(), r.experiment.meta.name, r.fingerprint)?;
