@@ -381,12 +381,7 @@ pub fn fig16a(rows: &[Row]) -> Option<Figure> {
                   from 1 to 32, for several thread counts (Threadtest, simulated)."
             .into(),
         panels: vec![
-            Panel {
-                title: "estimated persist time".into(),
-                x_label: "bit stripes".into(),
-                y_label: "ns per operation".into(),
-                kind: Kind::Lines { series: lines_over(&rs, "stripes", name, per_op), log2_x: true },
-            },
+            stripes_time_panel(&rs, name),
             Panel {
                 title: "reflush ratio".into(),
                 x_label: "bit stripes".into(),
@@ -401,6 +396,16 @@ pub fn fig16a(rows: &[Row]) -> Option<Figure> {
         ],
         table,
     })
+}
+
+/// Estimated persist time per operation over bit stripes (Fig. 16a, 19).
+fn stripes_time_panel(rs: &[&Row], name: impl Fn(&Row) -> String) -> Panel {
+    Panel {
+        title: "estimated persist time".into(),
+        x_label: "bit stripes".into(),
+        y_label: "ns per operation".into(),
+        kind: Kind::Lines { series: lines_over(rs, "stripes", name, per_op), log2_x: true },
+    }
 }
 
 fn eadr(r: &Row) -> bool {
@@ -496,12 +501,7 @@ pub fn fig19(rows: &[Row]) -> Option<Figure> {
                   operation, Threadtest, simulated)."
             .into(),
         panels: vec![
-            Panel {
-                title: "estimated persist time".into(),
-                x_label: "bit stripes".into(),
-                y_label: "ns per operation".into(),
-                kind: Kind::Lines { series: lines_over(&rs, "stripes", name, per_op), log2_x: true },
-            },
+            stripes_time_panel(&rs, name),
             Panel {
                 title: "writes reaching PM".into(),
                 x_label: "bit stripes".into(),

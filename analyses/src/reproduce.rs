@@ -25,7 +25,7 @@ use crate::plot::{self, Figure};
 use crate::point::{Mode, Point};
 use crate::row::{Env, Results, Row};
 use crate::store::{self, SweepDir};
-use crate::sweep::{self, Shard};
+use crate::sweep::{self, host, Shard};
 use crate::table::{self, html_escape, Table};
 use serde::Serialize;
 use serde_json::Value;
@@ -320,10 +320,6 @@ fn figures_scales(rows: &[Row]) -> String {
     v.sort();
     v.dedup();
     v.join(", ")
-}
-
-fn host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
 fn cpus() -> usize {

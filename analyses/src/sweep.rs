@@ -156,7 +156,8 @@ pub fn needs_pmdk_env(points: &[Point]) -> bool {
     points.iter().any(|p| p.mode.native() && p.alloc.split(':').next() == Some("pmdk"))
 }
 
-fn host() -> String {
+/// This machine's name (for rows and reports).
+pub fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
