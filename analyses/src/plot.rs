@@ -132,7 +132,7 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, fig: &Figure, grid: (u
 /// y range with headroom for the legend.
 fn y_range(max: f64) -> std::ops::Range<f64> {
     let m = if max.is_finite() && max > 0.0 { max } else { 1.0 };
-    0.0..m * 1.25
+    0.0..m * 1.4
 }
 
 fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> Result<(), String> {
