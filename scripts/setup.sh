@@ -9,12 +9,13 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 # Debian packages: the C toolchain (C trace writer and its tests), pkg-config,
-# PMDK (the real peer allocator), Valgrind's tool kit (pintools/); Slurm and
-# munge for a real one-node cluster (scripts/slurm-local.sh, `pmsim sweep
-# --slurm` tests); Chromium and its driver to check reports in a real browser
+# PMDK (the real peer allocator), Valgrind's tool kit (pintools/), the font
+# figures are drawn with (fonts-dejavu-core: DejaVuSans.ttf); Slurm and munge
+# for a real one-node cluster (scripts/slurm-local.sh, `pmsim sweep --slurm`
+# tests); Chromium and its driver to check reports in a real browser
 # (scripts/check-report.py).
 APT_PKGS=(build-essential pkg-config libpmemobj-dev valgrind curl ca-certificates python3 python3-pip python3-venv
-  slurmctld slurmd slurm-client munge chromium chromium-driver)
+  fonts-dejavu-core slurmctld slurmd slurm-client munge chromium chromium-driver)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

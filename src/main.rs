@@ -33,6 +33,11 @@ enum Command {
     TraceExec(cmd::trace_exec::TraceExecArgs),
     /// Write a trace's memory traffic for gem5 (packet trace + replay script), DRAMsim3 or Ramulator 2.
     Export(cmd::export::ExportArgs),
+    /// Run every point of an experiment (TOML file and/or --set ranges) in parallel, sharded and resumable;
+    /// `pmsim sweep merge DIR` combines the shards.
+    Sweep(cmd::sweep::SweepArgs),
+    /// The main job: run the experiment set and write a report (index.html, README.md) with every figure.
+    Reproduce(cmd::reproduce::ReproduceArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +49,8 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::TraceExec(a) => cmd::trace_exec::run(a),
         Command::Export(a) => cmd::export::run(a),
+        Command::Sweep(a) => cmd::sweep::run(a),
+        Command::Reproduce(a) => cmd::reproduce::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,8 +2,10 @@
 
 pub mod bench;
 pub mod export;
+pub mod reproduce;
 pub mod run;
 pub mod sim;
+pub mod sweep;
 pub mod trace;
 pub mod trace_exec;
 

@@ -1,0 +1,584 @@
+//! The figures of the NVAlloc paper that pmsim reproduces, plus the
+//! allocator comparison: each a function from result rows to a [`Figure`]
+//! (`None` when the rows hold nothing it can draw). They read rows only, so
+//! any result set — a merged Slurm sweep, an edited experiment — can be drawn.
+
+use crate::plot::{Figure, Kind, Panel, Series};
+use crate::point::value_text;
+use crate::row::Row;
+use crate::table::{num, per_op, Table};
+use serde_json::Value;
+
+/// A figure function.
+pub type FigureFn = fn(&[Row]) -> Option<Figure>;
+
+/// Every figure, by id, with what it shows.
+pub const FIGURES: &[(&str, &str, FigureFn)] = &[
+    ("fig1a", "reflushes vs regular flushes per allocator (Fig. 1a)", fig1a),
+    ("fig2", "access map of the first metadata flushes (Fig. 2)", fig2),
+    ("fig11", "persist-time breakdown of the NVAlloc ablations (Fig. 11)", fig11),
+    ("fig15a", "Fragbench peak memory (Fig. 15a)", fig15a),
+    ("fig15b", "Fragbench slab-utilization breakdown (Fig. 15b)", fig15b),
+    ("fig16a", "estimated time and reflush ratio vs bit stripes (Fig. 16a)", fig16a),
+    ("fig16b", "memory and time vs the SU threshold (Fig. 16b)", fig16b),
+    ("fig19", "bit stripes under eADR (Fig. 19)", fig19),
+    ("compare", "every allocator compared", compare),
+];
+
+/// The figure function of an id.
+pub fn by_id(id: &str) -> Option<FigureFn> {
+    FIGURES.iter().find(|f| f.0 == id).map(|f| f.2)
+}
+
+/// Distinct values in first-seen order.
+fn distinct<T: PartialEq + Clone>(it: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut v = Vec::new();
+    for x in it {
+        if !v.contains(&x) {
+            v.push(x);
+        }
+    }
+    v
+}
+
+/// The allocator as a label: its spec and any swept allocator parameter
+/// that is not the figure's own axis.
+fn alloc_label(r: &Row, skip: &[&str]) -> String {
+    let mut s = r.point.alloc.clone();
+    for (k, v) in &r.point.alloc_params {
+        if !skip.contains(&k.as_str()) {
+            s.push_str(&format!(" {k}={}", value_text(v)));
+        }
+    }
+    s
+}
+
+fn mib(b: f64) -> f64 {
+    b / (1u64 << 20) as f64
+}
+
+fn sim_rows(rows: &[Row]) -> Vec<&Row> {
+    rows.iter().filter(|r| r.result.sim.is_some()).collect()
+}
+
+fn param_f64(r: &Row, key: &str) -> Option<f64> {
+    r.alloc_param(key).and_then(|v| v.as_f64())
+}
+
+/// Fig. 1a: the share of reflushes among all flushes, per allocator, one panel per workload.
+pub fn fig1a(rows: &[Row]) -> Option<Figure> {
+    let rs = sim_rows(rows);
+    if rs.is_empty() {
+        return None;
+    }
+    let mut table =
+        Table::new(&["workload", "allocator", "threads", "flushes", "reflushes", "regular flushes", "reflush %"]);
+    let mut panels = Vec::new();
+    for wl in distinct(rs.iter().map(|r| r.point.workload.clone())) {
+        let of: Vec<&&Row> = rs.iter().filter(|r| r.point.workload == wl).collect();
+        let mut cats = Vec::new();
+        let (mut re, mut reg) = (Vec::new(), Vec::new());
+        for r in &of {
+            let f = r.sim_f64("/overall/flushes").unwrap_or(0.0);
+            let rf = r.sim_f64("/overall/reflushes").unwrap_or(0.0);
+            let pct = if f > 0.0 { 100.0 * rf / f } else { 0.0 };
+            cats.push(alloc_label(r, &[]));
+            re.push(pct);
+            reg.push(if f > 0.0 { 100.0 - pct } else { 0.0 });
+            table.push(vec![
+                wl.clone(),
+                alloc_label(r, &[]),
+                r.point.threads.to_string(),
+                num(Some(f)),
+                num(Some(rf)),
+                num(Some(f - rf)),
+                format!("{pct:.1}"),
+            ]);
+        }
+        panels.push(Panel {
+            title: wl.clone(),
+            x_label: "allocator".into(),
+            y_label: "share of flushes (%)".into(),
+            kind: Kind::Bars {
+                categories: cats,
+                series: vec![("reflushes (distance < 4)".into(), re), ("regular flushes".into(), reg)],
+                stacked: true,
+            },
+        });
+    }
+    Some(Figure {
+        id: "fig1a".into(),
+        title: "Reflushes vs regular flushes (NVAlloc Fig. 1a)".into(),
+        caption: "Share of cache-line flushes that are reflushes (the same line flushed again within fewer than 4 \
+                  distinct lines by the same thread) per allocator, each run streamed through pmsim's simulator."
+            .into(),
+        panels,
+        table,
+    })
+}
+
+/// Fig. 2: where the first metadata flushes land in the heap.
+pub fn fig2(rows: &[Row]) -> Option<Figure> {
+    let rs: Vec<&Row> = rows.iter().filter(|r| !r.result.access_map.is_empty()).collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let mut table = Table::new(&[
+        "allocator",
+        "workload",
+        "meta flushes shown",
+        "distinct XPLines",
+        "distinct 4 KiB pages",
+        "span (MiB)",
+        "same/next XPLine as previous (%)",
+    ]);
+    let mut panels = Vec::new();
+    for r in rs {
+        let pts: Vec<(f64, f64)> = r
+            .result
+            .access_map
+            .iter()
+            .filter(|p| p.get("category").and_then(Value::as_str) == Some("meta"))
+            .filter_map(|p| Some((p.get("nth")?.as_f64()?, p.get("heap_offset")?.as_f64()?)))
+            .collect();
+        let offs: Vec<u64> = pts.iter().map(|p| p.1 as u64).collect();
+        let xplines = distinct(offs.iter().map(|o| o / 256)).len();
+        let pages = distinct(offs.iter().map(|o| o / 4096)).len();
+        let (lo, hi) = (offs.iter().min().copied().unwrap_or(0), offs.iter().max().copied().unwrap_or(0));
+        let near = offs.windows(2).filter(|w| (w[1] / 256).abs_diff(w[0] / 256) <= 1).count();
+        let near_pct = if offs.len() > 1 { 100.0 * near as f64 / (offs.len() - 1) as f64 } else { 0.0 };
+        table.push(vec![
+            alloc_label(r, &[]),
+            r.point.workload.clone(),
+            pts.len().to_string(),
+            xplines.to_string(),
+            pages.to_string(),
+            format!("{:.2}", mib((hi - lo) as f64)),
+            format!("{near_pct:.1}"),
+        ]);
+        panels.push(Panel {
+            title: format!("{} on {}", alloc_label(r, &[]), r.point.workload),
+            x_label: "n-th metadata flush".into(),
+            y_label: "heap offset (MiB)".into(),
+            kind: Kind::Scatter {
+                series: vec![("metadata flush".into(), pts.iter().map(|&(x, y)| (x, mib(y))).collect())],
+            },
+        });
+    }
+    Some(Figure {
+        id: "fig2".into(),
+        title: "Access map of metadata flushes (NVAlloc Fig. 2)".into(),
+        caption: "Heap offset of each of the first metadata flushes (regions of category meta) in trace order. \
+                  Scattered points are small random writes to PM; runs of nearby offsets combine in the XPBuffer."
+            .into(),
+        panels,
+        table,
+    })
+}
+
+/// Fig. 11: estimated persist time per operation, split by what was persisted.
+pub fn fig11(rows: &[Row]) -> Option<Figure> {
+    let rs = sim_rows(rows);
+    if rs.is_empty() {
+        return None;
+    }
+    const SLOTS: [&str; 6] = ["meta", "wal", "log", "data", "unmapped", "fence"];
+    let mut table = Table::new(&[
+        "allocator",
+        "workload",
+        "threads",
+        "meta ns/op",
+        "wal ns/op",
+        "log ns/op",
+        "data ns/op",
+        "unmapped ns/op",
+        "fence ns/op",
+        "total ns/op",
+    ]);
+    let mut panels = Vec::new();
+    for wl in distinct(rs.iter().map(|r| r.point.workload.clone())) {
+        let mut cats = Vec::new();
+        let mut vals = vec![Vec::new(); SLOTS.len()];
+        for r in rs.iter().filter(|r| r.point.workload == wl) {
+            let ops = r.sim_f64("/overall/ops").filter(|&o| o > 0.0).unwrap_or(1.0);
+            cats.push(alloc_label(r, &[]));
+            let mut cells = vec![alloc_label(r, &[]), wl.clone(), r.point.threads.to_string()];
+            for (k, s) in SLOTS.iter().enumerate() {
+                let v = r.sim_f64(&format!("/overall/persist_ns/{s}")).unwrap_or(0.0) / ops;
+                vals[k].push(v);
+                cells.push(format!("{v:.1}"));
+            }
+            cells.push(format!("{:.1}", per_op(r).unwrap_or(0.0)));
+            table.push(cells);
+        }
+        let series: Vec<Series<f64>> = SLOTS
+            .iter()
+            .zip(vals)
+            .filter(|(_, v)| v.iter().any(|&x| x > 0.0))
+            .map(|(s, v)| (format!("flush {s}"), v))
+            .collect();
+        panels.push(Panel {
+            title: wl,
+            x_label: "allocator".into(),
+            y_label: "estimated persist time (ns per operation)".into(),
+            kind: Kind::Bars { categories: cats, series, stacked: true },
+        });
+    }
+    Some(Figure {
+        id: "fig11".into(),
+        title: "Persist-time breakdown (NVAlloc Fig. 11)".into(),
+        caption: "Estimated persist time per allocator operation (simulator latency model: reflush penalty by \
+                  distance, XPBuffer hits and misses, fences), split by the category of the flushed region."
+            .into(),
+        panels,
+        table,
+    })
+}
+
+fn fragbench(rows: &[Row]) -> Vec<&Row> {
+    rows.iter().filter(|r| r.point.workload.starts_with("fragbench-") && r.result.native.is_some()).collect()
+}
+
+/// Fig. 15a: peak mapped memory per Fragbench workload and allocator.
+pub fn fig15a(rows: &[Row]) -> Option<Figure> {
+    let rs = fragbench(rows);
+    if rs.is_empty() {
+        return None;
+    }
+    let wls = distinct(rs.iter().map(|r| r.point.workload.clone()));
+    let allocs = distinct(rs.iter().map(|r| alloc_label(r, &[])));
+    let mut table = Table::new(&["workload", "allocator", "peak mapped (MiB)", "peak live (MiB)", "live cap (MiB)"]);
+    let mut series: Vec<Series<f64>> = allocs.iter().map(|a| (a.clone(), vec![0.0; wls.len()])).collect();
+    let mut live = vec![0.0f64; wls.len()];
+    for r in &rs {
+        let w = wls.iter().position(|x| *x == r.point.workload).expect("listed");
+        let a = allocs.iter().position(|x| *x == alloc_label(r, &[])).expect("listed");
+        let mapped = mib(r.native_f64("/peak/mapped_bytes").unwrap_or(0.0));
+        let l = mib(r.native_f64("/peak/live_bytes").unwrap_or(0.0));
+        series[a].1[w] = mapped;
+        live[w] = live[w].max(l);
+        let cap = r.native_f64("/params/live_cap").map(mib);
+        table.push(vec![
+            r.point.workload.clone(),
+            alloc_label(r, &[]),
+            format!("{mapped:.2}"),
+            format!("{l:.2}"),
+            cap.map_or("-".into(), |c| format!("{c:.2}")),
+        ]);
+    }
+    series.push(("peak live data".into(), live));
+    Some(Figure {
+        id: "fig15a".into(),
+        title: "Fragbench peak memory (NVAlloc Fig. 15a)".into(),
+        caption: "Peak memory mapped by each allocator on Fragbench W1–W4 (native runs), beside the peak of live \
+                  data: the gap is fragmentation and metadata. Slab morphing (nvalloc-log) reclaims sparse slabs."
+            .into(),
+        panels: vec![Panel {
+            title: "peak memory".into(),
+            x_label: "workload".into(),
+            y_label: "MiB".into(),
+            kind: Kind::Bars {
+                categories: wls.iter().map(|w| w.replace("fragbench-", "").to_uppercase()).collect(),
+                series,
+                stacked: false,
+            },
+        }],
+        table,
+    })
+}
+
+/// Fig. 15b: slabs by space utilization at the working-set point.
+pub fn fig15b(rows: &[Row]) -> Option<Figure> {
+    let rs: Vec<&Row> = fragbench(rows)
+        .into_iter()
+        .filter(|r| r.result.native.as_ref().and_then(|n| n.pointer("/snapshot/slabs")).is_some_and(|s| !s.is_null()))
+        .collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let mut table = Table::new(&["workload", "allocator", "slabs 0–30 %", "slabs 30–70 %", "slabs 70–100 %"]);
+    let mut panels = Vec::new();
+    for alloc in distinct(rs.iter().map(|r| alloc_label(r, &[]))) {
+        let mut cats = Vec::new();
+        let mut v: [Vec<f64>; 3] = Default::default();
+        for r in rs.iter().filter(|r| alloc_label(r, &[]) == alloc) {
+            let get = |k: &str| r.native_f64(&format!("/snapshot/slabs/{k}")).unwrap_or(0.0);
+            let (lo, mid, hi) = (get("low"), get("mid"), get("high"));
+            cats.push(r.point.workload.replace("fragbench-", "").to_uppercase());
+            v[0].push(lo);
+            v[1].push(mid);
+            v[2].push(hi);
+            table.push(vec![r.point.workload.clone(), alloc.clone(), num(Some(lo)), num(Some(mid)), num(Some(hi))]);
+        }
+        let [lo, mid, hi] = v;
+        panels.push(Panel {
+            title: alloc,
+            x_label: "workload".into(),
+            y_label: "slabs".into(),
+            kind: Kind::Bars {
+                categories: cats,
+                series: vec![("0–30 % used".into(), lo), ("30–70 %".into(), mid), ("70–100 %".into(), hi)],
+                stacked: true,
+            },
+        });
+    }
+    Some(Figure {
+        id: "fig15b".into(),
+        title: "Fragbench slab utilization (NVAlloc Fig. 15b)".into(),
+        caption: "Slabs by the share of their blocks in use, at each Fragbench workload's working-set point \
+                  (native runs). Morphing turns low-utilization slabs back into useful space."
+            .into(),
+        panels,
+        table,
+    })
+}
+
+/// Rows with a numeric allocator parameter `key`, simulated.
+fn swept<'a>(rows: &'a [Row], key: &str) -> Vec<&'a Row> {
+    rows.iter().filter(|r| r.point.alloc_params.contains_key(key) && r.result.sim.is_some()).collect()
+}
+
+/// Lines of `y(r)` over allocator parameter `key`, one per `series_of(r)`.
+fn lines_over(
+    rs: &[&Row],
+    key: &str,
+    series_of: impl Fn(&Row) -> String,
+    y: impl Fn(&Row) -> Option<f64>,
+) -> Vec<Series<(f64, f64)>> {
+    let names = distinct(rs.iter().map(|r| series_of(r)));
+    names
+        .into_iter()
+        .map(|n| {
+            let pts =
+                rs.iter().filter(|r| series_of(r) == n).filter_map(|r| Some((param_f64(r, key)?, y(r)?))).collect();
+            (n, pts)
+        })
+        .collect()
+}
+
+/// Fig. 16a: estimated persist time and reflush ratio vs bit stripes, per thread count.
+pub fn fig16a(rows: &[Row]) -> Option<Figure> {
+    let rs: Vec<&Row> = swept(rows, "stripes").into_iter().filter(|r| !eadr(r)).collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let name = |r: &Row| format!("{} ×{} threads", alloc_label(r, &["stripes"]), r.point.threads);
+    let mut table = Table::new(&["allocator", "threads", "stripes", "flushes", "reflush %", "persist ns/op"]);
+    for r in &rs {
+        table.push(vec![
+            alloc_label(r, &["stripes"]),
+            r.point.threads.to_string(),
+            num(param_f64(r, "stripes")),
+            num(r.sim_f64("/overall/flushes")),
+            format!("{:.2}", 100.0 * r.sim_f64("/overall/reflush_ratio").unwrap_or(0.0)),
+            format!("{:.1}", per_op(r).unwrap_or(0.0)),
+        ]);
+    }
+    Some(Figure {
+        id: "fig16a".into(),
+        title: "Bit stripes: estimated time and reflush ratio (NVAlloc Fig. 16a)".into(),
+        caption: "Estimated persist time per operation and reflush ratio as the slab bitmaps' stripe count grows \
+                  from 1 to 32, for several thread counts (Threadtest, simulated)."
+            .into(),
+        panels: vec![
+            stripes_time_panel(&rs, name),
+            Panel {
+                title: "reflush ratio".into(),
+                x_label: "bit stripes".into(),
+                y_label: "reflushes / flushes (%)".into(),
+                kind: Kind::Lines {
+                    series: lines_over(&rs, "stripes", name, |r| {
+                        r.sim_f64("/overall/reflush_ratio").map(|x| 100.0 * x)
+                    }),
+                    log2_x: true,
+                },
+            },
+        ],
+        table,
+    })
+}
+
+/// Estimated persist time per operation over bit stripes (Fig. 16a, 19).
+fn stripes_time_panel(rs: &[&Row], name: impl Fn(&Row) -> String) -> Panel {
+    Panel {
+        title: "estimated persist time".into(),
+        x_label: "bit stripes".into(),
+        y_label: "ns per operation".into(),
+        kind: Kind::Lines { series: lines_over(rs, "stripes", name, per_op), log2_x: true },
+    }
+}
+
+fn eadr(r: &Row) -> bool {
+    r.result.sim.as_ref().and_then(|s| s.get("eadr")).and_then(Value::as_bool) == Some(true)
+}
+
+/// Fig. 16b: peak memory and time vs the SU threshold of slab morphing.
+pub fn fig16b(rows: &[Row]) -> Option<Figure> {
+    let rs: Vec<&Row> = rows.iter().filter(|r| r.point.alloc_params.contains_key("su")).collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let name = |r: &Row| r.point.workload.clone();
+    let mut table =
+        Table::new(&["workload", "allocator", "su", "peak mapped (MiB)", "native run (ms)", "est. persist (ms)"]);
+    for r in &rs {
+        table.push(vec![
+            r.point.workload.clone(),
+            alloc_label(r, &["su"]),
+            num(param_f64(r, "su")),
+            num(r.native_f64("/peak/mapped_bytes").map(mib)),
+            num(r.timing("elapsed_s").map(|s| s * 1e3)),
+            num(r.sim_f64("/overall/persist_ns/total").map(|n| n / 1e6)),
+        ]);
+    }
+    let mut time =
+        lines_over(&rs, "su", |r| format!("{} native run", name(r)), |r| r.timing("elapsed_s").map(|s| s * 1e3));
+    time.extend(lines_over(
+        &rs,
+        "su",
+        |r| format!("{} est. persist", name(r)),
+        |r| r.sim_f64("/overall/persist_ns/total").map(|n| n / 1e6),
+    ));
+    time.retain(|s| !s.1.is_empty());
+    Some(Figure {
+        id: "fig16b".into(),
+        title: "Slab morphing: memory and time vs SU (NVAlloc Fig. 16b)".into(),
+        caption: "Peak mapped memory (native run) and time — native wall time of the run and the simulator's \
+                  estimated persist time — as the space-utilization threshold below which slabs morph moves \
+                  from 5 % to 50 %."
+            .into(),
+        panels: vec![
+            Panel {
+                title: "peak memory".into(),
+                x_label: "SU threshold".into(),
+                y_label: "peak mapped (MiB)".into(),
+                kind: Kind::Lines {
+                    series: lines_over(&rs, "su", name, |r| r.native_f64("/peak/mapped_bytes").map(mib)),
+                    log2_x: false,
+                },
+            },
+            Panel {
+                title: "time".into(),
+                x_label: "SU threshold".into(),
+                y_label: "ms".into(),
+                kind: Kind::Lines { series: time, log2_x: false },
+            },
+        ],
+        table,
+    })
+}
+
+/// Fig. 19: bit stripes with caches in the persistence domain (eADR) vs ADR.
+pub fn fig19(rows: &[Row]) -> Option<Figure> {
+    let rs: Vec<&Row> = swept(rows, "stripes").into_iter().filter(|r| r.point.sim.contains_key("eadr")).collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let domain = |r: &Row| if eadr(r) { "eADR" } else { "ADR" };
+    let name = |r: &Row| format!("{} {} ×{} threads", alloc_label(r, &["stripes"]), domain(r), r.point.threads);
+    let pm_per_op = |r: &Row| {
+        let ops = r.sim_f64("/overall/ops").filter(|&o| o > 0.0)?;
+        Some(r.sim_f64("/overall/pm_writes")? / ops)
+    };
+    let mut table =
+        Table::new(&["allocator", "persistence", "threads", "stripes", "persist ns/op", "PM writes/op", "evictions"]);
+    for r in &rs {
+        table.push(vec![
+            alloc_label(r, &["stripes"]),
+            domain(r).into(),
+            r.point.threads.to_string(),
+            num(param_f64(r, "stripes")),
+            format!("{:.1}", per_op(r).unwrap_or(0.0)),
+            format!("{:.3}", pm_per_op(r).unwrap_or(0.0)),
+            num(r.sim_f64("/overall/evictions")),
+        ]);
+    }
+    Some(Figure {
+        id: "fig19".into(),
+        title: "Bit stripes under eADR (NVAlloc Fig. 19)".into(),
+        caption: "With eADR the caches are persistent: flushes cost nothing and only evictions reach PM, so \
+                  striping bitmaps matters far less than under ADR (estimated persist time and PM writes per \
+                  operation, Threadtest, simulated)."
+            .into(),
+        panels: vec![
+            stripes_time_panel(&rs, name),
+            Panel {
+                title: "writes reaching PM".into(),
+                x_label: "bit stripes".into(),
+                y_label: "64 B PM writes per operation".into(),
+                kind: Kind::Lines { series: lines_over(&rs, "stripes", name, pm_per_op), log2_x: true },
+            },
+        ],
+        table,
+    })
+}
+
+/// Every allocator side by side: reflush ratio, write amplification,
+/// estimated persist time and native throughput, one bar per workload.
+pub fn compare(rows: &[Row]) -> Option<Figure> {
+    if rows.is_empty() {
+        return None;
+    }
+    let allocs = distinct(rows.iter().map(|r| alloc_label(r, &[])));
+    let wls = distinct(rows.iter().map(|r| r.point.workload.clone()));
+    let mut table = Table::new(&[
+        "allocator",
+        "workload",
+        "threads",
+        "reflush ratio",
+        "write amplification",
+        "persist ns/op",
+        "native ops/s",
+        "note",
+    ]);
+    let metric = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<Series<f64>> {
+        wls.iter()
+            .map(|w| {
+                let v = allocs
+                    .iter()
+                    .map(|a| {
+                        rows.iter()
+                            .filter(|r| &r.point.workload == w && alloc_label(r, &[]) == *a)
+                            .find_map(f)
+                            .unwrap_or(0.0)
+                    })
+                    .collect();
+                (w.clone(), v)
+            })
+            .collect()
+    };
+    for r in rows {
+        table.push(vec![
+            alloc_label(r, &[]),
+            r.point.workload.clone(),
+            r.point.threads.to_string(),
+            num(r.sim_f64("/overall/reflush_ratio")),
+            num(r.write_amplification()),
+            num(per_op(r)),
+            num(r.timing("ops_per_s")),
+            r.result.sim_skipped.as_ref().map_or(String::new(), |_| "not traced by pmsim's tracer".into()),
+        ]);
+    }
+    let bars = |title: &str, y: &str, series| Panel {
+        title: title.into(),
+        x_label: "allocator".into(),
+        y_label: y.into(),
+        kind: Kind::Bars { categories: allocs.clone(), series, stacked: false },
+    };
+    Some(Figure {
+        id: "compare".into(),
+        title: "Every allocator compared".into(),
+        caption: "Reflush ratio, write amplification (media bytes / bytes written to the DIMMs) and estimated \
+                  persist time per operation from the simulator, and native throughput, for every allocator \
+                  pmsim runs. An allocator pmsim's own tracer cannot see (PMDK) has no simulated figures unless \
+                  a trace from the Valgrind tool is given to the report."
+            .into(),
+        panels: vec![
+            bars("reflush ratio", "reflushes / flushes", metric(&|r| r.sim_f64("/overall/reflush_ratio"))),
+            bars("write amplification", "media / DIMM bytes", metric(&|r| r.write_amplification())),
+            bars("estimated persist time", "ns per operation", metric(&per_op)),
+            bars("native throughput", "Mops/s", metric(&|r| r.timing("ops_per_s").map(|x| x / 1e6))),
+        ],
+        table,
+    })
+}

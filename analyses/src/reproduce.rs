@@ -1,0 +1,432 @@
+//! `pmsim reproduce`: runs the experiment set (the TOML files of
+//! `analyses/experiments/`, built into the binary, or a directory of edited
+//! copies), draws each experiment's figures from its merged rows, and writes
+//! `OUT/index.html` and `OUT/README.md` with every figure, the table behind
+//! it, the exact parameters, the pmsim version and the command.
+//!
+//! ```text
+//! OUT/index.html, OUT/README.md
+//! OUT/experiments/<name>.toml     the experiment files used (edit, rerun with --experiments)
+//! OUT/sweeps/<name>/              each sweep's directory (experiment.json, shards/)
+//! OUT/figures/<id>.svg, .png      the figures
+//! OUT/results/<name>.csv          each experiment's headline table
+//! ```
+//!
+//! Sweeps resume: running the same command again into the same OUT runs only
+//! what is missing (a killed reproduce loses at most the points in flight).
+//!
+//! Traces of programs pmsim's own tracer cannot see (PMDK, traced by the
+//! Valgrind tool in pintools/ and replayed with `pmsim sim --json`) join the
+//! report as extra rows of an experiment: see [`Traced`].
+
+use crate::experiment::{Experiment, Meta};
+use crate::figures;
+use crate::plot::{self, Figure};
+use crate::point::{Mode, Point};
+use crate::row::{Env, Results, Row};
+use crate::store::{self, SweepDir};
+use crate::sweep::{self, host, Shard};
+use crate::table::{self, html_escape, Table};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The committed experiment files, built in so that `pmsim reproduce` runs anywhere.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("flushes.toml", include_str!("../experiments/flushes.toml")),
+    ("access-map.toml", include_str!("../experiments/access-map.toml")),
+    ("fragbench.toml", include_str!("../experiments/fragbench.toml")),
+    ("stripes.toml", include_str!("../experiments/stripes.toml")),
+    ("su.toml", include_str!("../experiments/su.toml")),
+    ("eadr.toml", include_str!("../experiments/eadr.toml")),
+    ("allocators.toml", include_str!("../experiments/allocators.toml")),
+];
+
+/// A simulator report of a trace made outside pmsim's tracer (`pmsim sim
+/// TRACE --json`), given as `ALLOC@WORKLOAD=REPORT.json`: it becomes a row
+/// of every experiment whose figures include `compare`, labelled `ALLOC`.
+#[derive(Clone, Debug)]
+pub struct Traced {
+    pub alloc: String,
+    pub workload: String,
+    pub report: PathBuf,
+}
+
+impl std::str::FromStr for Traced {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Traced, String> {
+        let bad = || format!("--traced '{s}': expected ALLOC@WORKLOAD=REPORT.json (a `pmsim sim --json` report)");
+        let (lhs, file) = s.split_once('=').ok_or_else(bad)?;
+        let (alloc, workload) = lhs.split_once('@').ok_or_else(bad)?;
+        if alloc.is_empty() || workload.is_empty() || file.is_empty() {
+            return Err(bad());
+        }
+        Ok(Traced { alloc: alloc.into(), workload: workload.into(), report: file.into() })
+    }
+}
+
+impl Traced {
+    /// The row: a simulated point labelled with the allocator, the report as its result.
+    fn row(&self, index: usize, scale: &str) -> Result<Row, String> {
+        let name = self.report.display().to_string();
+        let text = std::fs::read_to_string(&self.report).map_err(|e| format!("{name}: cannot read: {e}"))?;
+        let mut v: Value = serde_json::from_str(&text).map_err(|e| format!("{name}: not JSON: {e}"))?;
+        // `pmsim run --sim --json` wraps the report; `pmsim sim --json` is the report.
+        if let Some(inner) = v.pointer("/runs/0/sim").cloned() {
+            v = inner;
+        }
+        if v.pointer("/overall/flushes").is_none() {
+            return Err(format!("{name}: not a pmsim simulator report (no overall.flushes)"));
+        }
+        let threads = v.get("threads").and_then(Value::as_array).map_or(1, |t| t.len().max(1)) as u32;
+        let dimms = v.as_object_mut().and_then(|o| o.remove("dimms"));
+        let point = Point {
+            mode: Mode::Sim,
+            scale: scale.into(),
+            workload: self.workload.clone(),
+            workload_params: BTreeMap::new(),
+            threads,
+            alloc: self.alloc.clone(),
+            alloc_params: BTreeMap::new(),
+            sim: BTreeMap::from([("trace".to_string(), Value::String(name))]),
+            seed: 0,
+        };
+        Ok(Row {
+            index,
+            id: point.id(),
+            point,
+            result: Results { sim: Some(v), ..Results::default() },
+            env: Env { sim_dimms: dimms, ..Env::default() },
+        })
+    }
+}
+
+/// How to reproduce.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub scale: String,
+    pub out: PathBuf,
+    pub jobs: usize,
+    /// Read the experiment files from here instead of the built-in set.
+    pub experiments: Option<PathBuf>,
+    /// Run only these experiments (by name).
+    pub only: Vec<String>,
+    pub traced: Vec<Traced>,
+    pub progress: bool,
+    /// The command line, for the report.
+    pub command: String,
+}
+
+/// One experiment's part of the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Section {
+    pub name: String,
+    pub title: String,
+    pub description: String,
+    pub file: String,
+    pub points: usize,
+    pub ran: usize,
+    pub wall_s: f64,
+    pub figures: Vec<String>,
+    #[serde(skip)]
+    toml: String,
+    #[serde(skip)]
+    drawn: Vec<Figure>,
+    #[serde(skip)]
+    headline: Table,
+}
+
+/// What `pmsim reproduce` made.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub out: String,
+    pub scale: String,
+    pub sections: Vec<Section>,
+    pub wall_s: f64,
+}
+
+/// The experiment files to run: (file name, text).
+pub fn experiment_files(dir: Option<&Path>) -> Result<Vec<(String, String)>, String> {
+    match dir {
+        None => Ok(BUILTIN.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect()),
+        Some(d) => {
+            let mut v = Vec::new();
+            let rd = std::fs::read_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
+            for e in rd {
+                let p = e.map_err(|e| format!("{}: {e}", d.display()))?.path();
+                if p.extension().is_some_and(|x| x == "toml") {
+                    let t = std::fs::read_to_string(&p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
+                    v.push((p.display().to_string(), t));
+                }
+            }
+            v.sort();
+            if v.is_empty() {
+                return Err(format!("{}: no .toml experiment files", d.display()));
+            }
+            Ok(v)
+        }
+    }
+}
+
+/// The experiments to run, each with its scale set, checked before anything runs.
+pub fn load(opts: &Options) -> Result<Vec<(String, String, Experiment)>, String> {
+    opts.scale.parse::<pmsim_model::workloads::Scale>().map_err(|e| format!("--scale: {e}"))?;
+    let mut out = Vec::new();
+    for (file, text) in experiment_files(opts.experiments.as_deref())? {
+        let mut e = Experiment::from_toml(&text, &file)?;
+        if !opts.only.is_empty() && !opts.only.contains(&e.meta.name) {
+            continue;
+        }
+        e.set_axis(&format!("scale={}", opts.scale))?;
+        e.points().map_err(|er| format!("{file}: {er}"))?;
+        out.push((file, text, e));
+    }
+    if let Some(n) = opts.only.iter().find(|n| !out.iter().any(|(_, _, e)| &e.meta.name == *n)) {
+        return Err(format!("--only: no experiment named '{n}'"));
+    }
+    Ok(out)
+}
+
+/// Whether any experiment runs PMDK natively.
+pub fn needs_pmdk_env(exps: &[(String, String, Experiment)]) -> Result<bool, String> {
+    for (_, _, e) in exps {
+        if sweep::needs_pmdk_env(&e.points()?) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Runs everything and writes the report.
+pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Summary, String> {
+    let t0 = Instant::now();
+    let out = &opts.out;
+    for sub in ["experiments", "sweeps", "figures", "results"] {
+        std::fs::create_dir_all(out.join(sub)).map_err(|e| format!("{}: {e}", out.join(sub).display()))?;
+    }
+    plot::load_font()?;
+    let mut sections = Vec::new();
+    for (file, text, exp) in exps {
+        let name = exp.meta.name.clone();
+        let t = Instant::now();
+        let base = Path::new(&file).file_name().map_or(file.clone(), |f| f.to_string_lossy().into_owned());
+        std::fs::write(out.join("experiments").join(&base), &text).map_err(|e| format!("{}: {e}", out.display()))?;
+        let dir = SweepDir::new(out.join("sweeps").join(&name));
+        let so = sweep::Options { shard: Shard::default(), resume: true, jobs: opts.jobs, progress: opts.progress };
+        let meta = exp.meta.clone();
+        let s = sweep::run(&dir, exp, &so)?;
+        if !s.failed.is_empty() {
+            let (l, e) = &s.failed[0];
+            return Err(format!("{name}: {} point(s) failed, e.g. {l}: {e}", s.failed.len()));
+        }
+        let (_, mut rows, _) = store::merge(&dir)?;
+        if meta.figures.iter().any(|f| f == "compare") {
+            for tr in &opts.traced {
+                rows.push(tr.row(rows.len(), &opts.scale)?);
+            }
+        }
+        let file = format!("experiments/{base}");
+        let sec = section(out, &meta, file, text, &rows, (s.points, s.ran, t.elapsed().as_secs_f64()))?;
+        eprintln!("reproduce: {name}: {} points ({} run now) in {:.1} s", s.points, s.ran, sec.wall_s);
+        sections.push(sec);
+    }
+    let summary = Summary {
+        out: out.display().to_string(),
+        scale: opts.scale.clone(),
+        sections,
+        wall_s: t0.elapsed().as_secs_f64(),
+    };
+    write_report(&summary, &opts.command)?;
+    Ok(summary)
+}
+
+/// One experiment's part of a report: its figures drawn from `rows` into
+/// OUT/figures, its headline table into OUT/results/<name>.csv.
+/// `counts` is (points, points run now, wall seconds).
+fn section(
+    out: &Path,
+    meta: &Meta,
+    file: String,
+    params: String,
+    rows: &[Row],
+    counts: (usize, usize, f64),
+) -> Result<Section, String> {
+    for sub in ["figures", "results"] {
+        std::fs::create_dir_all(out.join(sub)).map_err(|e| format!("{}: {e}", out.join(sub).display()))?;
+    }
+    let headline = table::headline(rows);
+    let csv = out.join("results").join(format!("{}.csv", meta.name));
+    let mut f = std::fs::File::create(&csv).map_err(|e| format!("{}: {e}", csv.display()))?;
+    headline.write_csv(&mut f).map_err(|e| format!("{}: {e}", csv.display()))?;
+    let mut drawn = Vec::new();
+    for id in &meta.figures {
+        let fig_fn = figures::by_id(id).ok_or_else(|| format!("{file}: unknown figure '{id}'"))?;
+        if let Some(fig) = fig_fn(rows) {
+            plot::render(&fig, &out.join("figures"))?;
+            drawn.push(fig);
+        }
+    }
+    Ok(Section {
+        name: meta.name.clone(),
+        title: if meta.title.is_empty() { meta.name.clone() } else { meta.title.clone() },
+        description: meta.description.clone(),
+        file,
+        points: counts.0,
+        ran: counts.1,
+        wall_s: counts.2,
+        figures: drawn.iter().map(|f| f.id.clone()).collect(),
+        toml: params,
+        drawn,
+        headline,
+    })
+}
+
+/// Writes OUT/index.html and OUT/README.md.
+pub fn write_report(summary: &Summary, command: &str) -> Result<(), String> {
+    let out = Path::new(&summary.out);
+    let html = out.join("index.html");
+    std::fs::write(&html, index_html(summary, command)).map_err(|e| format!("{}: {e}", html.display()))?;
+    let md = out.join("README.md");
+    std::fs::write(&md, readme_md(summary, command)).map_err(|e| format!("{}: {e}", md.display()))?;
+    Ok(())
+}
+
+/// The report of one sweep directory (a merged Slurm sweep, say): its rows
+/// merged and checked, the experiment's figures drawn, the report written to `out`.
+pub fn report_sweep(dir: &SweepDir, out: &Path, command: &str) -> Result<Summary, String> {
+    plot::load_font()?;
+    let t0 = Instant::now();
+    let (r, rows, _) = store::merge(dir)?;
+    let params = serde_json::to_string_pretty(&r.experiment).expect("experiments serialize");
+    let file = dir.experiment_path().display().to_string();
+    let sec = section(out, &r.experiment.meta, file, params, &rows, (rows.len(), 0, 0.0))?;
+    let scales = figures_scales(&rows);
+    let summary = Summary {
+        out: out.display().to_string(),
+        scale: scales,
+        sections: vec![sec],
+        wall_s: t0.elapsed().as_secs_f64(),
+    };
+    write_report(&summary, command)?;
+    Ok(summary)
+}
+
+fn figures_scales(rows: &[Row]) -> String {
+    let mut v: Vec<&str> = rows.iter().map(|r| r.point.scale.as_str()).collect();
+    v.dedup();
+    v.sort();
+    v.dedup();
+    v.join(", ")
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+const CSS: &str = "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}\
+figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:.95em;color:#444}\
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}\
+th{background:#f4f4f4}pre{background:#f7f7f7;padding:.6em;overflow-x:auto}section{border-top:2px solid #ccc;margin-top:2em}";
+
+fn index_html(s: &Summary, command: &str) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>pmsim reproduce ({})</title>\n\
+         <style>{CSS}</style>\n</head>\n<body>\n<h1>pmsim reproduce — scale {}</h1>\n",
+        html_escape(&s.scale),
+        html_escape(&s.scale)
+    );
+    let _ = write!(
+        h,
+        "<p>pmsim {} · command <code>{}</code> · host {} ({} CPUs) · {:.1} s in all.</p>\n\
+         <p>Every number below was measured by this run: simulated points stream the allocator's persistent stores, \
+         flushes and fences into pmsim's cache and Optane model; native points run with real flush instructions on \
+         a heap file in memory. Rerun with the same command to resume; edit <code>experiments/*.toml</code> and pass \
+         <code>--experiments</code> to change them.</p>\n<ul>\n",
+        env!("CARGO_PKG_VERSION"),
+        html_escape(command),
+        html_escape(&host()),
+        cpus(),
+        s.wall_s
+    );
+    for sec in &s.sections {
+        let _ =
+            writeln!(h, "<li><a href=\"#{}\">{}</a> ({} points)</li>", sec.name, html_escape(&sec.title), sec.points);
+    }
+    h.push_str("</ul>\n");
+    for sec in &s.sections {
+        let _ = write!(
+            h,
+            "<section id=\"{}\">\n<h2>{}</h2>\n<p>{}</p>\n<p>{} points, {:.1} s (results: <a href=\"results/{}.csv\">\
+             results/{}.csv</a>, rows: <code>sweeps/{}/</code>).</p>\n",
+            sec.name,
+            html_escape(&sec.title),
+            html_escape(&sec.description),
+            sec.points,
+            sec.wall_s,
+            sec.name,
+            sec.name,
+            sec.name
+        );
+        for f in &sec.drawn {
+            let _ = write!(
+                h,
+                "<figure>\n<img src=\"figures/{id}.png\" alt=\"{t}\">\n<figcaption><b>{t}.</b> {c} \
+                 (<a href=\"figures/{id}.svg\">SVG</a>)</figcaption>\n</figure>\n<h3>Table behind {id}</h3>\n{tab}",
+                id = f.id,
+                t = html_escape(&f.title),
+                c = html_escape(&f.caption),
+                tab = f.table.to_html()
+            );
+        }
+        let _ = write!(
+            h,
+            "<details><summary>Parameters: <code>{}</code></summary>\n<pre>{}</pre>\n</details>\n\
+             <details><summary>Every point</summary>\n{}</details>\n</section>\n",
+            sec.file,
+            html_escape(&sec.toml),
+            sec.headline.to_html()
+        );
+    }
+    h.push_str("</body>\n</html>\n");
+    h
+}
+
+fn readme_md(s: &Summary, command: &str) -> String {
+    let mut m = String::new();
+    let _ = write!(
+        m,
+        "# pmsim reproduce — scale {}\n\npmsim {} · command `{}` · host {} ({} CPUs) · {:.1} s in all.\n\n\
+         Open `index.html` for the figures with their tables. Every number was measured by this run.\n",
+        s.scale,
+        env!("CARGO_PKG_VERSION"),
+        command,
+        host(),
+        cpus(),
+        s.wall_s
+    );
+    for sec in &s.sections {
+        let _ = write!(
+            m,
+            "\n## {}\n\n{}\n\n{} points, {:.1} s; parameters in `{}`, rows in `sweeps/{}/`, table in \
+             `results/{}.csv`.\n",
+            sec.title, sec.description, sec.points, sec.wall_s, sec.file, sec.name, sec.name
+        );
+        for f in &sec.drawn {
+            let _ = write!(
+                m,
+                "\n### {}\n\n![{}](figures/{}.png)\n\n{}\n\n{}",
+                f.title,
+                f.title,
+                f.id,
+                f.caption,
+                f.table.to_markdown()
+            );
+        }
+    }
+    m
+}

@@ -1,0 +1,102 @@
+//! One result row per point: every parameter, every result, and — kept apart
+//! in [`Env`] — what depends on the machine and the moment rather than on the
+//! point (wall times, ops/s, host, which DIMM the heap's first page fell on).
+//! Two runs of the same single-threaded point give rows whose `point` and
+//! `result` are equal; multi-threaded points depend on the interleaving.
+
+use crate::point::Point;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The results of one point.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    /// The allocator instance: spec, name and every parameter it ran with.
+    pub allocator: Option<Value>,
+    /// The simulator's report (`pmsim run --sim --json`'s `sim`), without
+    /// the per-DIMM split (see [`Env::sim_dimms`]).
+    pub sim: Option<Value>,
+    /// Why the point has no simulator report although its mode asks for one
+    /// (an allocator pmsim's tracer cannot see, e.g. PMDK).
+    pub sim_skipped: Option<String>,
+    /// The access map (Fig. 2), when `sim.access_map.per_category` > 0.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub access_map: Vec<Value>,
+    /// The native run's report without its timings (operations, footprints,
+    /// slab breakdown, workload-specific figures).
+    pub native: Option<Value>,
+}
+
+/// What a row holds that is not a function of its point alone; equality of
+/// result sets ignores it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Env {
+    pub host: String,
+    pub pmsim_version: String,
+    /// Seconds since the epoch when the point started.
+    pub started_unix: f64,
+    /// Wall time of the whole point (simulated and native parts).
+    pub wall_s: f64,
+    /// The native run's timings: `elapsed_s`, `measured_s`, `ops_per_s` and
+    /// any workload-specific rate.
+    pub native_timing: Map<String, Value>,
+    /// The flush instruction of the native run (the best this CPU has).
+    pub flush_insn: Option<String>,
+    /// The simulator's per-DIMM figures: which DIMM an address maps to
+    /// depends on where the heap was mapped.
+    pub sim_dimms: Option<Value>,
+}
+
+/// One line of a result file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// The point's position in the experiment.
+    pub index: usize,
+    /// The point's id ([`Point::id`]).
+    pub id: String,
+    pub point: Point,
+    pub result: Results,
+    pub env: Env,
+}
+
+/// Keys of a native report that are timings: they go to [`Env`].
+pub fn is_timing_key(k: &str) -> bool {
+    k.ends_with("_s") || k.ends_with("_per_s")
+}
+
+impl Row {
+    /// The row without its [`Env`] (what must be equal across runs).
+    pub fn without_env(&self) -> Row {
+        Row { env: Env::default(), ..self.clone() }
+    }
+
+    /// A number of the simulator's report by JSON pointer (`/overall/reflush_ratio`).
+    pub fn sim_f64(&self, pointer: &str) -> Option<f64> {
+        self.result.sim.as_ref()?.pointer(pointer)?.as_f64()
+    }
+
+    /// A number of the native report by JSON pointer (`/peak/mapped_bytes`).
+    pub fn native_f64(&self, pointer: &str) -> Option<f64> {
+        self.result.native.as_ref()?.pointer(pointer)?.as_f64()
+    }
+
+    /// A native timing (`ops_per_s`, `elapsed_s`, …).
+    pub fn timing(&self, key: &str) -> Option<f64> {
+        self.env.native_timing.get(key)?.as_f64()
+    }
+
+    /// Simulator-wide write amplification (media bytes / bytes written to the DIMMs).
+    pub fn write_amplification(&self) -> Option<f64> {
+        self.sim_f64("/pm/write_amplification")
+    }
+
+    /// An allocator parameter as the instance ran with it (`stripes`, `su`, …),
+    /// else as the point set it.
+    pub fn alloc_param(&self, key: &str) -> Option<Value> {
+        self.result
+            .allocator
+            .as_ref()
+            .and_then(|a| a.pointer(&format!("/params/{key}")).cloned())
+            .or_else(|| self.point.alloc_params.get(key).cloned())
+    }
+}

@@ -1,0 +1,283 @@
+//! A sweep's directory on disk:
+//!
+//! ```text
+//! DIR/experiment.json     the resolved experiment: every point with its id,
+//!                         and a fingerprint of the list (written by temp file + rename)
+//! DIR/shards/<i>.jsonl    rows, one line each, appended by shard i
+//! ```
+//!
+//! A row line is `{"crc32":"xxxxxxxx","row":{…}}` where the checksum covers
+//! the exact bytes of the row object; each line goes out in one `write` on
+//! an `O_APPEND` file and is `fsync`ed before the point counts as done. A
+//! killed run therefore leaves complete rows and at most one torn last line,
+//! which readers skip (and the next writer cuts off); a complete line whose
+//! checksum fails is corruption and an error. Merging needs nothing but the
+//! directory, so shards run on any machines that share it (a Slurm array).
+
+use crate::experiment::Experiment;
+use crate::point::{fnv1a64, Point};
+use crate::row::Row;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// A point as listed in `experiment.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Listed {
+    pub index: usize,
+    pub id: String,
+    pub point: Point,
+}
+
+/// `DIR/experiment.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Resolved {
+    /// Hash of every point id in order: equal fingerprints, equal sweeps.
+    pub fingerprint: String,
+    pub pmsim_version: String,
+    pub experiment: Experiment,
+    pub points: Vec<Listed>,
+}
+
+impl Resolved {
+    pub fn new(experiment: Experiment, points: &[Point]) -> Resolved {
+        let points: Vec<Listed> =
+            points.iter().enumerate().map(|(index, p)| Listed { index, id: p.id(), point: p.clone() }).collect();
+        let ids: Vec<&str> = points.iter().map(|l| l.id.as_str()).collect();
+        Resolved {
+            fingerprint: format!("{:016x}", fnv1a64(ids.join(",").as_bytes())),
+            pmsim_version: env!("CARGO_PKG_VERSION").into(),
+            experiment,
+            points,
+        }
+    }
+}
+
+/// The error of the store: one line naming the file.
+pub type StoreError = String;
+
+/// Rows read from shard files, each with its file, and the torn lines skipped.
+pub type ShardRows = (Vec<(PathBuf, Row)>, Vec<String>);
+
+/// A sweep directory.
+#[derive(Clone, Debug)]
+pub struct SweepDir {
+    pub root: PathBuf,
+}
+
+impl SweepDir {
+    pub fn new(root: impl Into<PathBuf>) -> SweepDir {
+        SweepDir { root: root.into() }
+    }
+
+    pub fn experiment_path(&self) -> PathBuf {
+        self.root.join("experiment.json")
+    }
+
+    pub fn shards_dir(&self) -> PathBuf {
+        self.root.join("shards")
+    }
+
+    pub fn shard_path(&self, i: usize) -> PathBuf {
+        self.shards_dir().join(format!("{i}.jsonl"))
+    }
+
+    /// The resolved experiment stored here, if any.
+    pub fn load(&self) -> Result<Option<Resolved>, StoreError> {
+        let p = self.experiment_path();
+        let text = match fs::read_to_string(&p) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{}: cannot read: {e}", p.display())),
+        };
+        let r: Resolved = serde_json::from_str(&text)
+            .map_err(|e| format!("{}: not a pmsim sweep's experiment file: {e}", p.display()))?;
+        Ok(Some(r))
+    }
+
+    /// Stores `r` here, or checks that the experiment already stored is the
+    /// same one (a shard or a `--resume` must run exactly the same points).
+    pub fn init(&self, r: &Resolved) -> Result<(), StoreError> {
+        fs::create_dir_all(self.shards_dir()).map_err(|e| format!("{}: cannot create: {e}", self.root.display()))?;
+        if let Some(old) = self.load()? {
+            if old.fingerprint != r.fingerprint {
+                return Err(format!(
+                    "{}: holds another experiment ('{}', {} points, fingerprint {}) than this one ('{}', {} points, \
+                     fingerprint {}): use a new --out directory",
+                    self.root.display(),
+                    old.experiment.meta.name,
+                    old.points.len(),
+                    old.fingerprint,
+                    r.experiment.meta.name,
+                    r.points.len(),
+                    r.fingerprint
+                ));
+            }
+            return Ok(());
+        }
+        let p = self.experiment_path();
+        let tmp = self.root.join(format!(".experiment.json.{}.tmp", std::process::id()));
+        let text = serde_json::to_string_pretty(r).expect("experiment serializes");
+        write_synced(&tmp, text.as_bytes()).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        fs::rename(&tmp, &p).map_err(|e| format!("{}: {e}", p.display()))?;
+        Ok(())
+    }
+
+    /// Every complete row of every shard file, checked; torn last lines are
+    /// skipped and reported in the second list.
+    pub fn read_rows(&self) -> Result<ShardRows, StoreError> {
+        let dir = self.shards_dir();
+        let mut files: Vec<PathBuf> = match fs::read_dir(&dir) {
+            Ok(rd) => rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(format!("{}: {e}", dir.display())),
+        };
+        files.sort();
+        let mut rows = Vec::new();
+        let mut torn = Vec::new();
+        for f in files {
+            let mut text = Vec::new();
+            File::open(&f)
+                .and_then(|mut h| h.read_to_end(&mut text))
+                .map_err(|e| format!("{}: cannot read: {e}", f.display()))?;
+            let ends_clean = text.last().is_none_or(|&b| b == b'\n');
+            let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
+            let n = lines.len();
+            for (k, line) in lines.into_iter().enumerate() {
+                if line.is_empty() {
+                    continue;
+                }
+                let last_unterminated = k + 1 == n && !ends_clean;
+                match decode_line(line) {
+                    Ok(row) if !last_unterminated => rows.push((f.clone(), row)),
+                    _ if last_unterminated => {
+                        torn.push(format!("{}: line {}: torn last row skipped", f.display(), k + 1))
+                    }
+                    Err(e) => return Err(format!("{}: line {}: {e}", f.display(), k + 1)),
+                    Ok(_) => unreachable!(),
+                }
+            }
+        }
+        Ok((rows, torn))
+    }
+}
+
+fn write_synced(p: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = File::create(p)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// The line of a row (with its newline).
+pub fn encode_line(row: &Row) -> Vec<u8> {
+    let body = serde_json::to_string(row).expect("rows serialize");
+    let crc = crc32fast::hash(body.as_bytes());
+    format!("{{\"crc32\":\"{crc:08x}\",\"row\":{body}}}\n").into_bytes()
+}
+
+/// Checks and parses one line (without its newline).
+pub fn decode_line(line: &[u8]) -> Result<Row, String> {
+    const HEAD: &[u8] = b"{\"crc32\":\"";
+    const MID: &[u8] = b"\",\"row\":";
+    let bad = || "not a pmsim result row (expected {\"crc32\":\"…\",\"row\":{…}})".to_string();
+    if !line.starts_with(HEAD) || line.len() < HEAD.len() + 8 + MID.len() + 1 || !line.ends_with(b"}") {
+        return Err(bad());
+    }
+    let hex = std::str::from_utf8(&line[HEAD.len()..HEAD.len() + 8]).map_err(|_| bad())?;
+    let want = u32::from_str_radix(hex, 16).map_err(|_| bad())?;
+    if &line[HEAD.len() + 8..HEAD.len() + 8 + MID.len()] != MID {
+        return Err(bad());
+    }
+    let body = &line[HEAD.len() + 8 + MID.len()..line.len() - 1];
+    let got = crc32fast::hash(body);
+    if got != want {
+        return Err(format!("row checksum mismatch (stored {want:08x}, computed {got:08x}): the row is corrupt"));
+    }
+    serde_json::from_slice(body).map_err(|e| format!("row does not parse: {e}"))
+}
+
+/// Appends rows to one shard file, each durable before `append` returns.
+pub struct ShardWriter {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+impl ShardWriter {
+    /// Opens (creating) `path` for appending; a torn last line left by a
+    /// killed writer is cut off first.
+    pub fn open(path: &Path) -> Result<ShardWriter, StoreError> {
+        let err = |e: std::io::Error| format!("{}: {e}", path.display());
+        let mut f = OpenOptions::new().read(true).append(true).create(true).open(path).map_err(err)?;
+        let len = f.metadata().map_err(err)?.len();
+        if len > 0 {
+            let mut text = Vec::new();
+            f.seek(SeekFrom::Start(0)).map_err(err)?;
+            f.read_to_end(&mut text).map_err(err)?;
+            if text.last() != Some(&b'\n') {
+                let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                f.set_len(keep as u64).map_err(err)?;
+                f.sync_all().map_err(err)?;
+            }
+        }
+        Ok(ShardWriter { path: path.to_path_buf(), file: Mutex::new(f) })
+    }
+
+    /// Writes one row as one line and syncs it.
+    pub fn append(&self, row: &Row) -> Result<(), StoreError> {
+        let line = encode_line(row);
+        let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        f.write_all(&line).and_then(|_| f.sync_data()).map_err(|e| format!("{}: {e}", self.path.display()))
+    }
+}
+
+/// The merged result set of a sweep directory: every point's row, in point
+/// order. Errors when a row belongs to no point of the experiment, when a
+/// point has two rows, or when points are missing (with the `--resume` hint).
+pub fn merge(dir: &SweepDir) -> Result<(Resolved, Vec<Row>, Vec<String>), StoreError> {
+    let r = dir.load()?.ok_or_else(|| format!("{}: no experiment.json: not a sweep directory", dir.root.display()))?;
+    let (rows, warnings) = dir.read_rows()?;
+    let by_id: HashMap<&str, usize> = r.points.iter().map(|l| (l.id.as_str(), l.index)).collect();
+    let mut slots: Vec<Option<(PathBuf, Row)>> = vec![None; r.points.len()];
+    for (file, row) in rows {
+        let Some(&i) = by_id.get(row.id.as_str()) else {
+            return Err(format!("{}: row of point {} which is not in this experiment", file.display(), row.id));
+        };
+        if row.point != r.points[i].point || row.index != i {
+            return Err(format!(
+                "{}: row of point {} does not match its parameters in experiment.json",
+                file.display(),
+                row.id
+            ));
+        }
+        if let Some((other, _)) = &slots[i] {
+            return Err(format!(
+                "point {} ({}) has two rows: in {} and in {}",
+                row.id,
+                row.point.label(),
+                other.display(),
+                file.display()
+            ));
+        }
+        slots[i] = Some((file, row));
+    }
+    let missing: Vec<&Listed> = r.points.iter().filter(|l| slots[l.index].is_none()).collect();
+    if !missing.is_empty() {
+        let some: Vec<String> = missing.iter().take(3).map(|l| l.point.label()).collect();
+        return Err(format!(
+            "{}: {} of {} points have no row (e.g. {}): run `pmsim sweep --resume {}` to run them",
+            dir.root.display(),
+            missing.len(),
+            r.points.len(),
+            some.join("; "),
+            dir.root.display()
+        ));
+    }
+    let rows = slots.into_iter().map(|s| s.expect("all present").1).collect();
+    Ok((r, rows, warnings))
+}

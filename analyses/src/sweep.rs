@@ -1,0 +1,234 @@
+//! Running a sweep: the points of one shard that have no row yet, in
+//! parallel on a rayon pool, each streamed into the simulator and/or run
+//! natively, each row appended durably as soon as its point is done.
+//!
+//! Native points measure time, so they never share the machine with other
+//! points: every point holds a shared lock while it simulates and an
+//! exclusive one while it runs natively (std's `RwLock` lets a waiting writer
+//! in before new readers), so a native run starts once the simulations in
+//! flight finish and nothing else starts until it is done.
+
+use crate::experiment::Experiment;
+use crate::point::Point;
+use crate::row::{is_timing_key, Env, Results, Row};
+use crate::store::{Resolved, ShardWriter, SweepDir};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pmsim_model::runner::{self, HeapSpec, RunSpec, ScratchHeap};
+use pmsim_model::workloads::{Progress, RunOptions};
+use pmsim_model::{FlushInsn, TraceConfig};
+use pmsim_sim::Simulator;
+use rayon::prelude::*;
+use serde_json::{Map, Value};
+use std::collections::HashSet;
+use std::sync::RwLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// `--shard i/n`: the points whose index is `i` modulo `n` (round robin, so
+/// every shard gets a similar mix of cheap and expensive points).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        Shard { index: 0, count: 1 }
+    }
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Shard, String> {
+        let bad = || format!("--shard '{s}': expected i/n with 0 ≤ i < n, e.g. 0/4");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let index: usize = i.trim().parse().map_err(|_| bad())?;
+        let count: usize = n.trim().parse().map_err(|_| bad())?;
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+impl Shard {
+    pub fn contains(&self, point_index: usize) -> bool {
+        point_index % self.count == self.index
+    }
+}
+
+/// How to run a sweep.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub shard: Shard,
+    /// Run only the points that have no row yet (else a shard file that
+    /// already has rows is refused).
+    pub resume: bool,
+    /// Worker threads (0: one per CPU).
+    pub jobs: usize,
+    /// Draw a progress bar on stderr (when it is a terminal).
+    pub progress: bool,
+}
+
+/// What a sweep did.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Summary {
+    pub experiment: String,
+    pub fingerprint: String,
+    pub points: usize,
+    pub in_shard: usize,
+    pub already_done: usize,
+    pub ran: usize,
+    /// Points that failed, with why (they have no row: `--resume` retries them).
+    pub failed: Vec<(String, String)>,
+    pub wall_s: f64,
+    pub shard_file: String,
+}
+
+static MACHINE: RwLock<()> = RwLock::new(());
+
+/// Runs the points of `opts.shard` of `exp` into `dir`.
+pub fn run(dir: &SweepDir, exp: Experiment, opts: &Options) -> Result<Summary, String> {
+    let points = exp.points()?;
+    let resolved = Resolved::new(exp, &points);
+    run_resolved(dir, &resolved, opts)
+}
+
+/// Runs the points of an experiment already resolved (`--resume DIR` with
+/// no experiment file reads it from the directory).
+pub fn run_resolved(dir: &SweepDir, r: &Resolved, opts: &Options) -> Result<Summary, String> {
+    let start = Instant::now();
+    dir.init(r)?;
+    let (rows, _torn) = dir.read_rows()?;
+    let shard_path = dir.shard_path(opts.shard.index);
+    let own_rows = rows.iter().filter(|(f, _)| *f == shard_path).count();
+    if own_rows > 0 && !opts.resume {
+        return Err(format!(
+            "{}: already has {own_rows} row(s): pass --resume to run only the missing points, or use a new --out",
+            shard_path.display()
+        ));
+    }
+    let done: HashSet<&str> = rows.iter().map(|(_, r)| r.id.as_str()).collect();
+    let mine: Vec<_> = r.points.iter().filter(|l| opts.shard.contains(l.index)).collect();
+    let todo: Vec<_> = mine.iter().filter(|l| !done.contains(l.id.as_str())).collect();
+    let writer = ShardWriter::open(&shard_path)?;
+    let bar = if opts.progress {
+        ProgressBar::with_draw_target(Some(todo.len() as u64), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} points (ETA {eta}) {msg}")
+            .expect("valid template"),
+    );
+    bar.set_prefix(r.experiment.meta.name.clone());
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.jobs)
+        .build()
+        .map_err(|e| format!("cannot start worker threads: {e}"))?;
+    let failed: Vec<(String, String)> = pool.install(|| {
+        todo.par_iter()
+            .filter_map(|l| {
+                let res = run_point(&l.point, l.index, &l.id).and_then(|row| writer.append(&row));
+                bar.inc(1);
+                bar.set_message(l.point.label());
+                res.err().map(|e| (l.point.label(), e))
+            })
+            .collect()
+    });
+    bar.finish_and_clear();
+    Ok(Summary {
+        experiment: r.experiment.meta.name.clone(),
+        fingerprint: r.fingerprint.clone(),
+        points: r.points.len(),
+        in_shard: mine.len(),
+        already_done: mine.len() - todo.len(),
+        ran: todo.len() - failed.len(),
+        failed,
+        wall_s: start.elapsed().as_secs_f64(),
+        shard_file: shard_path.display().to_string(),
+    })
+}
+
+/// Whether any point runs PMDK natively (its environment must be set before
+/// the library loads: the command re-executes itself for that).
+pub fn needs_pmdk_env(points: &[Point]) -> bool {
+    points.iter().any(|p| p.mode.native() && p.alloc.split(':').next() == Some("pmdk"))
+}
+
+/// This machine's name (for rows and reports).
+pub fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// Runs one point: the simulated part under the shared lock, the native part
+/// under the exclusive one.
+pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
+    let t0 = Instant::now();
+    let started_unix = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let alloc = p.alloc_spec()?;
+    let wl = p.workload()?;
+    let opts = RunOptions { threads: p.threads, seed: p.seed };
+    let size = wl.heap_size_hint(p.threads);
+    let flush = FlushInsn::best();
+    let progress = Progress::default();
+    let mut result = Results::default();
+    let mut env = Env { host: host(), pmsim_version: env!("CARGO_PKG_VERSION").into(), started_unix, ..Env::default() };
+    let fail = |what: &str, e: &dyn std::fmt::Display| format!("{} ({what}): {e}", p.label());
+    if p.mode.sim() {
+        if alloc.traceable() {
+            let cfg = p.sim_config()?;
+            let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+            let scratch = ScratchHeap::new(&format!("sweep-{id}-sim"));
+            let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true };
+            let spec = RunSpec { alloc: &alloc, workload: &wl, opts: &opts, heap: &hs, flush, progress: &progress };
+            let (outcome, mut finished) = runner::run_traced(&spec, &TraceConfig::default(), |h| {
+                Simulator::new(cfg.clone(), &h).map_err(std::io::Error::other)
+            })
+            .map_err(|e| fail("simulated", &e))?;
+            let mut report = serde_json::to_value(finished.sink.report()).expect("reports serialize");
+            if let Some(obj) = report.as_object_mut() {
+                env.sim_dimms = obj.remove("dimms");
+                // The simulator names the trace by its header; the point already says it all.
+                obj.remove("trace");
+            }
+            result.sim = Some(report);
+            result.access_map =
+                finished.sink.access_map().iter().map(|a| serde_json::to_value(a).expect("serializes")).collect();
+            result.allocator = Some(serde_json::to_value(&outcome.alloc).expect("serializes"));
+        } else {
+            result.sim_skipped = Some(format!(
+                "{} is not traceable by pmsim's built-in tracer (its persistent writes happen inside the library); \
+                 trace it with the Valgrind tool and give the report the result",
+                p.alloc
+            ));
+        }
+    }
+    if p.mode.native() {
+        let _exclusive = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+        let scratch = ScratchHeap::new(&format!("sweep-{id}-native"));
+        let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true };
+        let spec = RunSpec { alloc: &alloc, workload: &wl, opts: &opts, heap: &hs, flush, progress: &progress };
+        let outcome = runner::run_native(&spec).map_err(|e| fail("native", &e))?;
+        let Value::Object(mut rep) = serde_json::to_value(&outcome.run).expect("serializes") else {
+            unreachable!("a run report is an object")
+        };
+        let mut timing = Map::new();
+        for k in rep.keys().filter(|k| is_timing_key(k)).cloned().collect::<Vec<_>>() {
+            timing.insert(k.clone(), rep.remove(&k).expect("present"));
+        }
+        if let Some(Value::Object(extra)) = rep.get_mut("extra") {
+            for k in extra.keys().filter(|k| is_timing_key(k)).cloned().collect::<Vec<_>>() {
+                timing.insert(k.clone(), extra.remove(&k).expect("present"));
+            }
+        }
+        env.flush_insn = Some(outcome.flush_insn);
+        env.native_timing = timing;
+        result.native = Some(Value::Object(rep));
+        if result.allocator.is_none() {
+            result.allocator = Some(serde_json::to_value(&outcome.alloc).expect("serializes"));
+        }
+    }
+    env.wall_s = t0.elapsed().as_secs_f64();
+    Ok(Row { index, id: id.to_string(), point: p.clone(), result, env })
+}

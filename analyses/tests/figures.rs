@@ -1,0 +1,215 @@
+//! The golden figure test: every figure drawn from a fixed small result set
+//! built here (rows of the shape sweeps write), as SVG and PNG; the files
+//! must exist, be well-formed (the PNG's chunks and checksums, the SVG's
+//! envelope) and carry the axis labels.
+
+use pmsim_analyses::figures::{by_id, FIGURES};
+use pmsim_analyses::plot::{render, Kind};
+use pmsim_analyses::Row;
+use serde_json::{json, Value};
+use std::fs;
+
+struct Spec<'a> {
+    alloc: &'a str,
+    alloc_params: Value,
+    workload: &'a str,
+    threads: u32,
+    sim_keys: Value,
+}
+
+fn sim(flushes: f64, reflush: f64, ops: f64, eadr: bool, scale: f64) -> Value {
+    let total = if eadr { 10.0 * ops } else { flushes * (100.0 + 500.0 * reflush) * scale };
+    json!({
+        "eadr": eadr,
+        "overall": {
+            "flushes": flushes, "reflushes": (flushes * reflush).round(), "reflush_ratio": reflush,
+            "pm_writes": if eadr { ops * 0.05 } else { flushes }, "evictions": ops * 0.05, "ops": ops,
+            "persist_ns": { "meta": total * 0.5, "wal": total * 0.2, "log": total * 0.1, "data": 0.0,
+                            "unmapped": 0.0, "fence": total * 0.2, "total": total }
+        },
+        "pm": { "write_amplification": 1.0 + reflush }
+    })
+}
+
+fn native(peak_mib: f64, slabs: Option<(u64, u64, u64)>) -> Value {
+    json!({
+        "ops": 1000, "peak": { "live_bytes": peak_mib * 0.6 * 1048576.0, "mapped_bytes": peak_mib * 1048576.0 },
+        "params": { "live_cap": 8 << 20 },
+        "snapshot": { "slabs": slabs.map(|(low, mid, high)| json!({"low": low, "mid": mid, "high": high})) }
+    })
+}
+
+fn row(index: usize, s: Spec, sim: Option<Value>, native: Option<Value>, ops_per_s: Option<f64>) -> Row {
+    let mode = match (sim.is_some(), native.is_some()) {
+        (true, true) => "both",
+        (true, false) => "sim",
+        _ => "native",
+    };
+    let point = json!({
+        "mode": mode, "scale": "tiny", "workload": s.workload, "workload_params": {}, "threads": s.threads,
+        "alloc": s.alloc, "alloc_params": s.alloc_params, "sim": s.sim_keys, "seed": 42
+    });
+    let timing = match ops_per_s {
+        Some(x) => json!({ "ops_per_s": x, "elapsed_s": 1000.0 / x }),
+        None => json!({}),
+    };
+    serde_json::from_value(json!({
+        "index": index, "id": format!("{index:016x}"), "point": point,
+        "result": { "allocator": null, "sim": sim, "sim_skipped": null, "native": native },
+        "env": { "host": "h", "pmsim_version": "0", "started_unix": 0.0, "wall_s": 1.0,
+                 "native_timing": timing, "flush_insn": null, "sim_dimms": null }
+    }))
+    .unwrap()
+}
+
+fn spec<'a>(alloc: &'a str, workload: &'a str, threads: u32, ap: Value, sk: Value) -> Spec<'a> {
+    Spec { alloc, alloc_params: ap, workload, threads, sim_keys: sk }
+}
+
+/// The rows each figure is drawn from.
+fn data(id: &str) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let allocs = ["base", "+interleaved", "+log", "nvalloc-log", "pmdk"];
+    match id {
+        "fig1a" | "fig11" | "compare" => {
+            for wl in ["threadtest", "larson-small"] {
+                for (k, a) in allocs.iter().enumerate() {
+                    let sim = (*a != "pmdk").then(|| sim(1e5, 0.8 - 0.15 * k as f64, 2e4, false, 1.0));
+                    let i = rows.len();
+                    rows.push(row(
+                        i,
+                        spec(a, wl, 1, json!({}), json!({})),
+                        sim,
+                        Some(native(20.0, None)),
+                        Some(1e6 * (k + 1) as f64),
+                    ));
+                }
+            }
+        }
+        "fig2" => {
+            for (k, a) in ["base", "nvalloc-log"].iter().enumerate() {
+                let mut r = row(
+                    k,
+                    spec(a, "threadtest", 1, json!({}), json!({"access_map.per_category": 1000})),
+                    Some(sim(1e5, 0.5, 2e4, false, 1.0)),
+                    None,
+                    None,
+                );
+                r.result.access_map = (0..1000u64)
+                    .map(|n| json!({"category": "meta", "nth": n, "index": n * 7, "addr": 0, "heap_offset": (n * 7919 * (k as u64 + 1)) % (64 << 20), "region": "slab"}))
+                    .collect();
+                rows.push(r);
+            }
+        }
+        "fig15a" | "fig15b" => {
+            for w in 1..=4 {
+                for (k, a) in ["nvalloc-log", "nvalloc-log:morphing=false", "pmdk"].iter().enumerate() {
+                    let slabs = (*a != "pmdk").then_some((10 * k as u64 + w, 20, 30 - w));
+                    let i = rows.len();
+                    rows.push(row(
+                        i,
+                        spec(
+                            a,
+                            ["fragbench-w1", "fragbench-w2", "fragbench-w3", "fragbench-w4"][w as usize - 1],
+                            1,
+                            json!({}),
+                            json!({}),
+                        ),
+                        None,
+                        Some(native(10.0 + (w as f64) * (k as f64 + 1.0), slabs)),
+                        Some(1e6),
+                    ));
+                }
+            }
+        }
+        "fig16a" | "fig19" => {
+            let eadrs: &[bool] = if id == "fig19" { &[false, true] } else { &[false] };
+            for &e in eadrs {
+                for t in [1, 2] {
+                    for s in [1, 2, 4, 8, 16, 32] {
+                        let i = rows.len();
+                        let sk = if id == "fig19" { json!({"eadr": e}) } else { json!({}) };
+                        let r = 0.6 / (s as f64).sqrt();
+                        rows.push(row(
+                            i,
+                            spec("nvalloc-log", "threadtest", t, json!({"stripes": s}), sk),
+                            Some(sim(1e5 * t as f64, r, 2e4 * t as f64, e, 1.0)),
+                            None,
+                            None,
+                        ));
+                    }
+                }
+            }
+        }
+        "fig16b" => {
+            for wl in ["fragbench-w1", "fragbench-w3"] {
+                for su in [0.05, 0.1, 0.2, 0.3, 0.4, 0.5] {
+                    let i = rows.len();
+                    rows.push(row(
+                        i,
+                        spec("nvalloc-log", wl, 1, json!({"su": su}), json!({})),
+                        Some(sim(1e5, 0.3, 2e4, false, 1.0 + su)),
+                        Some(native(40.0 - 30.0 * su, None)),
+                        Some(1e6 / (1.0 + su)),
+                    ));
+                }
+            }
+        }
+        other => panic!("no data for figure {other}: add it here"),
+    }
+    rows
+}
+
+/// Checks the PNG signature and every chunk's length and CRC up to IEND; returns (width, height).
+fn check_png(bytes: &[u8]) -> (u32, u32) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
+    let mut at = 8;
+    let mut size = None;
+    loop {
+        let len = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let kind = &bytes[at + 4..at + 8];
+        let data = &bytes[at + 8..at + 8 + len];
+        let crc = u32::from_be_bytes(bytes[at + 8 + len..at + 12 + len].try_into().unwrap());
+        assert_eq!(crc, crc32fast::hash(&bytes[at + 4..at + 8 + len]), "PNG chunk CRC");
+        if kind == b"IHDR" {
+            size = Some((
+                u32::from_be_bytes(data[..4].try_into().unwrap()),
+                u32::from_be_bytes(data[4..8].try_into().unwrap()),
+            ));
+        }
+        at += 12 + len;
+        if kind == b"IEND" {
+            assert_eq!(at, bytes.len(), "bytes after IEND");
+            break;
+        }
+    }
+    size.expect("IHDR")
+}
+
+#[test]
+fn every_figure_renders_as_svg_and_png_with_labelled_axes() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (id, _, f) in FIGURES {
+        assert!(f(&[]).is_none(), "{id}: drew something from no rows");
+        let rows = data(id);
+        let fig = by_id(id).unwrap()(&rows).unwrap_or_else(|| panic!("{id}: nothing drawn from its rows"));
+        assert_eq!(&fig.id, id);
+        assert!(!fig.caption.is_empty() && !fig.table.rows.is_empty(), "{id}: caption and table");
+        let files = render(&fig, tmp.path()).unwrap();
+        let svg = fs::read_to_string(&files[0]).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{id}: not an SVG document");
+        for p in &fig.panels {
+            for label in [&p.x_label, &p.y_label] {
+                let esc = label.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+                assert!(svg.contains(&esc), "{id}: axis label '{label}' missing from the SVG");
+            }
+            let drawn = match &p.kind {
+                Kind::Bars { series, .. } => series.iter().map(|s| s.1.len()).sum::<usize>(),
+                Kind::Lines { series, .. } | Kind::Scatter { series } => series.iter().map(|s| s.1.len()).sum(),
+            };
+            assert!(drawn > 0, "{id}: panel '{}' has no data", p.title);
+        }
+        let (w, h) = check_png(&fs::read(&files[1]).unwrap());
+        assert!(w >= 800 && h >= 400, "{id}: PNG is {w}×{h}");
+    }
+}

@@ -1,0 +1,151 @@
+//! `pmsim sweep`: run every point of an experiment (a TOML file and/or
+//! `--set key=v1,v2,…` ranges) into a result directory, in parallel, in
+//! deterministic shards, resumably; `pmsim sweep merge` combines the shards.
+
+use super::CmdResult;
+use clap::{Args, Subcommand};
+use pmsim_analyses::store::{self, SweepDir};
+use pmsim_analyses::sweep::{self, Options, Shard};
+use pmsim_analyses::{table, Experiment};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct SweepArgs {
+    #[command(subcommand)]
+    sub: Option<SweepSub>,
+    /// The experiment file (TOML: [experiment] name/title/mode, [sweep] parameter = value or [values]).
+    /// Without it the sweep is built from --set alone, or read back from DIR with --resume.
+    experiment: Option<PathBuf>,
+    /// A sweep axis KEY=V1,V2,… (repeatable; replaces the file's): alloc, workload, threads, scale, seed,
+    /// mode (sim|native|both), param.KEY (workload parameter), sim.PATH (simulator key, e.g. sim.eadr),
+    /// any other KEY an allocator parameter (stripes, su, …).
+    #[arg(long = "set", value_name = "KEY=V1,V2,…")]
+    set: Vec<String>,
+    /// The result directory: experiment.json and shards/<i>.jsonl.
+    #[arg(long, value_name = "DIR", required_unless_present = "resume")]
+    out: Option<PathBuf>,
+    /// Run only shard i of n (points whose index is i mod n), into DIR/shards/<i>.jsonl.
+    #[arg(long, value_name = "i/n", default_value = "0/1")]
+    shard: Shard,
+    /// Run only the points of DIR that have no row yet (DIR may follow, in place of --out).
+    #[arg(long, value_name = "DIR", num_args = 0..=1)]
+    resume: Option<Option<PathBuf>>,
+    /// Points run at once [default: one per CPU]; native points always run alone.
+    #[arg(long, default_value_t = 0)]
+    jobs: usize,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum SweepSub {
+    /// Check every shard file of DIR and combine them into one result set, ordered by point.
+    Merge(MergeArgs),
+}
+
+#[derive(Args)]
+struct MergeArgs {
+    /// The sweep directory.
+    dir: PathBuf,
+    /// Write the rows as CSV (one column per parameter and headline result).
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Write the rows as one JSON document.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Also draw the experiment's figures and write a report (index.html, README.md) into OUT.
+    #[arg(long, value_name = "OUT")]
+    report: Option<PathBuf>,
+}
+
+pub fn run(a: SweepArgs) -> CmdResult {
+    if let Some(SweepSub::Merge(m)) = a.sub {
+        return merge(m);
+    }
+    let out = match (&a.resume, &a.out) {
+        (Some(Some(d)), Some(o)) if d != o => {
+            return Err(format!("--resume {} and --out {} name different directories", d.display(), o.display()).into())
+        }
+        (Some(Some(d)), _) => d.clone(),
+        (_, Some(o)) => o.clone(),
+        (_, None) => return Err("--out DIR (or --resume DIR) is required".into()),
+    };
+    let dir = SweepDir::new(&out);
+    let resolved = match (&a.experiment, a.set.is_empty(), a.resume.is_some()) {
+        (None, true, true) => dir
+            .load()?
+            .ok_or_else(|| format!("{}: no experiment.json to resume (give the experiment file)", out.display()))?,
+        _ => {
+            let mut exp = match &a.experiment {
+                Some(p) => Experiment::from_file(p)?,
+                None => Experiment::empty("cli"),
+            };
+            for kv in &a.set {
+                exp.set_axis(kv)?;
+            }
+            let points = exp.points().map_err(|e| format!("--set: {e}"))?;
+            store::Resolved::new(exp, &points)
+        }
+    };
+    let points: Vec<_> = resolved.points.iter().map(|l| l.point.clone()).collect();
+    if sweep::needs_pmdk_env(&points) {
+        pmsim_model::pmdk::ensure_env(&pmsim_model::pmdk::required_env(false, None))?;
+    }
+    let opts = Options { shard: a.shard, resume: a.resume.is_some(), jobs: a.jobs, progress: true };
+    let s = sweep::run_resolved(&dir, &resolved, &opts)?;
+    let mut w = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut w, &s)?;
+        writeln!(w)?;
+    } else {
+        writeln!(
+            w,
+            "sweep {} ({} points, fingerprint {}), shard {}/{}: {} points, {} done before, {} run, {} failed in {:.1} s",
+            s.experiment,
+            s.points,
+            s.fingerprint,
+            a.shard.index,
+            a.shard.count,
+            s.in_shard,
+            s.already_done,
+            s.ran,
+            s.failed.len(),
+            s.wall_s
+        )?;
+        writeln!(w, "rows in {}", s.shard_file)?;
+        for (label, e) in &s.failed {
+            writeln!(w, "failed: {label}: {e}")?;
+        }
+    }
+    if !s.failed.is_empty() {
+        return Err(format!("{} point(s) failed (they have no row; --resume retries them)", s.failed.len()).into());
+    }
+    Ok(())
+}
+
+fn merge(m: MergeArgs) -> CmdResult {
+    let dir = SweepDir::new(&m.dir);
+    let (r, rows, warnings) = store::merge(&dir)?;
+    for w in &warnings {
+        eprintln!("pmsim: warning: {w}");
+    }
+    if let Some(p) = &m.json {
+        let doc = serde_json::json!({ "experiment": r.experiment, "fingerprint": r.fingerprint, "rows": rows });
+        std::fs::write(p, serde_json::to_string_pretty(&doc)? + "\n").map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(p) = &m.csv {
+        let mut f = std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        table::write_csv(&rows, &mut f).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(out) = &m.report {
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        pmsim_analyses::reproduce::report_sweep(&dir, out, &command)?;
+    }
+    let mut w = std::io::stdout().lock();
+    writeln!(w, "merged {} rows of '{}' (fingerprint {})", rows.len(), r.experiment.meta.name, r.fingerprint)?;
+    table::write_text(&rows, &mut w)?;
+    Ok(())
+}

@@ -1,0 +1,106 @@
+//! `pmsim reproduce --scale tiny` end to end (the main job), with a traced
+//! report given to it, then the sweep commands on its result directories:
+//! merge, refusal of another experiment, and bad experiment files.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn pmsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pmsim")).args(args).output().expect("pmsim runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn check_report(out: &Path) {
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    let md = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(html.contains(&format!("pmsim {}", env!("CARGO_PKG_VERSION"))), "version missing");
+    assert!(html.contains("pmsim reproduce --scale tiny"), "command missing");
+    for id in ["fig1a", "fig2", "fig11", "fig15a", "fig15b", "fig16a", "fig16b", "fig19", "compare"] {
+        for ext in ["svg", "png"] {
+            let f = out.join("figures").join(format!("{id}.{ext}"));
+            let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+            assert!(len > 1000, "{} missing or empty", f.display());
+        }
+        assert!(html.contains(&format!("<img src=\"figures/{id}.png\"")), "{id} not in index.html");
+        assert!(html.contains(&format!("Table behind {id}")), "{id}'s table not in index.html");
+        assert!(md.contains(&format!("(figures/{id}.png)")), "{id} not in README.md");
+    }
+    // The exact parameters of every experiment are in the report.
+    assert!(html.contains("stripes = [1, 2, 4, 8, 16, 32]"));
+    // The traced report joined the comparison as its own allocator row.
+    assert!(html.contains("traced-base"), "traced row missing");
+}
+
+#[test]
+fn reproduce_tiny_writes_the_report_and_its_sweeps_merge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("report");
+    // A report of a trace made elsewhere (here: pmsim's own run, as the
+    // Valgrind tool's traces would be replayed with `pmsim sim --json`).
+    let o = pmsim(&["run", "--alloc", "base", "--workload", "threadtest", "--sim", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let traced = tmp.path().join("traced.json");
+    std::fs::write(&traced, &o.stdout).unwrap();
+    let traced_arg = format!("traced-base@threadtest={}", traced.display());
+    let o = pmsim(&["reproduce", "--scale", "tiny", "--out", out.to_str().unwrap(), "--traced", &traced_arg]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    check_report(&out);
+
+    // Each experiment's sweep directory merges on its own.
+    let sweep = out.join("sweeps").join("stripes");
+    let csv = tmp.path().join("stripes.csv");
+    let rep = tmp.path().join("stripes-report");
+    let o = pmsim(&[
+        "sweep",
+        "merge",
+        sweep.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+        "--report",
+        rep.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(rep.join("index.html")).unwrap();
+    assert!(html.contains("<img src=\"figures/fig16a.png\"") && rep.join("figures/fig16a.svg").exists());
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 1 + 24, "{text}");
+    assert!(text.lines().next().unwrap().contains("stripes"));
+
+    // Running again resumes: nothing left to run.
+    let o = pmsim(&["sweep", "--resume", sweep.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["ran"], 0);
+
+    // Another experiment into that directory is refused with one line.
+    let o = pmsim(&["sweep", "--set", "stripes=3", "--out", sweep.to_str().unwrap(), "--resume"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(e.contains("holds another experiment"), "{e}");
+}
+
+#[test]
+fn bad_experiment_files_are_one_error_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("bad.toml");
+    for (text, needle) in [
+        ("[sweep]\nstripez = [1, 2]\n", "'stripez'"),
+        ("[sweep]\n\"param.iteratons\" = 3\n", "'param.iteratons'"),
+        ("[sweep]\n\"sim.eadrr\" = true\n", "sim.eadrr"),
+        ("[experiment]\nfigures = [\"fig99\"]\n", "unknown figure 'fig99'"),
+        ("[sweep\n", "bad.toml"),
+    ] {
+        std::fs::write(&f, text).unwrap();
+        let o = pmsim(&["sweep", f.to_str().unwrap(), "--out", tmp.path().join("o").to_str().unwrap()]);
+        assert!(!o.status.success(), "{text:?} accepted");
+        let e = stderr(&o);
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+        assert!(e.contains("bad.toml") && e.contains(needle), "{text:?}: {e}");
+    }
+    let o = pmsim(&["sweep", "--set", "threads=1", "--out", "x", "--shard", "2/2"]);
+    assert!(!o.status.success() && stderr(&o).contains("--shard"), "{}", stderr(&o));
+}
