@@ -9,6 +9,7 @@ pub mod figures;
 pub mod plot;
 pub mod point;
 pub mod row;
+pub mod slurm;
 pub mod store;
 pub mod sweep;
 pub mod table;
