@@ -9,8 +9,11 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 # Debian packages: the C toolchain (C trace writer and its tests), pkg-config,
-# Valgrind's tool kit (pintools/), PMDK (the real peer allocator), Java for TLC.
-APT_PKGS=(build-essential pkg-config libpmemobj-dev curl ca-certificates python3 python3-pip python3-venv)
+# PMDK (the real peer allocator); Slurm and munge for a real one-node cluster
+# (scripts/slurm-local.sh, `pmsim sweep --slurm` tests); Chromium and its
+# driver to check reports in a real browser (scripts/check-report.py).
+APT_PKGS=(build-essential pkg-config libpmemobj-dev curl ca-certificates python3 python3-pip python3-venv
+  slurmctld slurmd slurm-client munge chromium chromium-driver)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -30,6 +33,13 @@ if ! command -v cargo >/dev/null 2>&1; then
     curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
     export PATH="$HOME/.cargo/bin:$PATH"
   fi
+fi
+
+# Python packages: Selenium drives Chromium for the report check.
+PIP_PKGS=("selenium>=4.10,<5")
+if ! python3 -c "import selenium" >/dev/null 2>&1; then
+  echo "setup: installing Python packages: ${PIP_PKGS[*]}"
+  python3 -m pip install -q --disable-pip-version-check "${PIP_PKGS[@]}"
 fi
 
 echo "setup: building pmsim (release)"

@@ -159,6 +159,35 @@ fn fragbench_morphs_slabs_and_maps_less() {
     assert!(slabs[1] < slabs[0], "morphing must use fewer slabs: {slabs:?}");
 }
 
+/// The artifact's two extra conditions each hold morphing back: an idle
+/// time longer than the run has ticks, and a candidate share the heap never reaches;
+/// a short idle time still lets slabs morph.
+#[test]
+fn artifact_morph_conditions_gate_morphing() {
+    let d = tmpdir();
+    let path = d.path().join("h");
+    let morphs = |extra: &str| {
+        let c = cfg("nvalloc-log", true).with_overrides(extra.split(':')).unwrap();
+        let (heap, nv) = create(&path, 128 << 20, c);
+        let mut t = nv.thread(0);
+        fragbench(&mut t, 20_000, 4).check(&t);
+        let m = nv.morph_stats().morphs;
+        drop(t);
+        nv.close().unwrap();
+        heap.close().unwrap();
+        m
+    };
+    let paper = morphs("morph_idle=0");
+    assert!(paper > 0, "the paper's rule morphs on this pattern");
+    assert_eq!(morphs("morph_idle=100000000"), 0, "no slab is idle that long");
+    // After 90 % random frees slabs hold about 10 % of their blocks, so with
+    // SU = 10 % only about half of the LRU list are candidates: a 90 % share is never reached.
+    let su10 = morphs("su=0.1");
+    assert!(su10 > 0, "SU 10 % alone morphs");
+    assert_eq!(morphs("su=0.1:morph_candidates=0.9"), 0, "candidates stay below 90 % of the LRU list");
+    assert!(morphs("morph_idle=10") > 0, "a short idle time still morphs");
+}
+
 #[test]
 fn old_blocks_free_until_the_slab_is_regular_and_reopen_keeps_everything() {
     let d = tmpdir();

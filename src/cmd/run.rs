@@ -401,12 +401,18 @@ fn print_run(o: &RunOut, w: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The summary of several runs. `vs first` is each run's ops/s over that of
+/// the first allocator listed, on the same workload and thread count, so a
+/// native comparison (e.g. `--alloc nvalloc-log,base,pmdk`) reads off directly.
 fn print_summary(outs: &[RunOut], w: &mut dyn Write) -> std::io::Result<()> {
     let aw = outs.iter().map(|o| o.allocator.spec.chars().count()).max().unwrap_or(0).max(9);
+    let first = outs.first().map(|o| o.allocator.spec.as_str()).unwrap_or("");
+    let vs = format!("vs {first}");
+    let vw = vs.chars().count().max(8);
     writeln!(
         w,
-        "{:<14} {:<aw$} {:>3} {:>12} {:>12} {:>12} {:>16}",
-        "workload", "allocator", "thr", "ops/s", "peak live", "peak mapped", "slabs lo/mid/hi"
+        "{:<14} {:<aw$} {:>3} {:>12} {:>vw$} {:>12} {:>12} {:>16}",
+        "workload", "allocator", "thr", "ops/s", vs, "peak live", "peak mapped", "slabs lo/mid/hi"
     )?;
     for o in outs {
         let r = &o.run;
@@ -414,13 +420,22 @@ fn print_summary(outs: &[RunOut], w: &mut dyn Write) -> std::io::Result<()> {
             Some(u) => format!("{}/{}/{}", u.low, u.mid, u.high),
             None => "-".into(),
         };
+        let base = outs
+            .iter()
+            .find(|b| b.allocator.spec == first && b.run.workload == r.workload && b.run.threads == r.threads)
+            .map(|b| b.run.ops_per_s);
+        let ratio = match base {
+            Some(b) if b > 0.0 => format!("{:.2}×", r.ops_per_s / b),
+            _ => "-".into(),
+        };
         writeln!(
             w,
-            "{:<14} {:<aw$} {:>3} {:>12.0} {:>12} {:>12} {:>16}",
+            "{:<14} {:<aw$} {:>3} {:>12.0} {:>vw$} {:>12} {:>12} {:>16}",
             r.workload,
             o.allocator.spec,
             r.threads,
             r.ops_per_s,
+            ratio,
             mib(r.peak.live_bytes),
             mib(r.peak.mapped_bytes),
             slabs

@@ -217,9 +217,19 @@ impl Arena {
             t.fence();
             self.return_locked(nv, t, inner, &cached);
         }
-        for (_, &s) in inner.lru.iter() {
+        let cfg = &nv.cfg;
+        let under_su = |v: &VSlab| v.morph.is_none() && (v.used as f64) < cfg.su * v.nblocks as f64;
+        if cfg.morph_candidates > 0.0 {
+            // The artifact's rule: search only when candidates are plentiful.
+            let n = inner.lru.values().filter(|s| under_su(&inner.slabs[s])).count();
+            if n as f64 <= cfg.morph_candidates * inner.lru.len() as f64 {
+                return None;
+            }
+        }
+        for (&stamp, &s) in inner.lru.iter() {
             let v = &inner.slabs[&s];
-            if v.class == class || v.morph.is_some() || v.used as f64 >= nv.cfg.su * v.nblocks as f64 {
+            let busy = cfg.morph_idle > 0 && inner.clock - stamp <= cfg.morph_idle;
+            if v.class == class || !under_su(v) || busy {
                 continue;
             }
             let og = nv.geoms[v.class];

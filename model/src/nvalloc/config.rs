@@ -68,6 +68,14 @@ pub struct NvConfig {
     /// Slab-morphing space-utilization threshold: a slab with fewer than this
     /// fraction of its blocks in use may morph.
     pub su: f64,
+    /// Slab morphing: a candidate must have gone unused for more than this
+    /// many ticks of its arena's LRU clock (one tick per slab use). 0 = the
+    /// paper's rule (no idle time); the artifact waits 1000 ticks.
+    pub morph_idle: u64,
+    /// Slab morphing: the LRU list is searched only when the slabs under the
+    /// SU threshold exceed this fraction of it. 0 = the paper's rule (always
+    /// search); the artifact uses 0.1.
+    pub morph_candidates: f64,
     /// Arenas for small allocations; 0 = one per core (the paper's choice).
     pub arenas: u32,
     /// Thread ids (0..max_threads) that may allocate: each owns a WAL area.
@@ -84,8 +92,9 @@ pub struct NvConfig {
     /// Tombstones between two log GC checks (the artifact checks every 10,000
     /// free records).
     pub gc_interval: u32,
-    /// Large-allocator operations a freed extent stays on the reclaimed list
-    /// before it decays to the retained list.
+    /// The decay window in large-allocator operations: freed extents leave
+    /// the reclaimed list for the retained list along a smootherstep curve
+    /// over this many operations (jemalloc's decay; see `nvalloc::decay`).
     pub decay_ops: u64,
     /// Bytes of the bookkeeping log area; 0 = max(256 KiB, heap / 256).
     /// Part of the heap layout.
@@ -104,6 +113,8 @@ impl Default for NvConfig {
             interleaved_log: true,
             morphing: true,
             su: 0.20,
+            morph_idle: 0,
+            morph_candidates: 0.0,
             arenas: 0,
             max_threads: 128,
             tcache_max: 192,
@@ -170,6 +181,9 @@ impl NvConfig {
         }
         if !(self.su > 0.0 && self.su < 1.0) {
             return bad(format!("su = {} (must be between 0 and 1)", self.su));
+        }
+        if !(0.0..1.0).contains(&self.morph_candidates) {
+            return bad(format!("morph_candidates = {} (must be in [0, 1))", self.morph_candidates));
         }
         if !(1..=4096).contains(&self.max_threads) {
             return bad(format!("max_threads = {} (must be 1..=4096)", self.max_threads));

@@ -8,12 +8,14 @@
 //!   (recently freed) or *retained* (freed long ago). Allocation takes the
 //!   best fit from the reclaimed list, then from the retained list, else
 //!   carves a new chunk by advancing the persistent growth pointer.
-//! * **Decay** (op-count based, a simplification of jemalloc's 50 ms
-//!   smootherstep decay the paper uses): an extent that stays on the
-//!   reclaimed list for `decay_ops` large-allocator operations moves to the
-//!   retained list, so recently freed (cache-warm) memory is reused first.
-//!   Retained extents stay in the heap file: there is no OS to hand them back
-//!   to, as the heap is one preallocated file.
+//! * **Decay** ([`super::decay`]): jemalloc's smootherstep decay, which the
+//!   paper uses, with time counted in large-allocator operations (window
+//!   `decay_ops`) so traced runs stay reproducible: freed bytes stay on the
+//!   reclaimed list in a share that falls along the smootherstep curve with
+//!   their age, and the oldest reclaimed extents beyond that share move to
+//!   the retained list, so recently freed (cache-warm) memory is reused
+//!   first. Retained extents stay in the heap file: the heap is one
+//!   preallocated file, with no OS allocator underneath to hand them to.
 //! * Free extents never span chunk boundaries. A request above 2 MiB gets a
 //!   run of fresh chunks of its own (the paper `mmap`s it); when freed, it
 //!   falls apart into per-chunk free extents.
@@ -23,6 +25,7 @@
 //! or written in place into the extent-header area at the start of the
 //! extent's chunk when the log is switched off (the baseline).
 
+use super::decay::Decay;
 use super::layout::{Layout, CHUNK, SLAB};
 use crate::mech::bklog::{BkLog, LogPos, LogStats};
 use crate::mech::exthdr::ExtentHeaders;
@@ -142,7 +145,12 @@ struct Inner {
     index: BTreeMap<u64, Veh>,
     reclaimed: BTreeSet<(u64, u64)>,
     retained: BTreeSet<(u64, u64)>,
+    /// Reclaimed extents in the order they were freed: `(tick, start)`
+    /// (entries of extents since reused or coalesced are skipped when met).
     decay: VecDeque<(u64, u64)>,
+    decay_curve: Decay,
+    /// Bytes on the reclaimed list.
+    reclaimed_bytes: u64,
     tick: u64,
     book: Bookkeeping,
     tiler: RegionTiler,
@@ -151,7 +159,6 @@ struct Inner {
     gc_interval: u32,
     /// Slow GC when the log's active chunks exceed this many bytes.
     slow_gc_bytes: u64,
-    decay_ops: u64,
 }
 
 /// The large allocator: one lock around the VEHs and the bookkeeping.
@@ -237,6 +244,8 @@ impl LargeAlloc {
             reclaimed: BTreeSet::new(),
             retained: BTreeSet::new(),
             decay: VecDeque::new(),
+            decay_curve: Decay::new(p.decay_ops),
+            reclaimed_bytes: 0,
             tick: 0,
             book,
             tiler,
@@ -244,7 +253,6 @@ impl LargeAlloc {
             tombstones_since_gc: 0,
             gc_interval: p.gc_interval,
             slow_gc_bytes: p.slow_gc_bytes,
-            decay_ops: p.decay_ops,
         };
         inner.rebuild(live)?;
         let hb = inner.header_bytes();
@@ -475,6 +483,7 @@ impl Inner {
         let state = match which {
             FreeList::Reclaimed => {
                 self.decay.push_back((self.tick, start));
+                self.reclaimed_bytes += size;
                 VehState::Reclaimed { since: self.tick }
             }
             FreeList::Retained => VehState::Retained,
@@ -487,7 +496,10 @@ impl Inner {
     fn remove_free(&mut self, start: u64) -> (u64, FreeList) {
         let v = self.index.remove(&start).expect("free extent");
         let which = match v.state {
-            VehState::Reclaimed { .. } => FreeList::Reclaimed,
+            VehState::Reclaimed { .. } => {
+                self.reclaimed_bytes -= v.size;
+                FreeList::Reclaimed
+            }
             VehState::Retained => FreeList::Retained,
             VehState::Active { .. } | VehState::Freeing => panic!("extent {start:#x} is not free"),
         };
@@ -516,17 +528,17 @@ impl Inner {
         self.insert_free(start, size, FreeList::Reclaimed);
     }
 
-    /// Moves extents that stayed reclaimed for `decay_ops` ticks to the retained list.
+    /// Moves the oldest reclaimed extents to the retained list until the
+    /// reclaimed bytes are within the decay curve's limit.
     fn run_decay(&mut self) {
-        while let Some(&(since, start)) = self.decay.front() {
-            if since + self.decay_ops > self.tick {
-                break;
-            }
-            self.decay.pop_front();
+        let limit = self.decay_curve.limit(self.tick);
+        while self.reclaimed_bytes > limit {
+            let Some((since, start)) = self.decay.pop_front() else { break };
             if let Some(v) = self.index.get_mut(&start) {
                 if v.state == (VehState::Reclaimed { since }) {
                     v.state = VehState::Retained;
                     let size = v.size;
+                    self.reclaimed_bytes -= size;
                     self.reclaimed.remove(&(size, start));
                     self.retained.insert((size, start));
                 }
@@ -722,6 +734,7 @@ impl Inner {
                 from = self.data_start(c);
             }
             if piece_end > from {
+                self.decay_curve.freed(self.tick, piece_end - from);
                 self.add_free(from, piece_end - from);
             }
             s = piece_end;

@@ -44,6 +44,7 @@
 
 pub mod arena;
 pub mod config;
+pub mod decay;
 pub mod large;
 pub mod layout;
 pub mod recovery;
