@@ -10,6 +10,7 @@ pub mod plot;
 pub mod point;
 pub mod reproduce;
 pub mod row;
+pub mod slurm;
 pub mod store;
 pub mod sweep;
 pub mod table;

@@ -4,6 +4,7 @@
 
 use super::CmdResult;
 use clap::{Args, Subcommand};
+use pmsim_analyses::slurm;
 use pmsim_analyses::store::{self, SweepDir};
 use pmsim_analyses::sweep::{self, Options, Shard};
 use pmsim_analyses::{table, Experiment};
@@ -38,6 +39,35 @@ pub struct SweepArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    slurm: SlurmArgs,
+}
+
+/// Running the sweep as a Slurm job array.
+#[derive(Args)]
+struct SlurmArgs {
+    /// Submit the sweep to Slurm instead of running it here: a job array whose task i runs shard i/N,
+    /// then a merge job once all tasks succeeded (DIR must be on a file system the nodes share).
+    #[arg(long, conflicts_with = "shard")]
+    slurm: bool,
+    /// With --slurm: array tasks (shards) [default: one per point, at most 64].
+    #[arg(long, requires = "slurm")]
+    tasks: Option<usize>,
+    /// With --slurm: the partition to submit to.
+    #[arg(long, requires = "slurm")]
+    partition: Option<String>,
+    /// With --slurm: time limit of each task (Slurm's format, e.g. 2:00:00).
+    #[arg(long, requires = "slurm")]
+    time: Option<String>,
+    /// With --slurm: a further sbatch argument (repeatable), e.g. --sbatch-arg=--account=lab.
+    #[arg(long = "sbatch-arg", value_name = "ARG", requires = "slurm", allow_hyphen_values = true)]
+    sbatch_args: Vec<String>,
+    /// With --slurm: wait for the array and the merge, printing progress (tasks pending / running / done / failed).
+    #[arg(long, requires = "slurm")]
+    wait: bool,
+    /// With --slurm: write the job scripts into DIR/slurm and print them with the sbatch commands; submit nothing.
+    #[arg(long, requires = "slurm")]
+    dry_run: bool,
 }
 
 #[derive(Subcommand)]
@@ -90,6 +120,9 @@ pub fn run(a: SweepArgs) -> CmdResult {
             store::Resolved::new(exp, &points)
         }
     };
+    if a.slurm.slurm {
+        return submit(&a, &dir, &resolved);
+    }
     let points: Vec<_> = resolved.points.iter().map(|l| l.point.clone()).collect();
     if sweep::needs_pmdk_env(&points) {
         pmsim_model::pmdk::ensure_env(&pmsim_model::pmdk::required_env(false, None))?;
@@ -122,6 +155,82 @@ pub fn run(a: SweepArgs) -> CmdResult {
     }
     if !s.failed.is_empty() {
         return Err(format!("{} point(s) failed (they have no row; --resume retries them)", s.failed.len()).into());
+    }
+    Ok(())
+}
+
+/// `--slurm`: writes the job scripts, submits them and (with `--wait`)
+/// follows the jobs to the merged result.
+fn submit(a: &SweepArgs, dir: &SweepDir, resolved: &store::Resolved) -> CmdResult {
+    let o = &a.slurm;
+    if !o.dry_run {
+        slurm::check_available()?;
+    }
+    dir.init(resolved)?;
+    let tasks = o.tasks.unwrap_or(resolved.points.len().clamp(1, 64));
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find pmsim's executable: {e}"))?;
+    let opts = slurm::SlurmOptions {
+        tasks,
+        partition: o.partition.clone(),
+        time: o.time.clone(),
+        sbatch_args: o.sbatch_args.clone(),
+    };
+    let plan = slurm::plan(dir, &resolved.experiment.meta.name, &exe, &opts)?;
+    let mut w = std::io::stdout().lock();
+    if o.dry_run {
+        for p in [&plan.array_script, &plan.merge_script] {
+            writeln!(w, "# {}", p.display())?;
+            w.write_all(&std::fs::read(p)?)?;
+            writeln!(w)?;
+        }
+        write!(w, "{}", plan.commands())?;
+        return Ok(());
+    }
+    let sub = slurm::submit(&plan)?;
+    if a.json && !o.wait {
+        serde_json::to_writer_pretty(&mut w, &sub)?;
+        writeln!(w)?;
+        return Ok(());
+    }
+    writeln!(
+        w,
+        "submitted job array {} ({} tasks over {} points) and merge job {} (after all tasks succeed); rows in {}",
+        sub.array_job,
+        sub.tasks,
+        resolved.points.len(),
+        sub.merge_job,
+        dir.shards_dir().display()
+    )?;
+    if !o.wait {
+        return Ok(());
+    }
+    drop(w);
+    let total = resolved.points.len();
+    let start = std::time::Instant::now();
+    let done = slurm::wait(&sub, dir, |s| {
+        let rows = dir.read_rows().map(|(r, _)| r.len()).unwrap_or(0);
+        eprintln!(
+            "[{:>6.1} s] tasks: {} pending, {} running, {} done, {} failed; merge: {}; rows {rows}/{total}",
+            start.elapsed().as_secs_f64(),
+            s.pending,
+            s.running,
+            s.done,
+            s.failed,
+            if s.merge.is_empty() { "-" } else { &s.merge }
+        );
+    })?;
+    let mut w = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut w, &serde_json::json!({ "submitted": sub, "status": done }))?;
+        writeln!(w)?;
+    } else {
+        writeln!(
+            w,
+            "merged in {:.1} s: {} and {}",
+            start.elapsed().as_secs_f64(),
+            dir.root.join("results.json").display(),
+            dir.root.join("results.csv").display()
+        )?;
     }
     Ok(())
 }
