@@ -18,7 +18,9 @@
 pub mod alloc;
 mod arch;
 pub mod heap;
+pub mod makalu;
 pub mod mech;
+pub mod metall;
 pub mod nvalloc;
 pub mod params;
 pub mod pm;

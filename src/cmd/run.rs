@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Allocator(s): nvalloc-log, nvalloc-gc, base, +interleaved, +log (NVAlloc presets) or pmdk.
-    /// `PRESET:key=value:…` overrides NVAlloc parameters for that one allocator; a comma list runs each.
+    /// Allocator(s): nvalloc-log, nvalloc-gc, base, +interleaved, +log (NVAlloc presets), pmdk,
+    /// makalu (Makalu-style) or metall (Metall-style).
+    /// `NAME:key=value:…` overrides that one allocator's parameters; a comma list runs each.
     #[arg(long, value_delimiter = ',', required = true)]
     alloc: Vec<String>,
     /// Workload(s): threadtest, prodcon, shbench, larson-small, larson-large, dbmstest,
