@@ -6,15 +6,18 @@
 //! Objects written by the tests carry their length, a seed and a checksum of
 //! their payload, so any corruption or overlap shows up as a bad checksum.
 
+mod common;
+
+use common::{
+    assert_disjoint, check_obj, conservatively_reachable, mixed_size, tmpdir, write_obj, Rng, Victim, OBJ_HEADER,
+};
 use pmsim_model::heap::Heap as H;
 use pmsim_model::mech::wal::{Wal, WalEntry};
 use pmsim_model::nvalloc::thread::op;
 use pmsim_model::nvalloc::{NvAlloc, NvConfig, NvError, NvThread};
 use pmsim_model::{AllocThread, FlushInsn, Heap, HeapErrorKind, HeapOptions, Pm, PmAllocator};
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,35 +27,6 @@ const PRESETS: [&str; 5] = ["base", "+interleaved", "+log", "nvalloc-log", "nval
 const LOG_PRESETS: [&str; 4] = ["base", "+interleaved", "+log", "nvalloc-log"];
 
 // ----- helpers -----------------------------------------------------------------
-
-/// A tiny xorshift64* generator: tests need repeatable randomness, not quality.
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn tmpdir() -> tempfile::TempDir {
-    if Path::new("/dev/shm").is_dir() {
-        tempfile::tempdir_in("/dev/shm").unwrap()
-    } else {
-        tempfile::tempdir().unwrap()
-    }
-}
 
 fn cfg(preset: &str) -> NvConfig {
     // Four arenas whatever the machine, so that threads share and cross arenas.
@@ -113,94 +87,6 @@ fn close(heap: Heap, nv: Arc<NvAlloc>) {
     let pm = nv.close().unwrap();
     drop(pm);
     heap.close().unwrap();
-}
-
-const OBJ_HEADER: u64 = 24;
-/// Bytes at each end of an object that carry data: large objects are only
-/// written and checked there, so the tests spend their time in the allocator.
-const OBJ_ENDS: u64 = 256;
-
-/// The byte ranges of an object of `len` bytes that hold payload.
-fn payload_ranges(len: u64) -> Vec<(u64, u64)> {
-    if len <= OBJ_HEADER + 2 * OBJ_ENDS {
-        vec![(OBJ_HEADER, len)]
-    } else {
-        vec![(OBJ_HEADER, OBJ_HEADER + OBJ_ENDS), (len - OBJ_ENDS, len)]
-    }
-}
-
-fn checksum(len: u64, seed: u64, payload: &[u8]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ len ^ seed.rotate_left(17);
-    for &b in payload {
-        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
-    }
-    h
-}
-
-fn payload(len: u64, seed: u64) -> Vec<u8> {
-    let mut r = Rng::new(seed);
-    let mut v = Vec::with_capacity(len as usize);
-    while (v.len() as u64) < len {
-        v.extend_from_slice(&r.next().to_le_bytes());
-    }
-    v.truncate(len as usize);
-    v
-}
-
-/// Writes an object of `len` bytes (header + payload) at `off` and persists it.
-fn write_obj(t: &mut impl AllocThread, off: u64, len: u64, seed: u64) {
-    let ranges = payload_ranges(len);
-    let p = payload(ranges.iter().map(|(a, b)| b - a).sum(), seed);
-    let mut header = Vec::with_capacity(OBJ_HEADER as usize);
-    header.extend_from_slice(&len.to_le_bytes());
-    header.extend_from_slice(&seed.to_le_bytes());
-    header.extend_from_slice(&checksum(len, seed, &p).to_le_bytes());
-    t.write(off, &header);
-    let mut at = 0;
-    for (a, b) in ranges {
-        t.write(off + a, &p[at..at + (b - a) as usize]);
-        t.persist(off + a, b - a);
-        at += (b - a) as usize;
-    }
-    t.persist(off, OBJ_HEADER);
-}
-
-/// The object at `off` if its checksum holds: its length.
-fn check_obj(t: &impl AllocThread, off: u64, limit: u64) -> Result<u64, String> {
-    let len = t.read_u64(off);
-    let seed = t.read_u64(off + 8);
-    let sum = t.read_u64(off + 16);
-    if !(OBJ_HEADER..=limit).contains(&len) {
-        return Err(format!("object {off:#x}: length {len} out of range (usable {limit})"));
-    }
-    let mut p = Vec::new();
-    for (a, b) in payload_ranges(len) {
-        let mut buf = vec![0u8; (b - a) as usize];
-        t.read(off + a, &mut buf);
-        p.extend_from_slice(&buf);
-    }
-    if checksum(len, seed, &p) != sum {
-        return Err(format!("object {off:#x} of {len} bytes: bad checksum"));
-    }
-    Ok(len)
-}
-
-/// A mixed request size: mostly small, some large, rarely huge (> 2 MiB).
-fn mixed_size(r: &mut Rng, huge: bool) -> u64 {
-    match r.below(100) {
-        0..=74 => OBJ_HEADER + r.below(1024),
-        75..=89 => OBJ_HEADER + r.below(14 << 10),
-        90..=98 => (16 << 10) + r.below(240 << 10),
-        _ if huge => (2 << 20) + r.below(2 << 20),
-        _ => (16 << 10) + r.below(100 << 10),
-    }
-}
-
-/// Checks that no two allocations overlap.
-fn assert_disjoint(allocs: &[(u64, u64)]) {
-    for w in allocs.windows(2) {
-        assert!(w[0].0 + w[0].1 <= w[1].0, "allocations {:#x}+{:#x} and {:#x} overlap", w[0].0, w[0].1, w[1].0);
-    }
 }
 
 // ----- basic behaviour -------------------------------------------------------------
@@ -810,26 +696,6 @@ fn check_after_crash(path: &Path, preset: &str) -> (u64, u64) {
     (rep.wal_redone, rep.wal_dropped)
 }
 
-/// The allocations reachable from `from` by following every aligned word of
-/// every reached allocation (the whole usable size: stale bytes included).
-fn conservatively_reachable(t: &NvThread, allocs: &[(u64, u64)], from: impl Iterator<Item = u64>) -> HashSet<u64> {
-    let size: BTreeMap<u64, u64> = allocs.iter().copied().collect();
-    let mut seen: HashSet<u64> = from.collect();
-    let mut work: Vec<u64> = seen.iter().copied().collect();
-    while let Some(o) = work.pop() {
-        let Some(&len) = size.get(&o) else { continue };
-        let mut buf = vec![0u8; len as usize];
-        t.read(o, &mut buf);
-        for w in buf.chunks_exact(8) {
-            let v = u64::from_le_bytes(w.try_into().unwrap());
-            if size.contains_key(&v) && seen.insert(v) {
-                work.push(v);
-            }
-        }
-    }
-    seen
-}
-
 /// Kills the victim 200 times (40 per preset; `PMSIM_KILLS_PER_PRESET=N` for more) at random points — during its recovery, between
 /// operations, inside them — and checks the heap after each kill.
 ///
@@ -842,7 +708,6 @@ fn conservatively_reachable(t: &NvThread, allocs: &[(u64, u64)], from: impl Iter
 #[test]
 fn sigkill_at_random_points_is_recovered() {
     let d = tmpdir();
-    let exe = std::env::current_exe().unwrap();
     let mut r = Rng::new(0xC0FFEE);
     let start = Instant::now();
     let (mut redone, mut dropped, mut kills) = (0, 0, 0);
@@ -857,29 +722,8 @@ fn sigkill_at_random_points_is_recovered() {
         drop(t);
         close(heap, nv);
         for round in 0..rounds {
-            let mut child = Command::new(&exe)
-                .args(["--exact", "crash_child_role", "--nocapture", "--test-threads=1"])
-                .env(CHILD_ENV, format!("{}|{preset}|{}", path.display(), round + 1))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            // Half the kills at a random time from the start (recovery
-            // included), half at a random time after the victim is running.
-            if round % 2 == 1 {
-                let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-                let ready = lines.by_ref().map_while(Result::ok).any(|l| l.contains(READY));
-                assert!(ready, "{preset}: the victim ended before it was ready: {:?}", child.wait_with_output());
-                std::thread::sleep(Duration::from_micros(r.below(30_000)));
-            } else {
-                std::thread::sleep(Duration::from_micros(r.below(60_000)));
-            }
-            if let Some(status) = child.try_wait().unwrap() {
-                let out = child.wait_with_output().unwrap();
-                panic!("{preset}: the victim exited by itself ({status}): {}", String::from_utf8_lossy(&out.stderr));
-            }
-            child.kill().unwrap();
-            child.wait().unwrap();
+            let victim = Victim { test: "crash_child_role", env: CHILD_ENV, ready: READY };
+            victim.kill_at_random_point(&format!("{}|{preset}|{}", path.display(), round + 1), round, &mut r);
             kills += 1;
             let (a, b) = check_after_crash(&path, preset);
             redone += a;
