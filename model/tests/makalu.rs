@@ -6,11 +6,12 @@
 
 mod common;
 
-use common::{assert_disjoint, check_obj, conservatively_reachable, mixed_size, tmpdir, write_obj, Rng, Victim};
+use common::{
+    assert_disjoint, check_obj, conservatively_reachable, every_workload, mixed_size, tmpdir, write_obj, Rng, Victim,
+};
 use pmsim_model::heap::{Heap as H, ROOT_SLOTS};
 use pmsim_model::makalu::{Makalu, MakaluConfig};
-use pmsim_model::runner::{self, AllocSpec, HeapSpec, RunSpec};
-use pmsim_model::workloads::{Progress, RunOptions, Scale, Workload};
+use pmsim_model::runner::AllocSpec;
 use pmsim_model::{AllocThread, FlushInsn, Heap, Pm, PmAllocator};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -44,35 +45,6 @@ fn open(path: &Path) -> (Heap, Arc<Makalu>) {
 fn close(heap: Heap, mk: Arc<Makalu>) {
     drop(mk.close().unwrap());
     heap.close().unwrap();
-}
-
-/// Runs every workload at tiny scale, 1 and 2 threads, through the runner
-/// (as `pmsim run --alloc <spec>` does); each checks its own results.
-pub fn every_workload(spec: &str) {
-    let alloc = AllocSpec::parse(spec, []).unwrap();
-    for name in Workload::expand("all").unwrap() {
-        let wl = Workload::preset(name, Scale::Tiny).unwrap();
-        for threads in [1, 2] {
-            let d = tmpdir();
-            let hs = HeapSpec { path: d.path().join("h"), size: wl.heap_size_hint(threads), overwrite: false };
-            let opts = RunOptions { threads, seed: 7 };
-            let progress = Progress::default();
-            let rs = RunSpec {
-                alloc: &alloc,
-                workload: &wl,
-                opts: &opts,
-                heap: &hs,
-                flush: FlushInsn::best(),
-                progress: &progress,
-            };
-            let o = runner::run_native(&rs).unwrap_or_else(|e| panic!("{name} on {spec}, {threads} thread(s): {e}"));
-            let r = &o.run;
-            assert!(r.ops > 0 && r.ops_per_s > 0.0, "{name} on {spec}: nothing measured");
-            assert!(r.peak.live_bytes > 0, "{name} on {spec}: peak live never sampled");
-            assert_eq!(r.end.live_bytes, 0, "{name} on {spec}, {threads} thread(s): bytes left live");
-            assert_eq!(o.alloc.name, spec);
-        }
-    }
 }
 
 #[test]

@@ -5,7 +5,9 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
-use pmsim_model::AllocThread;
+use pmsim_model::runner::{self, AllocSpec, HeapSpec, RunSpec};
+use pmsim_model::workloads::{Progress, RunOptions, Scale, Workload};
+use pmsim_model::{AllocThread, FlushInsn};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -202,4 +204,33 @@ pub fn conservatively_reachable(
         }
     }
     seen
+}
+
+/// Runs every workload at tiny scale, 1 and 2 threads, through the runner
+/// (as `pmsim run --alloc <spec>` does); each checks its own results.
+pub fn every_workload(spec: &str) {
+    let alloc = AllocSpec::parse(spec, []).unwrap();
+    for name in Workload::expand("all").unwrap() {
+        let wl = Workload::preset(name, Scale::Tiny).unwrap();
+        for threads in [1, 2] {
+            let d = tmpdir();
+            let hs = HeapSpec { path: d.path().join("h"), size: wl.heap_size_hint(threads), overwrite: false };
+            let opts = RunOptions { threads, seed: 7 };
+            let progress = Progress::default();
+            let rs = RunSpec {
+                alloc: &alloc,
+                workload: &wl,
+                opts: &opts,
+                heap: &hs,
+                flush: FlushInsn::best(),
+                progress: &progress,
+            };
+            let o = runner::run_native(&rs).unwrap_or_else(|e| panic!("{name} on {spec}, {threads} thread(s): {e}"));
+            let r = &o.run;
+            assert!(r.ops > 0 && r.ops_per_s > 0.0, "{name} on {spec}: nothing measured");
+            assert!(r.peak.live_bytes > 0, "{name} on {spec}: peak live never sampled");
+            assert_eq!(r.end.live_bytes, 0, "{name} on {spec}, {threads} thread(s): bytes left live");
+            assert_eq!(o.alloc.name, spec);
+        }
+    }
 }
