@@ -287,7 +287,7 @@ impl Makalu {
             flag::SMALL => {
                 let sz = t.load_u64(h + H_SZ);
                 let i = rel / sz;
-                (rel % sz == 0 && i < objs_per_block(sz) && mark_bit(t, h, i)).then_some(sz)
+                (rel.is_multiple_of(sz) && i < objs_per_block(sz) && mark_bit(t, h, i)).then_some(sz)
             }
             _ => None,
         }

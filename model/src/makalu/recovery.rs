@@ -79,7 +79,7 @@ pub(super) fn recover(t: &mut PmThread, lay: &Layout, crashed: bool) -> Result<R
         }
         let blocks = |sz: u64| {
             let n = sz / BLOCK;
-            (sz % BLOCK == 0 && n >= 1 && b + n <= top).then_some(n).ok_or_else(|| bad("impossible size"))
+            (sz.is_multiple_of(BLOCK) && n >= 1 && b + n <= top).then_some(n).ok_or_else(|| bad("impossible size"))
         };
         match f {
             flag::FREE => {
@@ -147,7 +147,7 @@ fn collect(
         let rel = w - lay.block_off(b);
         let m = &mut marks[i as usize];
         let (len, bit) = match used[i as usize].1 {
-            Kind::Small(sz) if rel % sz == 0 && rel / sz < objs_per_block(sz) => (sz, rel / sz),
+            Kind::Small(sz) if rel.is_multiple_of(sz) && rel / sz < objs_per_block(sz) => (sz, rel / sz),
             Kind::Large(n) if rel == 0 => (n * BLOCK, 0),
             _ => return None,
         };

@@ -46,7 +46,7 @@ impl UndoLog {
     /// A log whose version word is at `version_off` (64 B aligned, a line of
     /// its own) and whose `slots` entries start at `entries` (64 B aligned).
     pub fn new(version_off: u64, entries: u64, slots: u64) -> UndoLog {
-        assert!(version_off % 64 == 0 && entries % 64 == 0 && slots > 0, "misaligned undo log");
+        assert!(version_off.is_multiple_of(64) && entries.is_multiple_of(64) && slots > 0, "misaligned undo log");
         UndoLog { version_off, entries, slots }
     }
 

@@ -22,7 +22,7 @@ impl MultiLayerBitset {
             let words = entries.div_ceil(64);
             let mut v = vec![0u64; words as usize];
             // Bits past the last entry count as used, so they are never found.
-            if entries % 64 != 0 {
+            if !entries.is_multiple_of(64) {
                 v[words as usize - 1] = !0 << (entries % 64);
             }
             layers.push(v);

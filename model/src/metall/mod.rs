@@ -15,6 +15,10 @@
 //!   filesystem can) and the management data into a new, properly closed
 //!   datastore.
 //!
+//! Not modelled: Metall's release of file space for emptied chunks
+//! (`MADV_REMOVE` / hole punching) and its batch-synchronised mmap; an
+//! emptied chunk simply returns to the chunk directory.
+//!
 //! # Publishing (`malloc_to` / `free_from`)
 //!
 //! Metall's consistency is the snapshot's: a crash loses the whole run (the
@@ -286,7 +290,7 @@ impl Metall {
                 let sz = self.classes.size(bin as usize) as u64;
                 let g = self.bins[bin as usize].lock().unwrap();
                 let sc = g.chunks.get(&c)?;
-                (rel % sz == 0 && rel / sz < sc.bits.len() && sc.bits.test(rel / sz)).then_some(sz)
+                (rel.is_multiple_of(sz) && rel / sz < sc.bits.len() && sc.bits.test(rel / sz)).then_some(sz)
             }
             _ => None,
         }
