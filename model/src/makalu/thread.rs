@@ -144,37 +144,7 @@ impl AllocThread for MakaluThread {
         self.t.op_end(OpKind::Free, 0);
     }
 
-    fn write(&mut self, off: u64, data: &[u8]) {
-        self.t.store_bytes(off, data);
-    }
-
-    fn read(&self, off: u64, buf: &mut [u8]) {
-        self.t.load_bytes(off, buf);
-    }
-
-    fn persist(&mut self, off: u64, len: u64) {
-        self.t.persist(off, len);
-    }
-
-    fn write_u64(&mut self, off: u64, v: u64) {
-        self.t.store_u64(off, v);
-    }
-
-    fn read_u64(&self, off: u64) -> u64 {
-        self.t.load_u64(off)
-    }
-
-    fn set_root(&mut self, slot: usize, off: u64) {
-        self.t.set_root(slot, off);
-    }
-
-    fn root(&self, slot: usize) -> u64 {
-        self.t.root(slot)
-    }
-
-    fn idle(&mut self) {
-        self.t.flush_thread();
-    }
+    crate::alloc::pm_access_methods!(t);
 }
 
 impl Drop for MakaluThread {
