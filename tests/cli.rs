@@ -258,3 +258,41 @@ fn llfree_runs_into_the_simulator() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("unknown LLFree parameter 'nonsense'"), "{}", stderr(&o));
 }
+
+#[test]
+fn makalu_and_metall_stream_into_the_simulator() {
+    for alloc in ["makalu", "metall"] {
+        let o = pmsim(&[
+            "run",
+            "--alloc",
+            alloc,
+            "--workload",
+            "threadtest",
+            "--threads",
+            "2",
+            "--scale",
+            "tiny",
+            "--param",
+            "iterations=2",
+            "--param",
+            "objects=300",
+            "--sim",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{alloc}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+        let run = &v["runs"][0];
+        assert_eq!(run["allocator"]["name"], alloc);
+        let s = &run["sim"]["overall"];
+        let flushes = s["flushes"].as_u64().unwrap();
+        assert_eq!(s["reflushes"].as_u64().unwrap() + s["regular_flushes"].as_u64().unwrap(), flushes);
+        assert!(s["stores"].as_u64().unwrap() > 0, "{alloc}: the workload's stores were not traced");
+        let regions: Vec<String> =
+            run["sim"]["regions"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap().to_string()).collect();
+        assert!(regions.iter().any(|r| r.starts_with(alloc)), "{alloc}: its regions are missing: {regions:?}");
+        if alloc == "makalu" {
+            // Core metadata goes through the undo log: flushes of the log and the headers.
+            assert!(flushes > 0, "a traced Makalu run issued no flushes");
+        }
+    }
+}

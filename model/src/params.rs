@@ -5,6 +5,14 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+/// A parameter struct as a JSON object (for trace headers and result rows).
+pub fn as_map<T: Serialize>(params: &T) -> serde_json::Map<String, serde_json::Value> {
+    match serde_json::to_value(params).expect("parameters serialize") {
+        serde_json::Value::Object(m) => m,
+        _ => unreachable!("parameters are a struct"),
+    }
+}
+
 /// Splits `key=value` (both trimmed).
 pub fn split_override(kv: &str) -> Result<(&str, &str), String> {
     let (k, v) = kv.split_once('=').ok_or_else(|| format!("override '{kv}' is not of the form key=value"))?;

@@ -12,7 +12,10 @@
 use crate::alloc::PmAllocator;
 use crate::heap::{Heap, HeapOptions};
 use crate::llfree::{LlConfig, LlFree};
+use crate::makalu::{Makalu, MakaluConfig};
+use crate::metall::{Metall, MetallConfig};
 use crate::nvalloc::{NvAlloc, NvConfig};
+use crate::params::as_map;
 use crate::pm::{FlushInsn, Pm};
 use crate::pmdk::{Pmdk, PmdkOptions};
 use crate::tracing::{Finished, TraceConfig};
@@ -35,6 +38,10 @@ pub enum AllocSpec {
     Pmdk,
     /// LLFree in persistent mode (`llfree[:eadr=true:…]`).
     LlFree { label: String, cfg: LlConfig },
+    /// The Makalu-style allocator with its parameters; `label` is the spec as written.
+    Makalu { label: String, cfg: MakaluConfig },
+    /// The Metall-style allocator with its parameters; `label` is the spec as written.
+    Metall { label: String, cfg: MetallConfig },
 }
 
 impl AllocSpec {
@@ -43,6 +50,8 @@ impl AllocSpec {
         let mut v: Vec<&'static str> = NvConfig::PRESETS.to_vec();
         v.push("pmdk");
         v.push("llfree");
+        v.push("makalu");
+        v.push("metall");
         v
     }
 
@@ -63,6 +72,14 @@ impl AllocSpec {
             cfg.validate()?;
             return Ok(AllocSpec::LlFree { label: spec.to_string(), cfg });
         }
+        if name == "makalu" {
+            let cfg = MakaluConfig::default().with_overrides(overrides)?.with_overrides(parts)?;
+            return Ok(AllocSpec::Makalu { label: spec.to_string(), cfg });
+        }
+        if name == "metall" {
+            let cfg = MetallConfig::default().with_overrides(overrides)?.with_overrides(parts)?;
+            return Ok(AllocSpec::Metall { label: spec.to_string(), cfg });
+        }
         if !NvConfig::PRESETS.contains(&name) {
             return Err(format!(
                 "unknown allocator '{name}' in '{spec}' (expected one of: {})",
@@ -79,6 +96,7 @@ impl AllocSpec {
         match self {
             AllocSpec::NvAlloc { label, .. } | AllocSpec::LlFree { label, .. } => label,
             AllocSpec::Pmdk => "pmdk",
+            AllocSpec::Makalu { label, .. } | AllocSpec::Metall { label, .. } => label,
         }
     }
 
@@ -94,6 +112,8 @@ impl AllocSpec {
             AllocSpec::NvAlloc { cfg, .. } => Ok(cfg.set(key, value)?),
             AllocSpec::LlFree { cfg, .. } => Ok(cfg.set(key, value)?),
             AllocSpec::Pmdk => Err(format!("pmdk has no parameter '{key}'").into()),
+            AllocSpec::Makalu { cfg, .. } => Ok(cfg.set(key, value).and_then(|_| cfg.validate())?),
+            AllocSpec::Metall { cfg, .. } => Ok(cfg.set(key, value).and_then(|_| cfg.validate())?),
         }
     }
 
@@ -157,6 +177,8 @@ impl ScratchHeap {
 impl Drop for ScratchHeap {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+        // A Metall datastore's management directory beside the heap.
+        let _ = std::fs::remove_dir_all(crate::metall::store::store_dir(&self.path));
     }
 }
 
@@ -248,6 +270,16 @@ fn run_on_pm(spec: &RunSpec, heap: &Heap, pm: Pm) -> Result<OnPm, RunError> {
             Ok((r, info, ll.close()?))
         }
         AllocSpec::Pmdk => unreachable!("PMDK runs on its own pool, not on a pmsim Pm"),
+        AllocSpec::Makalu { label, cfg } => {
+            let mk = Makalu::create(heap, pm, cfg.clone())?;
+            let (r, info) = drive(&mk, label, spec);
+            Ok((r, info, mk.close()?))
+        }
+        AllocSpec::Metall { label, cfg } => {
+            let mt = Metall::create(heap, pm, cfg.clone())?;
+            let (r, info) = drive(&mt, label, spec);
+            Ok((r, info, mt.close(heap)?))
+        }
     }
 }
 
@@ -285,20 +317,12 @@ fn header_alloc(
         AllocSpec::NvAlloc { cfg, .. } => {
             let mut c = sized_config(cfg, opts);
             c.arenas = c.arena_count() as u32;
-            let params = match serde_json::to_value(&c).expect("config serializes") {
-                serde_json::Value::Object(m) => m,
-                _ => unreachable!("config is an object"),
-            };
-            ("nvalloc", cfg.preset.clone(), params)
+            ("nvalloc", cfg.preset.clone(), as_map(&c))
         }
-        AllocSpec::LlFree { cfg, .. } => {
-            let params = match serde_json::to_value(cfg).expect("config serializes") {
-                serde_json::Value::Object(m) => m,
-                _ => unreachable!("config is an object"),
-            };
-            ("llfree", if cfg.eadr { "eadr" } else { "adr" }.into(), params)
-        }
+        AllocSpec::LlFree { cfg, .. } => ("llfree", if cfg.eadr { "eadr" } else { "adr" }.into(), as_map(cfg)),
         AllocSpec::Pmdk => ("pmdk", String::new(), serde_json::Map::new()),
+        AllocSpec::Makalu { cfg, .. } => ("makalu", String::new(), as_map(cfg)),
+        AllocSpec::Metall { cfg, .. } => ("metall", String::new(), as_map(cfg)),
     }
 }
 

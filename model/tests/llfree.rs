@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{kill_victim, open_heap, retry_locked, tmpdir, Rng, Victim};
+use common::{open_heap, retry_locked, tmpdir, Rng, Victim};
 use pmsim_model::heap::Heap as H;
 use pmsim_model::llfree::{LlConfig, LlError, LlFree};
 use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, OpKind, Pm, PmAllocator, TraceConfig};
@@ -417,13 +417,8 @@ fn sigkill_at_random_points_loses_at_most_a_frame_per_thread() {
     let start = Instant::now();
     let (mut lost, mut rounds_with_loss) = (0, 0);
     for round in 0..kills {
-        let victim = Victim {
-            role: "crash_child_role",
-            env: CHILD_ENV,
-            value: format!("{}|{}", path.display(), round + 1),
-            ready: READY,
-        };
-        kill_victim(&victim, round, &mut r, "llfree");
+        let victim = Victim { test: "crash_child_role", env: CHILD_ENV, ready: READY };
+        victim.kill_at_random_point(&format!("{}|{}", path.display(), round + 1), round, &mut r);
         // Odd rounds kill after the victim said it opened the zone.
         let l = check_after_crash(&path, round % 2 == 1);
         lost += l;

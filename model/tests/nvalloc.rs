@@ -8,7 +8,10 @@
 
 mod common;
 
-use common::{kill_victim, open_heap, retry_locked, tmpdir, Rng, Victim};
+use common::{
+    assert_disjoint, check_obj, conservatively_reachable, mixed_size, open_heap, retry_locked, tmpdir, write_obj, Rng,
+    Victim, OBJ_HEADER,
+};
 use pmsim_model::heap::Heap as H;
 use pmsim_model::mech::wal::{Wal, WalEntry};
 use pmsim_model::nvalloc::thread::op;
@@ -64,94 +67,6 @@ fn close(heap: Heap, nv: Arc<NvAlloc>) {
     let pm = nv.close().unwrap();
     drop(pm);
     heap.close().unwrap();
-}
-
-const OBJ_HEADER: u64 = 24;
-/// Bytes at each end of an object that carry data: large objects are only
-/// written and checked there, so the tests spend their time in the allocator.
-const OBJ_ENDS: u64 = 256;
-
-/// The byte ranges of an object of `len` bytes that hold payload.
-fn payload_ranges(len: u64) -> Vec<(u64, u64)> {
-    if len <= OBJ_HEADER + 2 * OBJ_ENDS {
-        vec![(OBJ_HEADER, len)]
-    } else {
-        vec![(OBJ_HEADER, OBJ_HEADER + OBJ_ENDS), (len - OBJ_ENDS, len)]
-    }
-}
-
-fn checksum(len: u64, seed: u64, payload: &[u8]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ len ^ seed.rotate_left(17);
-    for &b in payload {
-        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
-    }
-    h
-}
-
-fn payload(len: u64, seed: u64) -> Vec<u8> {
-    let mut r = Rng::new(seed);
-    let mut v = Vec::with_capacity(len as usize);
-    while (v.len() as u64) < len {
-        v.extend_from_slice(&r.next().to_le_bytes());
-    }
-    v.truncate(len as usize);
-    v
-}
-
-/// Writes an object of `len` bytes (header + payload) at `off` and persists it.
-fn write_obj(t: &mut impl AllocThread, off: u64, len: u64, seed: u64) {
-    let ranges = payload_ranges(len);
-    let p = payload(ranges.iter().map(|(a, b)| b - a).sum(), seed);
-    let mut header = Vec::with_capacity(OBJ_HEADER as usize);
-    header.extend_from_slice(&len.to_le_bytes());
-    header.extend_from_slice(&seed.to_le_bytes());
-    header.extend_from_slice(&checksum(len, seed, &p).to_le_bytes());
-    t.write(off, &header);
-    let mut at = 0;
-    for (a, b) in ranges {
-        t.write(off + a, &p[at..at + (b - a) as usize]);
-        t.persist(off + a, b - a);
-        at += (b - a) as usize;
-    }
-    t.persist(off, OBJ_HEADER);
-}
-
-/// The object at `off` if its checksum holds: its length.
-fn check_obj(t: &impl AllocThread, off: u64, limit: u64) -> Result<u64, String> {
-    let len = t.read_u64(off);
-    let seed = t.read_u64(off + 8);
-    let sum = t.read_u64(off + 16);
-    if !(OBJ_HEADER..=limit).contains(&len) {
-        return Err(format!("object {off:#x}: length {len} out of range (usable {limit})"));
-    }
-    let mut p = Vec::new();
-    for (a, b) in payload_ranges(len) {
-        let mut buf = vec![0u8; (b - a) as usize];
-        t.read(off + a, &mut buf);
-        p.extend_from_slice(&buf);
-    }
-    if checksum(len, seed, &p) != sum {
-        return Err(format!("object {off:#x} of {len} bytes: bad checksum"));
-    }
-    Ok(len)
-}
-
-/// A mixed request size: mostly small, some large, rarely huge (> 2 MiB).
-fn mixed_size(r: &mut Rng, huge: bool) -> u64 {
-    match r.below(100) {
-        0..=74 => OBJ_HEADER + r.below(1024),
-        75..=89 => OBJ_HEADER + r.below(14 << 10),
-        90..=98 => (16 << 10) + r.below(240 << 10),
-        _ if huge => (2 << 20) + r.below(2 << 20),
-        _ => (16 << 10) + r.below(100 << 10),
-    }
-}
-
-/// Checks that no two allocations overlap.
-fn assert_disjoint(allocs: &[(u64, u64)]) {
-    for w in allocs.windows(2) {
-        assert!(w[0].0 + w[0].1 <= w[1].0, "allocations {:#x}+{:#x} and {:#x} overlap", w[0].0, w[0].1, w[1].0);
-    }
 }
 
 // ----- basic behaviour -------------------------------------------------------------
@@ -761,26 +676,6 @@ fn check_after_crash(path: &Path, preset: &str) -> (u64, u64) {
     (rep.wal_redone, rep.wal_dropped)
 }
 
-/// The allocations reachable from `from` by following every aligned word of
-/// every reached allocation (the whole usable size: stale bytes included).
-fn conservatively_reachable(t: &NvThread, allocs: &[(u64, u64)], from: impl Iterator<Item = u64>) -> HashSet<u64> {
-    let size: BTreeMap<u64, u64> = allocs.iter().copied().collect();
-    let mut seen: HashSet<u64> = from.collect();
-    let mut work: Vec<u64> = seen.iter().copied().collect();
-    while let Some(o) = work.pop() {
-        let Some(&len) = size.get(&o) else { continue };
-        let mut buf = vec![0u8; len as usize];
-        t.read(o, &mut buf);
-        for w in buf.chunks_exact(8) {
-            let v = u64::from_le_bytes(w.try_into().unwrap());
-            if size.contains_key(&v) && seen.insert(v) {
-                work.push(v);
-            }
-        }
-    }
-    seen
-}
-
 /// Kills the victim 200 times (40 per preset; `PMSIM_KILLS_PER_PRESET=N` for more) at random points — during its recovery, between
 /// operations, inside them — and checks the heap after each kill.
 ///
@@ -807,15 +702,8 @@ fn sigkill_at_random_points_is_recovered() {
         drop(t);
         close(heap, nv);
         for round in 0..rounds {
-            // Half the kills at a random time from the start (recovery
-            // included), half at a random time after the victim is running.
-            let victim = Victim {
-                role: "crash_child_role",
-                env: CHILD_ENV,
-                value: format!("{}|{preset}|{}", path.display(), round + 1),
-                ready: READY,
-            };
-            kill_victim(&victim, round, &mut r, preset);
+            let victim = Victim { test: "crash_child_role", env: CHILD_ENV, ready: READY };
+            victim.kill_at_random_point(&format!("{}|{preset}|{}", path.display(), round + 1), round, &mut r);
             kills += 1;
             let (a, b) = check_after_crash(&path, preset);
             redone += a;

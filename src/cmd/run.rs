@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Allocator(s): nvalloc-log, nvalloc-gc, base, +interleaved, +log (NVAlloc presets), llfree or pmdk.
+    /// Allocator(s): nvalloc-log, nvalloc-gc, base, +interleaved, +log (NVAlloc presets), llfree, pmdk,
+    /// makalu (Makalu-style) or metall (Metall-style).
     /// `NAME:key=value:…` overrides parameters for that one allocator (e.g. llfree:eadr=true); a comma
     /// list runs each.
     #[arg(long, value_delimiter = ',', required = true)]

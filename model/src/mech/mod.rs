@@ -12,12 +12,18 @@
 //!   tombstones, fast and slow GC.
 //! * [`exthdr`] — in-place extent headers per chunk (the baseline).
 //! * [`regions`] — keeps the trace's region table tiling a changing layout.
+//! * [`undo`] — a versioned undo log for failure-atomic core-metadata updates (Makalu).
+//! * [`mark`] — the conservative mark from the persistent roots of a recovery-time GC.
+//! * [`dirty`] — eventual visibility: a table of dirty lines flushed lazily.
 
 pub mod bklog;
+pub mod dirty;
 pub mod exthdr;
+pub mod mark;
 pub mod pbitmap;
 pub mod record;
 pub mod regions;
 pub mod sizeclass;
 pub mod stripe;
+pub mod undo;
 pub mod wal;

@@ -449,10 +449,7 @@ impl PmAllocator for NvAlloc {
     fn params(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut cfg = self.cfg.clone();
         cfg.arenas = self.arenas.len() as u32;
-        match serde_json::to_value(cfg).expect("config serializes") {
-            serde_json::Value::Object(m) => m,
-            _ => unreachable!("config is an object"),
-        }
+        crate::params::as_map(&cfg)
     }
 
     /// # Panics

@@ -47,9 +47,9 @@ use super::layout::{Layout, CHUNK, SLAB};
 use super::slab::{self, Morph, SlabGeom, SlabHeader, VSlab, INDEX_LIVE};
 use super::thread::op;
 use super::NvError;
-use crate::heap::{Heap, ROOT_SLOTS};
 use crate::mech::bklog::BkLog;
 use crate::mech::exthdr::ExtentHeaders;
+use crate::mech::mark;
 use crate::mech::record::{ExtentKind, Record};
 use crate::mech::regions::RegionTiler;
 use crate::mech::stripe::StripeMap;
@@ -409,7 +409,6 @@ fn mark_from_roots(
     let mut slabs: HashMap<u64, (usize, [u64; slab::MAX_BLOCKS as usize / 64])> = HashMap::new();
     // Per slab_in: the old geometry and its live old blocks (entry, reached).
     let mut olds: HashMap<u64, (SlabGeom, OldBlocks)> = HashMap::new();
-    let mut work: Vec<(u64, u64)> = Vec::new();
     for e in extents.values().filter(|e| e.kind == ExtentKind::Slab) {
         let h = slab::read_header(t, e.start, geoms).map_err(corrupt)?;
         let class = h.size_class as usize;
@@ -439,52 +438,41 @@ fn mark_from_roots(
     let pinned_of: HashMap<u64, [u64; slab::MAX_BLOCKS as usize / 64]> =
         slabs.iter().map(|(&s, (_, p))| (s, *p)).collect();
     let mut scanned: HashSet<u64> = HashSet::new();
-    // A word that is the start of a live block or extent not seen yet.
-    let mut reach = |w: u64, work: &mut Vec<(u64, u64)>| {
+    // A word that is the start of a live block or extent not reached yet.
+    let reach = |w: u64| -> Option<u64> {
         if w & 63 != 0 {
-            return;
+            return None;
         }
         if let Some((og, live)) = olds.get_mut(&(w & !(SLAB - 1))) {
             // A live old block's start is no start of a new block in use.
             if let Some(x) = og.block_index(w & !(SLAB - 1), w).and_then(|ob| live.get_mut(&ob)) {
-                if !x.1 {
-                    x.1 = true;
-                    work.push((w, og.size as u64));
+                if x.1 {
+                    return None;
                 }
-                return;
+                x.1 = true;
+                return Some(og.size as u64);
             }
         }
         if let Some((class, marks)) = slabs.get_mut(&(w & !(SLAB - 1))) {
             let g = geoms[*class];
-            if let Some(b) = g.block_index(w & !(SLAB - 1), w) {
-                let (i, m) = ((b / 64) as usize, 1u64 << (b % 64));
-                if marks[i] & m == 0 {
-                    marks[i] |= m;
-                    work.push((w, g.size as u64));
-                }
+            let b = g.block_index(w & !(SLAB - 1), w)?;
+            let (i, m) = ((b / 64) as usize, 1u64 << (b % 64));
+            if marks[i] & m != 0 {
+                return None;
             }
+            marks[i] |= m;
+            Some(g.size as u64)
         } else if extents.get(&w).is_some_and(|e| e.kind == ExtentKind::Normal) && scanned.insert(w) {
-            work.push((w, extents[&w].size));
+            Some(extents[&w].size)
+        } else {
+            None
         }
     };
-    for slot in 0..ROOT_SLOTS {
-        reach(t.load_u64(Heap::root_offset(slot)), &mut work);
-    }
-    for e in extents.values().filter(|e| e.kind == ExtentKind::Normal) {
-        reach(e.start, &mut work);
-    }
-    let mut buf = vec![0u8; 64 << 10];
-    while let Some((off, len)) = work.pop() {
-        let mut at = 0;
-        while at < len {
-            let n = (len - at).min(buf.len() as u64) as usize;
-            t.load_bytes(off + at, &mut buf[..n]);
-            for w in buf[..n].chunks_exact(8) {
-                reach(u64::from_le_bytes(w.try_into().expect("8 bytes")), &mut work);
-            }
-            at += n as u64;
-        }
-    }
+    // Large extents are logged: live whether reached or not, so they are roots too.
+    let roots = mark::root_words(t)
+        .into_iter()
+        .chain(extents.values().filter(|e| e.kind == ExtentKind::Normal).map(|e| e.start));
+    mark::mark_from(t, roots, reach);
     for (_, live) in olds.values() {
         for (&ob, &(entry, reached)) in live {
             report.gc_marked += reached as u64;

@@ -1,12 +1,14 @@
-//! Helpers the model's integration tests share: repeatable randomness,
-//! scratch directories on tmpfs, opening heaps that a freshly spawned victim
-//! may briefly hold locked, and the SIGKILL harness of the crash tests (the
-//! test binary re-runs itself as the victim, which is killed at a random
-//! point).
+//! Helpers shared by the model's integration tests: repeatable randomness,
+//! scratch directories in memory, and the victim process of SIGKILL tests
+//! (the test binary re-runs itself with one test selected and an
+//! environment variable that tells that test to play the victim).
 
-#![allow(dead_code)]
+#![allow(dead_code)] // each test binary uses a part
 
-use pmsim_model::{Heap, HeapErrorKind};
+use pmsim_model::runner::{self, AllocSpec, HeapSpec, RunSpec};
+use pmsim_model::workloads::{Progress, RunOptions, Scale, Workload};
+use pmsim_model::{AllocThread, FlushInsn, Heap, HeapErrorKind};
+use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -33,7 +35,7 @@ impl Rng {
     }
 }
 
-/// A scratch directory in memory (`/dev/shm`) where there is one.
+/// A temporary directory under `/dev/shm` (memory, like a DAX mount) when there is one.
 pub fn tmpdir() -> tempfile::TempDir {
     if Path::new("/dev/shm").is_dir() {
         tempfile::tempdir_in("/dev/shm").unwrap()
@@ -63,40 +65,193 @@ pub fn retry_locked(f: impl Fn() -> Result<Heap, pmsim_model::HeapError>) -> Hea
     }
 }
 
-/// One victim to kill: this test binary running test `role` alone, with
-/// `env` set to `value`; it prints `ready` once its heap is open.
+/// A victim: the test `test` of this binary, run with `env=value`, which
+/// prints `ready` once its heap is open and then works until it is killed.
 pub struct Victim<'a> {
-    pub role: &'a str,
+    pub test: &'a str,
     pub env: &'a str,
-    pub value: String,
     pub ready: &'a str,
 }
 
-/// Runs the victim and kills it with SIGKILL: on odd `round`s at a random
-/// time (up to 30 ms) after it said it is ready, on even ones at a random
-/// time (up to 60 ms) from its start, so that kills also land in its
-/// recovery. Panics (naming `what`) if the victim ends by itself.
-pub fn kill_victim(v: &Victim, round: u64, r: &mut Rng, what: &str) {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(&exe)
-        .args(["--exact", v.role, "--nocapture", "--test-threads=1"])
-        .env(v.env, &v.value)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    if round % 2 == 1 {
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let ready = lines.by_ref().map_while(Result::ok).any(|l| l.contains(v.ready));
-        assert!(ready, "{what}: the victim ended before it was ready: {:?}", child.wait_with_output());
-        std::thread::sleep(Duration::from_micros(r.below(30_000)));
+impl Victim<'_> {
+    /// Starts the victim and SIGKILLs it at a random point: for even
+    /// `round`s at a random time from the start (its recovery included), for
+    /// odd ones at a random time after it said it was ready. Returns once it
+    /// is dead.
+    ///
+    /// # Panics
+    /// If the victim ends by itself (it failed or never got ready).
+    pub fn kill_at_random_point(&self, value: &str, round: u64, r: &mut Rng) {
+        let exe = std::env::current_exe().unwrap();
+        let mut child = Command::new(&exe)
+            .args(["--exact", self.test, "--nocapture", "--test-threads=1"])
+            .env(self.env, value)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if round % 2 == 1 {
+            let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+            let ready = lines.by_ref().map_while(Result::ok).any(|l| l.contains(self.ready));
+            assert!(ready, "{value}: the victim ended before it was ready: {:?}", child.wait_with_output());
+            std::thread::sleep(Duration::from_micros(r.below(30_000)));
+        } else {
+            std::thread::sleep(Duration::from_micros(r.below(60_000)));
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            panic!("{value}: the victim exited by itself ({status}): {}", String::from_utf8_lossy(&out.stderr));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Starts the victim and waits until it is ready, then SIGKILLs it.
+    pub fn kill_when_ready(&self, value: &str) {
+        let mut r = Rng::new(1);
+        self.kill_at_random_point(value, 1, &mut r);
+    }
+}
+
+// ----- self-checking objects ---------------------------------------------------------
+
+pub const OBJ_HEADER: u64 = 24;
+/// Bytes at each end of an object that carry data: large objects are only
+/// written and checked there, so the tests spend their time in the allocator.
+pub const OBJ_ENDS: u64 = 256;
+
+/// The byte ranges of an object of `len` bytes that hold payload.
+pub fn payload_ranges(len: u64) -> Vec<(u64, u64)> {
+    if len <= OBJ_HEADER + 2 * OBJ_ENDS {
+        vec![(OBJ_HEADER, len)]
     } else {
-        std::thread::sleep(Duration::from_micros(r.below(60_000)));
+        vec![(OBJ_HEADER, OBJ_HEADER + OBJ_ENDS), (len - OBJ_ENDS, len)]
     }
-    if let Some(status) = child.try_wait().unwrap() {
-        let out = child.wait_with_output().unwrap();
-        panic!("{what}: the victim exited by itself ({status}): {}", String::from_utf8_lossy(&out.stderr));
+}
+
+pub fn checksum(len: u64, seed: u64, payload: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ len ^ seed.rotate_left(17);
+    for &b in payload {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    h
+}
+
+pub fn payload(len: u64, seed: u64) -> Vec<u8> {
+    let mut r = Rng::new(seed);
+    let mut v = Vec::with_capacity(len as usize);
+    while (v.len() as u64) < len {
+        v.extend_from_slice(&r.next().to_le_bytes());
+    }
+    v.truncate(len as usize);
+    v
+}
+
+/// Writes an object of `len` bytes (header + payload) at `off` and persists it.
+pub fn write_obj(t: &mut impl AllocThread, off: u64, len: u64, seed: u64) {
+    let ranges = payload_ranges(len);
+    let p = payload(ranges.iter().map(|(a, b)| b - a).sum(), seed);
+    let mut header = Vec::with_capacity(OBJ_HEADER as usize);
+    header.extend_from_slice(&len.to_le_bytes());
+    header.extend_from_slice(&seed.to_le_bytes());
+    header.extend_from_slice(&checksum(len, seed, &p).to_le_bytes());
+    t.write(off, &header);
+    let mut at = 0;
+    for (a, b) in ranges {
+        t.write(off + a, &p[at..at + (b - a) as usize]);
+        t.persist(off + a, b - a);
+        at += (b - a) as usize;
+    }
+    t.persist(off, OBJ_HEADER);
+}
+
+/// The object at `off` if its checksum holds: its length.
+pub fn check_obj(t: &impl AllocThread, off: u64, limit: u64) -> Result<u64, String> {
+    let len = t.read_u64(off);
+    let seed = t.read_u64(off + 8);
+    let sum = t.read_u64(off + 16);
+    if !(OBJ_HEADER..=limit).contains(&len) {
+        return Err(format!("object {off:#x}: length {len} out of range (usable {limit})"));
+    }
+    let mut p = Vec::new();
+    for (a, b) in payload_ranges(len) {
+        let mut buf = vec![0u8; (b - a) as usize];
+        t.read(off + a, &mut buf);
+        p.extend_from_slice(&buf);
+    }
+    if checksum(len, seed, &p) != sum {
+        return Err(format!("object {off:#x} of {len} bytes: bad checksum"));
+    }
+    Ok(len)
+}
+
+/// A mixed request size: mostly small, some large, rarely huge (> 2 MiB).
+pub fn mixed_size(r: &mut Rng, huge: bool) -> u64 {
+    match r.below(100) {
+        0..=74 => OBJ_HEADER + r.below(1024),
+        75..=89 => OBJ_HEADER + r.below(14 << 10),
+        90..=98 => (16 << 10) + r.below(240 << 10),
+        _ if huge => (2 << 20) + r.below(2 << 20),
+        _ => (16 << 10) + r.below(100 << 10),
+    }
+}
+
+/// Checks that no two allocations overlap.
+pub fn assert_disjoint(allocs: &[(u64, u64)]) {
+    for w in allocs.windows(2) {
+        assert!(w[0].0 + w[0].1 <= w[1].0, "allocations {:#x}+{:#x} and {:#x} overlap", w[0].0, w[0].1, w[1].0);
+    }
+}
+
+/// The allocations reachable from `from` by following every aligned word of
+/// every reached allocation (the whole usable size: stale bytes included).
+pub fn conservatively_reachable(
+    t: &impl AllocThread,
+    allocs: &[(u64, u64)],
+    from: impl Iterator<Item = u64>,
+) -> HashSet<u64> {
+    let size: BTreeMap<u64, u64> = allocs.iter().copied().collect();
+    let mut seen: HashSet<u64> = from.collect();
+    let mut work: Vec<u64> = seen.iter().copied().collect();
+    while let Some(o) = work.pop() {
+        let Some(&len) = size.get(&o) else { continue };
+        let mut buf = vec![0u8; len as usize];
+        t.read(o, &mut buf);
+        for w in buf.chunks_exact(8) {
+            let v = u64::from_le_bytes(w.try_into().unwrap());
+            if size.contains_key(&v) && seen.insert(v) {
+                work.push(v);
+            }
+        }
+    }
+    seen
+}
+
+/// Runs every workload at tiny scale, 1 and 2 threads, through the runner
+/// (as `pmsim run --alloc <spec>` does); each checks its own results.
+pub fn every_workload(spec: &str) {
+    let alloc = AllocSpec::parse(spec, []).unwrap();
+    for name in Workload::expand("all").unwrap() {
+        let wl = Workload::preset(name, Scale::Tiny).unwrap();
+        for threads in [1, 2] {
+            let d = tmpdir();
+            let hs = HeapSpec { path: d.path().join("h"), size: wl.heap_size_hint(threads), overwrite: false };
+            let opts = RunOptions { threads, seed: 7 };
+            let progress = Progress::default();
+            let rs = RunSpec {
+                alloc: &alloc,
+                workload: &wl,
+                opts: &opts,
+                heap: &hs,
+                flush: FlushInsn::best(),
+                progress: &progress,
+            };
+            let o = runner::run_native(&rs).unwrap_or_else(|e| panic!("{name} on {spec}, {threads} thread(s): {e}"));
+            let r = &o.run;
+            assert!(r.ops > 0 && r.ops_per_s > 0.0, "{name} on {spec}: nothing measured");
+            assert!(r.peak.live_bytes > 0, "{name} on {spec}: peak live never sampled");
+            assert_eq!(r.end.live_bytes, 0, "{name} on {spec}, {threads} thread(s): bytes left live");
+            assert_eq!(o.alloc.name, spec);
+        }
+    }
 }

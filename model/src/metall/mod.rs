@@ -1,0 +1,440 @@
+//! A Metall-style allocator (Iwabuchi et al., ParCo '21) on a pmsim heap:
+//! persistence by snapshot, not by flushes.
+//!
+//! * The application data segment is divided into chunks (2 MiB by
+//!   default). A chunk holds small objects of one bin (internal allocation
+//!   size, jemalloc-style classes from 8 B to half a chunk), or is part of a
+//!   large object of whole chunks.
+//! * Management data lives in DRAM while the store is open: the chunk
+//!   directory ([`chunk_dir`]), the bin directory of non-full chunks per bin
+//!   ([`bin_dir`]) and a multi-layer bitset per small chunk ([`bitset`]).
+//!   Allocation touches no persistent metadata at all.
+//! * Closing writes the management data to files and marks the datastore
+//!   properly closed ([`store`]); opening a datastore without that mark is
+//!   refused. [`Metall::snapshot`] copies the heap (reflink where the
+//!   filesystem can) and the management data into a new, properly closed
+//!   datastore.
+//!
+//! Not modelled: Metall's release of file space for emptied chunks
+//! (`MADV_REMOVE` / hole punching) and its batch-synchronised mmap; an
+//! emptied chunk simply returns to the chunk directory.
+//!
+//! # Publishing (`malloc_to` / `free_from`)
+//!
+//! Metall's consistency is the snapshot's: a crash loses the whole run (the
+//! store is refused), a close or snapshot keeps all of it. So publishing is
+//! a plain store of `*dest` — no flush, no log — made durable with
+//! everything else by the `msync` of close or snapshot; a crash cannot
+//! separate it from the allocation because nothing of the run survives one.
+
+pub mod bin_dir;
+pub mod bitset;
+pub mod chunk_dir;
+pub mod store;
+
+use crate::alloc::{AllocThread, Footprint, PmAllocator};
+use crate::heap::{Heap, HeapError, HEADER_SIZE};
+use crate::mech::sizeclass::SizeClasses;
+use crate::params::{as_map, set_field, split_override};
+use crate::pm::{Pm, PmThread};
+use bin_dir::Bin;
+use chunk_dir::{ChunkDirectory, ChunkKind};
+use pmsim_traces::{Category, OpKind};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+pub use store::CopyKind;
+
+/// The smallest internal allocation size (Metall: 8 B).
+pub const MIN_SIZE: u32 = 8;
+/// Where chunk 0 starts: right after the heap header page.
+pub const SEGMENT: u64 = HEADER_SIZE;
+
+/// The parameters of a Metall-style store (`metall:key=value`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetallConfig {
+    /// Chunk size in bytes: a power of two from 64 KiB to 2 MiB (at most
+    /// 2^18 slots of 8 B, what three bitset layers cover).
+    pub chunk_size: u64,
+}
+
+impl Default for MetallConfig {
+    fn default() -> Self {
+        MetallConfig { chunk_size: 2 << 20 }
+    }
+}
+
+impl MetallConfig {
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), MtError> {
+        set_field(self, "Metall parameter", key, value).map_err(MtError::Config)
+    }
+
+    pub fn with_overrides<'a>(mut self, kvs: impl IntoIterator<Item = &'a str>) -> Result<Self, MtError> {
+        for kv in kvs {
+            let (k, v) = split_override(kv).map_err(MtError::Config)?;
+            self.set(k, v)?;
+        }
+        self.validate()?;
+        Ok(self)
+    }
+
+    pub fn validate(&self) -> Result<(), MtError> {
+        let c = self.chunk_size;
+        if !c.is_power_of_two() || !(64 << 10..=2 << 20).contains(&c) {
+            return Err(MtError::Config(format!("chunk_size = {c} (a power of two from 65536 to 2097152)")));
+        }
+        Ok(())
+    }
+}
+
+/// Why a Metall store could not be created, opened, closed or copied. One line.
+#[derive(Debug)]
+pub enum MtError {
+    Config(String),
+    /// The store was not closed properly (or is no Metall store).
+    NotClosed(String),
+    Corrupt(String),
+    TooSmall(String),
+    /// A file of the datastore could not be read or written.
+    Store(String),
+    InUse(String),
+    Heap(HeapError),
+}
+
+impl fmt::Display for MtError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MtError::Config(m) => write!(f, "Metall configuration: {m}"),
+            MtError::Corrupt(m) => write!(f, "corrupt Metall datastore: {m}"),
+            MtError::NotClosed(m) | MtError::TooSmall(m) | MtError::Store(m) | MtError::InUse(m) => f.write_str(m),
+            MtError::Heap(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for MtError {}
+
+impl From<HeapError> for MtError {
+    fn from(e: HeapError) -> Self {
+        MtError::Heap(e)
+    }
+}
+
+const LIVE_SLOTS: usize = 64;
+
+#[repr(align(64))]
+#[derive(Default)]
+struct Padded(AtomicI64);
+
+/// A Metall-style store open on one heap, shared by all threads of a run.
+pub struct Metall {
+    cfg: MetallConfig,
+    pm: Pm,
+    heap_path: PathBuf,
+    dir: PathBuf,
+    classes: SizeClasses,
+    /// The chunk directory; its mutex serialises taking and returning chunks.
+    chunks: ChunkDirectory,
+    dir_lock: Mutex<()>,
+    bins: Box<[Mutex<Bin>]>,
+    live: Box<[Padded]>,
+    live_base: u64,
+}
+
+fn classes(cfg: &MetallConfig) -> SizeClasses {
+    SizeClasses::jemalloc(MIN_SIZE, (cfg.chunk_size / 2) as u32 + 1)
+}
+
+fn chunk_count(heap: &Heap, cfg: &MetallConfig) -> Result<u64, MtError> {
+    let n = (heap.size() - SEGMENT) / cfg.chunk_size;
+    if n == 0 {
+        return Err(MtError::TooSmall(format!(
+            "{}: heap of {} bytes holds no chunk of {} bytes",
+            heap.path().display(),
+            heap.size(),
+            cfg.chunk_size
+        )));
+    }
+    Ok(n)
+}
+
+impl Metall {
+    /// Creates a new datastore: the heap `heap` as its data segment and a
+    /// fresh management directory beside it (see [`store`]).
+    pub fn create(heap: &Heap, pm: Pm, cfg: MetallConfig) -> Result<Arc<Metall>, MtError> {
+        cfg.validate()?;
+        let n = chunk_count(heap, &cfg)?;
+        let dir = store::store_dir(heap.path());
+        store::create_dir(&dir)?;
+        let cls = classes(&cfg);
+        let bins = (0..cls.len()).map(|_| Bin::default()).collect();
+        Ok(Metall::assemble(cfg, pm, heap, dir, cls, ChunkDirectory::new(n), bins))
+    }
+
+    /// Opens a properly closed datastore (refused otherwise, with one line
+    /// saying so) and removes its mark until the next close.
+    pub fn open(heap: &Heap, pm: Pm, cfg: MetallConfig) -> Result<Arc<Metall>, MtError> {
+        cfg.validate()?;
+        let dir = store::store_dir(heap.path());
+        store::check_properly_closed(heap.path(), &dir)?;
+        let n = chunk_count(heap, &cfg)?;
+        let cls = classes(&cfg);
+        let slots = |b: usize| cfg.chunk_size / cls.size(b) as u64;
+        let (cd, bins) = store::load(&dir, cfg.chunk_size, n, cls.len(), slots)?;
+        store::remove_mark(&dir)?;
+        Ok(Metall::assemble(cfg, pm, heap, dir, cls, cd, bins))
+    }
+
+    fn assemble(
+        cfg: MetallConfig,
+        pm: Pm,
+        heap: &Heap,
+        dir: PathBuf,
+        classes: SizeClasses,
+        chunks: ChunkDirectory,
+        bins: Vec<Bin>,
+    ) -> Arc<Metall> {
+        let mut live_base = 0;
+        for c in 0..chunks.len() {
+            if let ChunkKind::LargeHead { span } = chunks.get(c) {
+                live_base += span as u64 * cfg.chunk_size;
+            }
+        }
+        for (b, bin) in bins.iter().enumerate() {
+            live_base += bin.chunks.values().map(|sc| sc.used).sum::<u64>() * classes.size(b) as u64;
+        }
+        let mut t = pm.thread(0);
+        t.op_begin(OpKind::Init, 0);
+        t.add_region("metall data segment", Category::Data, SEGMENT, chunks.len() * cfg.chunk_size);
+        t.op_end(OpKind::Init, 0);
+        drop(t);
+        Arc::new(Metall {
+            cfg,
+            pm,
+            heap_path: heap.path().to_path_buf(),
+            dir,
+            classes,
+            chunks,
+            dir_lock: Mutex::new(()),
+            bins: bins.into_iter().map(Mutex::new).collect(),
+            live: (0..LIVE_SLOTS).map(|_| Padded::default()).collect(),
+            live_base,
+        })
+    }
+
+    /// Writes the management data, syncs the heap, then marks the datastore
+    /// properly closed; gives the `Pm` back (then close the heap).
+    pub fn close(self: Arc<Self>, heap: &Heap) -> Result<Pm, MtError> {
+        let mt = Arc::try_unwrap(self).map_err(|a| {
+            MtError::InUse(format!(
+                "cannot close Metall: {} thread handle(s) still use it (drop them first)",
+                Arc::strong_count(&a) - 1
+            ))
+        })?;
+        let bins: Vec<Bin> = mt.bins.into_vec().into_iter().map(|m| m.into_inner().unwrap()).collect();
+        store::save(&mt.dir, mt.cfg.chunk_size, &mt.chunks, &bins)?;
+        heap.sync()?;
+        store::write_mark(&mt.dir)?;
+        Ok(mt.pm)
+    }
+
+    /// Snapshots the datastore to a new one whose heap file is `dst`: syncs
+    /// the heap, copies it (reflink where the filesystem supports it, else a
+    /// full copy), writes the management data beside the copy and marks the
+    /// copy properly closed. Call it while no thread is allocating or writing
+    /// (allocation is blocked meanwhile; user stores are not).
+    pub fn snapshot(&self, heap: &Heap, dst: &Path) -> Result<CopyKind, MtError> {
+        // Bins before the directory: the order allocation takes them in.
+        let guards: Vec<_> = self.bins.iter().map(|b| b.lock().unwrap()).collect();
+        let _dir = self.dir_lock.lock().unwrap();
+        heap.sync()?;
+        let kind = store::clone_file(&self.heap_path, dst)?;
+        let ddir = store::store_dir(dst);
+        store::create_dir(&ddir)?;
+        let bins: Vec<Bin> =
+            guards.iter().map(|g| Bin { nonfull: g.nonfull.clone(), chunks: g.chunks.clone() }).collect();
+        store::save(&ddir, self.cfg.chunk_size, &self.chunks, &bins)?;
+        store::write_mark(&ddir)?;
+        Ok(kind)
+    }
+
+    pub fn config(&self) -> &MetallConfig {
+        &self.cfg
+    }
+
+    /// The management directory of this datastore.
+    pub fn store_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn chunk_off(&self, c: u64) -> u64 {
+        SEGMENT + c * self.cfg.chunk_size
+    }
+
+    /// The chunk holding `off`.
+    fn chunk_of(&self, off: u64) -> Option<u64> {
+        let c = off.checked_sub(SEGMENT)? / self.cfg.chunk_size;
+        (c < self.chunks.len()).then_some(c)
+    }
+
+    /// The usable size of the live object at `off`, if there is one.
+    pub fn usable_size(&self, off: u64) -> Option<u64> {
+        let c = self.chunk_of(off)?;
+        let rel = off - self.chunk_off(c);
+        match self.chunks.get(c) {
+            ChunkKind::LargeHead { span } if rel == 0 => Some(span as u64 * self.cfg.chunk_size),
+            ChunkKind::Small { bin } => {
+                let sz = self.classes.size(bin as usize) as u64;
+                let g = self.bins[bin as usize].lock().unwrap();
+                let sc = g.chunks.get(&c)?;
+                (rel.is_multiple_of(sz) && rel / sz < sc.bits.len() && sc.bits.test(rel / sz)).then_some(sz)
+            }
+            _ => None,
+        }
+    }
+
+    /// Every live object `(offset, usable size)` by address.
+    pub fn live_objects(&self) -> Vec<(u64, u64)> {
+        let mut v = Vec::new();
+        for c in 0..self.chunks.len() {
+            match self.chunks.get(c) {
+                ChunkKind::LargeHead { span } => v.push((self.chunk_off(c), span as u64 * self.cfg.chunk_size)),
+                ChunkKind::Small { bin } => {
+                    let sz = self.classes.size(bin as usize) as u64;
+                    let g = self.bins[bin as usize].lock().unwrap();
+                    let sc = &g.chunks[&c];
+                    v.extend((0..sc.bits.len()).filter(|&i| sc.bits.test(i)).map(|i| (self.chunk_off(c) + i * sz, sz)));
+                }
+                _ => {}
+            }
+        }
+        v
+    }
+
+    fn add_live(&self, tid: u32, bytes: i64) {
+        self.live[tid as usize % LIVE_SLOTS].0.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn alloc(&self, size: u64) -> Option<(u64, u64)> {
+        match self.classes.class_of(size) {
+            Some(b) => {
+                let sz = self.classes.size(b) as u64;
+                let mut bin = self.bins[b].lock().unwrap();
+                if bin.nonfull.is_empty() {
+                    let c = {
+                        let _d = self.dir_lock.lock().unwrap();
+                        self.chunks.take(1, ChunkKind::Small { bin: b as u8 })?
+                    };
+                    bin.adopt(c, self.cfg.chunk_size / sz);
+                }
+                let (c, slot) = bin.take().expect("a non-full chunk");
+                Some((self.chunk_off(c) + slot * sz, sz))
+            }
+            None => {
+                let span = size.div_ceil(self.cfg.chunk_size);
+                let _d = self.dir_lock.lock().unwrap();
+                let c = self.chunks.take(span, ChunkKind::LargeHead { span: span as u32 })?;
+                Some((self.chunk_off(c), span * self.cfg.chunk_size))
+            }
+        }
+    }
+
+    fn dealloc(&self, off: u64) -> u64 {
+        let c = self.chunk_of(off).unwrap_or_else(|| panic!("free of {off:#x}: not in the Metall data segment"));
+        let rel = off - self.chunk_off(c);
+        match self.chunks.get(c) {
+            ChunkKind::LargeHead { span } => {
+                assert_eq!(rel, 0, "free of {off:#x}: inside a large object");
+                let _d = self.dir_lock.lock().unwrap();
+                self.chunks.release(c, span as u64);
+                span as u64 * self.cfg.chunk_size
+            }
+            ChunkKind::Small { bin } => {
+                let sz = self.classes.size(bin as usize) as u64;
+                assert_eq!(rel % sz, 0, "free of {off:#x}: not the start of an object");
+                let mut g = self.bins[bin as usize].lock().unwrap();
+                if g.free(c, rel / sz) {
+                    let _d = self.dir_lock.lock().unwrap();
+                    self.chunks.release(c, 1);
+                }
+                sz
+            }
+            k => panic!("free of {off:#x}: chunk {c} is {k:?}"),
+        }
+    }
+}
+
+impl PmAllocator for Metall {
+    type Thread = MetallThread;
+
+    fn name(&self) -> String {
+        "metall".into()
+    }
+
+    fn params(&self) -> serde_json::Map<String, serde_json::Value> {
+        as_map(&self.cfg)
+    }
+
+    fn thread(self: &Arc<Self>, tid: u32) -> MetallThread {
+        MetallThread { t: self.pm.thread(tid), mt: self.clone() }
+    }
+
+    fn footprint(&self) -> Footprint {
+        let live: i64 = self.live.iter().map(|p| p.0.load(Ordering::Relaxed)).sum();
+        Footprint {
+            live_bytes: (self.live_base as i64 + live).max(0) as u64,
+            mapped_bytes: SEGMENT + self.chunks.high_water() * self.cfg.chunk_size,
+        }
+    }
+}
+
+/// One thread's handle: Metall keeps no per-thread state beyond the
+/// persistence handle (its bins are shared, one mutex each).
+pub struct MetallThread {
+    mt: Arc<Metall>,
+    t: PmThread,
+}
+
+impl MetallThread {
+    pub fn allocator(&self) -> &Arc<Metall> {
+        &self.mt
+    }
+}
+
+impl AllocThread for MetallThread {
+    fn malloc(&mut self, size: u64) -> Option<u64> {
+        self.t.op_begin(OpKind::Malloc, size);
+        let r = self.mt.alloc(size);
+        if let Some((_, sz)) = r {
+            self.mt.add_live(self.t.tid(), sz as i64);
+        }
+        let off = r.map(|(o, _)| o);
+        self.t.op_end(OpKind::Malloc, off.unwrap_or(0));
+        off
+    }
+
+    fn free(&mut self, off: u64) {
+        self.t.op_begin(OpKind::Free, off);
+        let sz = self.mt.dealloc(off);
+        self.mt.add_live(self.t.tid(), -(sz as i64));
+        self.t.op_end(OpKind::Free, 0);
+    }
+
+    /// A plain store of `*dest` (see the module documentation).
+    fn malloc_to(&mut self, size: u64, dest: u64) -> Option<u64> {
+        let off = self.malloc(size)?;
+        self.t.store_u64(dest, off);
+        Some(off)
+    }
+
+    fn free_from(&mut self, dest: u64) {
+        let off = self.t.load_u64(dest);
+        self.t.store_u64(dest, 0);
+        self.free(off);
+    }
+
+    crate::alloc::pm_thread_access!(t);
+}
