@@ -29,6 +29,10 @@ enum Command {
     Sim(cmd::sim::SimArgs),
     /// Run a workload of the NVAlloc paper on an allocator: natively, into a trace, or into the simulator.
     Run(cmd::run::RunArgs),
+    /// Crash states of a traced run: every image the persistency model allows at each crash point,
+    /// recovered with the allocator's own code and checked.
+    #[command(long_about = cmd::crash::LONG_ABOUT)]
+    Crash(cmd::crash::CrashArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Crash(a) => cmd::crash::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

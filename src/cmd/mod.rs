@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod crash;
 pub mod run;
 pub mod sim;
 pub mod trace;

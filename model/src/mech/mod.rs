@@ -11,10 +11,12 @@
 //! * [`bklog`] — the log-structured bookkeeping of extent records, with
 //!   tombstones, fast and slow GC.
 //! * [`exthdr`] — in-place extent headers per chunk (the baseline).
+//! * [`mutation`] — switches that remove one flush each, to test crash checkers.
 //! * [`regions`] — keeps the trace's region table tiling a changing layout.
 
 pub mod bklog;
 pub mod exthdr;
+pub mod mutation;
 pub mod pbitmap;
 pub mod record;
 pub mod regions;

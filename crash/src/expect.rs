@@ -1,0 +1,144 @@
+//! What the trace promises about the heap at a crash point: the user-visible
+//! operations (`malloc`, `free`) with their offsets, sizes and, for
+//! `malloc_to` / `free_from`, their destination word.
+//!
+//! The trace brackets each operation with `OpBegin`/`OpEnd` but does not
+//! record the destination, so it is recognised by what the operation does:
+//! a `malloc_to` stores its result, as an aligned 8-byte word, into the root
+//! table or into a live allocation (the allocator's own WAL and logs are no
+//! allocation); a `free_from` stores 0 into the destination its object was
+//! published at.
+
+use crate::load::{CrashTrace, Ev};
+use pmsim_model::heap::{Heap, ROOT_SLOTS};
+use pmsim_traces::OpKind;
+use std::collections::{BTreeMap, HashMap};
+
+/// One user-visible operation of the trace.
+#[derive(Clone, Copy, Debug)]
+pub struct Op {
+    pub malloc: bool,
+    /// Positions in the event list of its begin and end (`u32::MAX`: never ended).
+    pub begin: u32,
+    pub end: u32,
+    /// The block: the result of a malloc, the argument of a free.
+    pub off: u64,
+    /// Requested bytes (malloc) or the object's (free).
+    pub size: u64,
+    /// The destination word (`malloc_to`, `free_from`).
+    pub dest: Option<u64>,
+    /// Global trace index of the end event (for reports).
+    pub end_index: u64,
+}
+
+/// Every malloc and free of the trace, in begin order.
+pub fn operations(tr: &CrashTrace) -> Vec<Op> {
+    let roots = Heap::root_offset(0)..Heap::root_offset(ROOT_SLOTS - 1) + 8;
+    let mut ops: Vec<Op> = Vec::new();
+    // Per thread: the open user op (index into ops) and its 8-byte stores.
+    let mut open: HashMap<u32, (usize, Vec<(u64, u64)>, u32)> = HashMap::new();
+    let mut live: BTreeMap<u64, (u64, Option<u64>)> = BTreeMap::new();
+    let inside = |live: &BTreeMap<u64, (u64, Option<u64>)>, at: u64| {
+        live.range(..=at).next_back().is_some_and(|(&o, &(s, _))| at < o + s)
+    };
+    for (i, e) in tr.events.iter().enumerate() {
+        match *e {
+            Ev::OpBegin { tid, op: op @ (OpKind::Malloc | OpKind::Free), arg } => {
+                if let Some(o) = open.get_mut(&tid) {
+                    o.2 += 1; // nested (not expected): ignore its framing
+                    continue;
+                }
+                let (size, dest) =
+                    if op == OpKind::Free { live.remove(&arg).unwrap_or((0, None)) } else { (arg, None) };
+                ops.push(Op {
+                    malloc: op == OpKind::Malloc,
+                    begin: i as u32,
+                    end: u32::MAX,
+                    off: if op == OpKind::Free { arg } else { 0 },
+                    size,
+                    dest,
+                    end_index: u64::MAX,
+                });
+                open.insert(tid, (ops.len() - 1, Vec::new(), 0));
+            }
+            Ev::Store { piece, tid, .. } => {
+                if let Some((_, stores, _)) = open.get_mut(&tid) {
+                    let p = &tr.pieces[piece as usize];
+                    if p.len == 8 && p.off & 7 == 0 {
+                        let v = u64::from_le_bytes(tr.value(p).try_into().expect("8 bytes"));
+                        stores.push((p.off, v));
+                    }
+                }
+            }
+            Ev::OpEnd { tid, op: OpKind::Malloc | OpKind::Free, result } => {
+                let Some(o) = open.get_mut(&tid) else { continue };
+                if o.2 > 0 {
+                    o.2 -= 1;
+                    continue;
+                }
+                let (k, stores, _) = open.remove(&tid).expect("open op");
+                let op = &mut ops[k];
+                op.end = i as u32;
+                op.end_index = tr.index[i];
+                if op.malloc {
+                    op.off = result;
+                    if result != 0 {
+                        op.dest = stores
+                            .iter()
+                            .rev()
+                            .find(|&&(at, v)| v == result && (roots.contains(&at) || inside(&live, at)))
+                            .map(|&(at, _)| at);
+                        live.insert(result, (op.size, op.dest));
+                    }
+                } else if !op.dest.is_some_and(|d| stores.contains(&(d, 0))) {
+                    op.dest = None;
+                }
+            }
+            _ => {}
+        }
+    }
+    ops
+}
+
+/// The state of one block at a crash point, by the last operation on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// A completed malloc: must be live (if published or durable by design).
+    Live { required: bool },
+    /// An operation in progress: may be live or not.
+    InFlight,
+    /// A completed free: must not be live (else it is leaked).
+    Freed,
+}
+
+/// One block's expectation at a crash point.
+#[derive(Clone, Copy, Debug)]
+pub struct Obj {
+    pub off: u64,
+    pub size: u64,
+    pub dest: Option<u64>,
+    pub expect: Expect,
+    /// The op that set it (index into the operations).
+    pub op: usize,
+}
+
+/// The expectations at the crash point before event position `pos`.
+pub fn at_point(ops: &[Op], pos: u32, plain_durable: bool) -> Vec<Obj> {
+    let mut by_off: BTreeMap<u64, Obj> = BTreeMap::new();
+    for (i, o) in ops.iter().enumerate() {
+        if o.begin >= pos {
+            break;
+        }
+        let done = o.end < pos;
+        if o.malloc && o.off == 0 {
+            continue; // failed, or in flight with no result ever
+        }
+        let expect = match (o.malloc, done) {
+            (true, true) => Expect::Live { required: o.dest.is_some() || plain_durable },
+            (false, true) => Expect::Freed,
+            _ => Expect::InFlight,
+        };
+        by_off.insert(o.off, Obj { off: o.off, size: o.size, dest: o.dest, expect, op: i });
+    }
+    by_off.into_values().collect()
+}
