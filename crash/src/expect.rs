@@ -35,8 +35,10 @@ pub struct Op {
 pub fn operations(tr: &CrashTrace) -> Vec<Op> {
     let roots = Heap::root_offset(0)..Heap::root_offset(ROOT_SLOTS - 1) + 8;
     let mut ops: Vec<Op> = Vec::new();
-    // Per thread: the open user op (index into ops) and its 8-byte stores.
-    let mut open: HashMap<u32, (usize, Vec<(u64, u64)>, u32)> = HashMap::new();
+    // Per thread: the open user op (index into ops), its aligned 8-byte
+    // stores (offset, value) and the depth of ops nested in it.
+    type Open = (usize, Vec<(u64, u64)>, u32);
+    let mut open: HashMap<u32, Open> = HashMap::new();
     let mut live: BTreeMap<u64, (u64, Option<u64>)> = BTreeMap::new();
     let inside = |live: &BTreeMap<u64, (u64, Option<u64>)>, at: u64| {
         live.range(..=at).next_back().is_some_and(|(&o, &(s, _))| at < o + s)

@@ -349,7 +349,7 @@ fn check_image(heap: &Heap, target: &dyn CrashTarget, objs: &[Obj], ops: &[Op], 
     for (o, before) in objs.iter().zip(&before) {
         match o.expect {
             Expect::Live { required } => {
-                if required && !starts.get(&o.off).is_some_and(|&u| u >= o.size) {
+                if required && starts.get(&o.off).is_none_or(|&u| u < o.size) {
                     return Err(format!("the completed {} is not live after recovery", desc(o)));
                 }
                 if let Some(d) = o.dest.filter(|&d| is_live(o.off) && container_live(d)) {

@@ -42,11 +42,11 @@ pub struct Rng(u64);
 impl Rng {
     pub fn new(seed: u64, point: u64, image: u64) -> Rng {
         let mut r = Rng(seed ^ point.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ image.wrapping_mul(0xD1B5_4A32_D192_ED03));
-        r.next();
+        r.next_u64();
         r
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -58,7 +58,7 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            self.next() % n
+            self.next_u64() % n
         }
     }
 }
@@ -91,7 +91,7 @@ pub fn choose(order: &[Vec<u64>], plan: Plan, seed: u64, point: u64, k: u64) -> 
         2 => lens.iter().map(|&n| rng.below(n as u64 + 1) as usize).collect(),
         3 => order.iter().map(|o| o.iter().take_while(|&&x| x < cut).count()).collect(),
         0 => order.iter().map(|o| if o.last().is_some_and(|&x| x >= cut) { o.len() } else { 0 }).collect(),
-        _ => lens.iter().map(|&n| if rng.next() & 1 == 1 { n } else { 0 }).collect(),
+        _ => lens.iter().map(|&n| if rng.next_u64() & 1 == 1 { n } else { 0 }).collect(),
     }
 }
 
@@ -117,7 +117,7 @@ mod tests {
     #[test]
     fn sampler_is_seeded_and_keeps_prefixes() {
         let order: Vec<Vec<u64>> = (0..20).map(|i| vec![i, i + 20, i + 40]).collect();
-        let p = plan(&vec![3; 20], 1024);
+        let p = plan(&[3; 20], 1024);
         assert!(!p.exhaustive && p.images == 1024);
         assert_eq!(choose(&order, p, 7, 3, 0), vec![3; 20]);
         assert_eq!(choose(&order, p, 7, 3, 1), vec![0; 20]);
