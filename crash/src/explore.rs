@@ -85,6 +85,11 @@ pub struct Summary {
     pub exhaustive_points: u64,
     pub sampled_points: u64,
     pub max_images_at_point: u64,
+    /// Images the persistency model allows at the selected points (the
+    /// exhaustive count; sampled points contribute their full product).
+    pub possible_images: f64,
+    /// Most lines with pending stores at one point.
+    pub max_pending_lines: u64,
     pub seconds: f64,
     pub images_per_second: f64,
     pub violation: Option<Violation>,
@@ -168,6 +173,8 @@ pub fn explore(
         t.exhaustive_points += sum.exhaustive_points;
         t.sampled_points += sum.sampled_points;
         t.max_images_at_point = t.max_images_at_point.max(sum.max_images_at_point);
+        t.possible_images += sum.possible_images;
+        t.max_pending_lines = t.max_pending_lines.max(sum.max_pending_lines);
         if let Some(v) = v {
             let mut f = found.lock().unwrap();
             if f.as_ref().is_none_or(|o| (v.point, v.image) < (o.point, o.image)) {
@@ -239,6 +246,8 @@ impl Worker<'_> {
                 sum.sampled_points += 1;
             }
             sum.max_images_at_point = sum.max_images_at_point.max(plan.images);
+            sum.possible_images += lens.iter().map(|&n| n as f64 + 1.0).product::<f64>();
+            sum.max_pending_lines = sum.max_pending_lines.max(lens.len() as u64);
             for k in ks {
                 let keep = images::choose(&order, plan, self.opts.seed, n, k);
                 let heap = Heap::open_copy(path).map_err(|e| CrashError(e.to_string()))?;
@@ -419,4 +428,52 @@ fn check_image(heap: &Heap, target: &dyn CrashTarget, objs: &[Obj], ops: &[Op], 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmsim_traces::TraceHeader;
+
+    fn trace(events: Vec<Ev>) -> CrashTrace {
+        let fences = events.iter().enumerate().filter(|(_, e)| matches!(e, Ev::Fence { .. })).map(|(i, _)| i as u32);
+        CrashTrace {
+            path: "t.pmt".into(),
+            header: TraceHeader::default(),
+            fences: fences.collect(),
+            index: (0..events.len() as u64).collect(),
+            events,
+            pieces: Vec::new(),
+            values: Vec::new(),
+            labels: vec!["a".into(), "b".into()],
+            image: "t.pmt.img".into(),
+            heap_size: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn crash_points_by_fence_operation_marker_and_stride() {
+        let f = Ev::Fence { tid: 0 };
+        let tr = trace(vec![
+            Ev::OpBegin { tid: 0, op: OpKind::Init, arg: 0 },
+            f,
+            Ev::OpEnd { tid: 0, op: OpKind::Init, result: 0 },
+            f,
+            Ev::Marker { tid: 0, label: 0 },
+            f,
+            Ev::OpBegin { tid: 1, op: OpKind::Morph, arg: 0 },
+            f,
+            Ev::OpEnd { tid: 1, op: OpKind::Morph, result: 0 },
+            Ev::Marker { tid: 0, label: 1 },
+            f,
+            f,
+        ]);
+        let pts = |o: Options| select_points(&tr, &o).iter().map(|p| p.0).collect::<Vec<_>>();
+        assert_eq!(pts(Options::default()), [1, 2, 3, 4, 5], "every fence but those inside init");
+        assert_eq!(pts(Options { during: Some(OpKind::Init), ..Options::default() }), [0]);
+        assert_eq!(pts(Options { during: Some(OpKind::Morph), ..Options::default() }), [3]);
+        assert_eq!(pts(Options { marker: Some("a".into()), ..Options::default() }), [2, 3]);
+        assert_eq!(pts(Options { every: 2, ..Options::default() }), [1, 3, 5]);
+        assert_eq!(pts(Options { point: Some(4), ..Options::default() }), [4]);
+    }
 }

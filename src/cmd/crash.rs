@@ -133,6 +133,10 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
         s.points, s.fences, s.exhaustive_points, s.sampled_points, s.max_images_at_point
     );
     println!("images       {} checked in {:.2} s: {:.0} images/s", s.images, s.seconds, s.images_per_second);
+    println!(
+        "state space  {:.3e} images allowed at these points (at most {} lines with pending stores at one point)",
+        s.possible_images, s.max_pending_lines
+    );
     let Some(v) = &s.violation else {
         println!("result       no violation");
         return;
