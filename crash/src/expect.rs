@@ -7,7 +7,10 @@
 //! a `malloc_to` stores its result, as an aligned 8-byte word, into the root
 //! table or into a live allocation (the allocator's own WAL and logs are no
 //! allocation); a `free_from` stores 0 into the destination its object was
-//! published at.
+//! published at. When a destination word is overwritten while its block is
+//! live (the program moves the pointer, or publishes another block there),
+//! the block keeps its liveness expectation but no longer has a destination
+//! to check.
 
 use crate::load::{CrashTrace, Ev};
 use pmsim_model::heap::{Heap, ROOT_SLOTS};
@@ -27,6 +30,10 @@ pub struct Op {
     pub size: u64,
     /// The destination word (`malloc_to`, `free_from`).
     pub dest: Option<u64>,
+    /// Position from which `dest` no longer names the object: the program
+    /// itself stored over it (e.g. moved the pointer elsewhere, as FPTree's
+    /// leaf split does). `u32::MAX`: never.
+    pub dest_until: u32,
     /// Global trace index of the end event (for reports).
     pub end_index: u64,
 }
@@ -39,8 +46,13 @@ pub fn operations(tr: &CrashTrace) -> Vec<Op> {
     // stores (offset, value) and the depth of ops nested in it.
     type Open = (usize, Vec<(u64, u64)>, u32);
     let mut open: HashMap<u32, Open> = HashMap::new();
-    let mut live: BTreeMap<u64, (u64, Option<u64>)> = BTreeMap::new();
-    let inside = |live: &BTreeMap<u64, (u64, Option<u64>)>, at: u64| {
+    // Live blocks: offset → (size, the op that allocated it).
+    let mut live: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+    // Destination words of live published blocks → their malloc.
+    let mut dests: BTreeMap<u64, usize> = BTreeMap::new();
+    // The last malloc_to that published into each word.
+    let mut last_owner: HashMap<u64, usize> = HashMap::new();
+    let inside = |live: &BTreeMap<u64, (u64, usize)>, at: u64| {
         live.range(..=at).next_back().is_some_and(|(&o, &(s, _))| at < o + s)
     };
     for (i, e) in tr.events.iter().enumerate() {
@@ -50,8 +62,23 @@ pub fn operations(tr: &CrashTrace) -> Vec<Op> {
                     o.2 += 1; // nested (not expected): ignore its framing
                     continue;
                 }
-                let (size, dest) =
-                    if op == OpKind::Free { live.remove(&arg).unwrap_or((0, None)) } else { (arg, None) };
+                let (size, dest) = match (op, live.remove(&arg)) {
+                    (OpKind::Free, Some((size, m))) => {
+                        let d = ops[m].dest.filter(|_| ops[m].dest_until == u32::MAX);
+                        if let Some(d) = d {
+                            dests.remove(&d);
+                        }
+                        // Destination words inside the freed block mean nothing any more.
+                        let inner: Vec<u64> = dests.range(arg..arg + size).map(|(&w, _)| w).collect();
+                        for w in inner {
+                            let m = dests.remove(&w).expect("listed");
+                            ops[m].dest_until = i as u32;
+                        }
+                        (size, d)
+                    }
+                    (OpKind::Free, None) => (0, None),
+                    _ => (arg, None),
+                };
                 ops.push(Op {
                     malloc: op == OpKind::Malloc,
                     begin: i as u32,
@@ -59,16 +86,29 @@ pub fn operations(tr: &CrashTrace) -> Vec<Op> {
                     off: if op == OpKind::Free { arg } else { 0 },
                     size,
                     dest,
+                    dest_until: u32::MAX,
                     end_index: u64::MAX,
                 });
                 open.insert(tid, (ops.len() - 1, Vec::new(), 0));
             }
             Ev::Store { piece, tid, .. } => {
+                let p = &tr.pieces[piece as usize];
                 if let Some((_, stores, _)) = open.get_mut(&tid) {
-                    let p = &tr.pieces[piece as usize];
                     if p.len == 8 && p.off & 7 == 0 {
                         let v = u64::from_le_bytes(tr.value(p).try_into().expect("8 bytes"));
                         stores.push((p.off, v));
+                    }
+                }
+                if !dests.is_empty() {
+                    // Any store over the destination word of a live published
+                    // block (the program moving the pointer, or publishing
+                    // another block there) ends what that word tells of it.
+                    let mut w = p.off & !7;
+                    while w < p.off + p.len as u64 {
+                        if let Some(m) = dests.remove(&w) {
+                            ops[m].dest_until = i as u32;
+                        }
+                        w += 8;
                     }
                 }
             }
@@ -90,7 +130,16 @@ pub fn operations(tr: &CrashTrace) -> Vec<Op> {
                             .rev()
                             .find(|&&(at, v)| v == result && (roots.contains(&at) || inside(&live, at)))
                             .map(|&(at, _)| at);
-                        live.insert(result, (op.size, op.dest));
+                        live.insert(result, (op.size, k));
+                        if let Some(d) = op.dest {
+                            dests.insert(d, k);
+                            // From its start, this op owns the word (recovery
+                            // may redo its publication over the previous block).
+                            let begin = op.begin;
+                            if let Some(m) = last_owner.insert(d, k) {
+                                ops[m].dest_until = ops[m].dest_until.min(begin);
+                            }
+                        }
                     }
                 } else if !op.dest.is_some_and(|d| stores.contains(&(d, 0))) {
                     op.dest = None;
@@ -140,7 +189,8 @@ pub fn at_point(ops: &[Op], pos: u32, plain_durable: bool) -> Vec<Obj> {
             (false, true) => Expect::Freed,
             _ => Expect::InFlight,
         };
-        by_off.insert(o.off, Obj { off: o.off, size: o.size, dest: o.dest, expect, op: i });
+        let dest = o.dest.filter(|_| o.dest_until >= pos);
+        by_off.insert(o.off, Obj { off: o.off, size: o.size, dest, expect, op: i });
     }
     by_off.into_values().collect()
 }

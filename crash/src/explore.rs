@@ -38,13 +38,23 @@ pub struct Options {
     pub point: Option<u64>,
     /// Only this image of each point.
     pub image: Option<u64>,
-    /// Live allocations nothing accounts for that recovery may leave.
-    pub leak_bound: u64,
+    /// Live allocations nothing accounts for that recovery may leave
+    /// (`None`: the target's own allowance).
+    pub leak_bound: Option<u64>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { bound: 1024, seed: 1, every: 1, during: None, marker: None, point: None, image: None, leak_bound: 0 }
+        Options {
+            bound: 1024,
+            seed: 1,
+            every: 1,
+            during: None,
+            marker: None,
+            point: None,
+            image: None,
+            leak_bound: None,
+        }
     }
 }
 
@@ -206,7 +216,9 @@ struct Worker<'a> {
 impl Worker<'_> {
     fn run(&self, chunk_no: usize, chunk: &[(u64, u32)]) -> Result<(Summary, Option<Violation>), CrashError> {
         let tr = self.tr;
-        let scratch = ScratchHeap::new(&format!("crash{chunk_no}"));
+        // Unique within the process: explorations may run concurrently.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let scratch = ScratchHeap::new(&format!("crash{chunk_no}-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
         let path = scratch.path();
         let io = |e: std::io::Error| CrashError(format!("{}: {e}", path.display()));
         std::fs::copy(&tr.image, path).map_err(io)?;
@@ -408,8 +420,9 @@ fn check_image(heap: &Heap, target: &dyn CrashTarget, objs: &[Obj], ops: &[Op], 
                 format!("the allocation at {o:#x} (+{s:#x}) is live but no operation of the trace accounts for it");
         }
     }
-    if leaks > opts.leak_bound {
-        return Err(format!("{leaks} leaked allocation(s) (bound {}): {leak_what}", opts.leak_bound));
+    let bound = opts.leak_bound.unwrap_or_else(|| target.leak_allowance());
+    if leaks > bound {
+        return Err(format!("{leaks} leaked allocation(s) (bound {bound}): {leak_what}"));
     }
     // Probe: new allocations must not overlap anything live.
     let mut sizes: Vec<u64> =

@@ -38,8 +38,9 @@
 //! * an interrupted `malloc_to` / `free_from` is atomic: its block is live
 //!   exactly when its destination holds it;
 //! * a completed `free` left its block free, and no live allocation is left
-//!   that no operation accounts for — at most `leak_bound` (default 0) such
-//!   leaks;
+//!   that no operation accounts for — at most `leak_bound` such leaks (by
+//!   default the target's allowance: 0 for NVAlloc-LOG, 16 for NVAlloc-GC,
+//!   whose conservative mark keeps blocks that stale words point to);
 //! * the recovered allocator works: a few new allocations overlap nothing live.
 //!
 //! Recovery errors and panics are violations too.

@@ -20,6 +20,10 @@ pub trait CrashTarget: Send + Sync {
     /// only what is reachable from the roots (NVAlloc-GC).
     fn plain_mallocs_durable(&self) -> bool;
 
+    /// Live allocations a correct recovery may leave that no operation
+    /// accounts for (the default of `--leak-bound`).
+    fn leak_allowance(&self) -> u64;
+
     /// Runs the allocator's own recovery on `heap` (a crash image), as the
     /// next run after a real crash would.
     fn recover(&self, heap: &Heap) -> Result<Box<dyn Recovered>, String>;
@@ -48,6 +52,9 @@ pub fn target_for(h: &TraceHeader) -> Result<Box<dyn CrashTarget>, CrashError> {
     }
 }
 
+/// Blocks NVAlloc-GC's conservative mark may keep alive after a crash.
+pub const NVALLOC_GC_LEAKS: u64 = 16;
+
 /// NVAlloc (every preset), with the configuration the trace recorded.
 pub struct NvTarget {
     pub cfg: NvConfig,
@@ -60,6 +67,17 @@ impl CrashTarget for NvTarget {
 
     fn plain_mallocs_durable(&self) -> bool {
         self.cfg.consistency == pmsim_model::nvalloc::Consistency::Log
+    }
+
+    /// None under NVAlloc-LOG (the WAL makes every operation atomic); under
+    /// NVAlloc-GC the conservative mark keeps any block that a stale word
+    /// (a deleted slot, uninitialised bytes of a reused block) happens to
+    /// point to, so a few such blocks are allowed.
+    fn leak_allowance(&self) -> u64 {
+        match self.cfg.consistency {
+            pmsim_model::nvalloc::Consistency::Log => 0,
+            pmsim_model::nvalloc::Consistency::Gc => NVALLOC_GC_LEAKS,
+        }
     }
 
     fn recover(&self, heap: &Heap) -> Result<Box<dyn Recovered>, String> {

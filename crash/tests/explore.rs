@@ -193,3 +193,14 @@ fn bad_inputs_get_one_clear_error() {
     // And the intact pair loads.
     assert!(CrashTrace::load(&t, None).is_ok());
 }
+
+/// FPTree moves published pointers (leaf splits copy them, slots are reused
+/// by new `malloc_to`s): a destination word stops naming its block once it
+/// is overwritten or handed to a new operation, and the real code passes.
+#[test]
+fn fptree_moved_pointers_pass_under_nvalloc_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = record(dir.path(), "fptree", "nvalloc-log", "fptree", &[], true);
+    let s = run(&t, &Options { bound: 4, every: 800, ..Options::default() });
+    assert_passes(&s, 50);
+}

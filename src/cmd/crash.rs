@@ -64,9 +64,10 @@ pub struct CrashArgs {
     /// Only this image of the point(s) (with --point: replays one image).
     #[arg(long)]
     image: Option<u64>,
-    /// Live allocations that no operation accounts for which recovery may leave.
-    #[arg(long, default_value_t = 0)]
-    leak_bound: u64,
+    /// Live allocations that no operation accounts for which recovery may leave
+    /// [default: the allocator's: 0 for NVAlloc-LOG, 16 for NVAlloc-GC's conservative mark].
+    #[arg(long)]
+    leak_bound: Option<u64>,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -169,8 +170,8 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
     if let Some(h) = &a.heap_image {
         cmd += &format!(" --heap-image {}", h.display());
     }
-    if a.leak_bound != 0 {
-        cmd += &format!(" --leak-bound {}", a.leak_bound);
+    if let Some(b) = a.leak_bound {
+        cmd += &format!(" --leak-bound {b}");
     }
     println!("replay       {cmd}");
 }
