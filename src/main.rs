@@ -38,6 +38,10 @@ enum Command {
     Sweep(cmd::sweep::SweepArgs),
     /// The main job: run the experiment set and write a report (index.html, README.md) with every figure.
     Reproduce(cmd::reproduce::ReproduceArgs),
+    /// Crash states of a traced run: every image the persistency model allows at each crash point,
+    /// recovered with the allocator's own code and checked.
+    #[command(long_about = cmd::crash::LONG_ABOUT)]
+    Crash(cmd::crash::CrashArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         Command::Export(a) => cmd::export::run(a),
         Command::Sweep(a) => cmd::sweep::run(a),
         Command::Reproduce(a) => cmd::reproduce::run(a),
+        Command::Crash(a) => cmd::crash::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -296,3 +296,41 @@ fn makalu_and_metall_stream_into_the_simulator() {
         }
     }
 }
+
+#[test]
+fn crash_explores_a_traced_run_and_reports_a_removed_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = |name: &str, alloc: &str, values: bool| {
+        let t = dir.path().join(name);
+        let ts = t.to_str().unwrap().to_string();
+        let mut args = vec!["run", "--alloc", alloc, "--workload", "threadtest", "--param", "objects=50"];
+        args.extend(["--param", "iterations=1", "--heap-size", "8M", "--trace", &ts]);
+        if values {
+            args.push("--values");
+        }
+        let o = pmsim(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        ts
+    };
+    let good = record("good.pmt", "nvalloc-log", true);
+    assert!(Path::new(&format!("{good}.img")).is_file(), "--values saves the heap image next to the trace");
+    let o = pmsim(&["crash", &good, "--every", "50", "--bound", "16", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    assert!(v["images"].as_u64().unwrap() > 0 && v["violation"].is_null(), "{v}");
+
+    let bad = record("bad.pmt", "nvalloc-log:mutation=dest-flush", true);
+    let o = pmsim(&["crash", &bad, "--bound", "16"]);
+    assert!(!o.status.success());
+    let out = stdout(&o);
+    assert!(out.contains("VIOLATION") && out.contains("not persisted"), "{out}");
+    let replay = out.lines().find_map(|l| l.strip_prefix("replay       pmsim ")).expect("a replay command");
+    let o = pmsim(&replay.split(' ').collect::<Vec<_>>());
+    assert!(!o.status.success() && stdout(&o).contains("images       1 checked"), "{}", stdout(&o));
+
+    let plain = record("plain.pmt", "nvalloc-log", false);
+    let o = pmsim(&["crash", &plain]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("plain.pmt") && e.contains("has no store values") && e.trim().lines().count() == 1, "{e}");
+}

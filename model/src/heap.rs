@@ -357,6 +357,12 @@ fn map(file: &File, path: &Path, size: u64, populate: bool) -> Result<MmapMut, H
     unsafe { opts.map_mut(file) }.map_err(|e| HeapError::io(path, "cannot map", e))
 }
 
+/// A private (copy-on-write) mapping of `file`: see [`Heap::open_copy`].
+fn map_copy(file: &File, path: &Path, size: u64) -> Result<MmapMut, HeapError> {
+    // SAFETY: as in `map`; writes go to private pages, never to the file.
+    unsafe { MmapOptions::new().len(size as usize).map_copy(file) }.map_err(|e| HeapError::io(path, "cannot map", e))
+}
+
 fn read_u32(b: &[u8], at: u64) -> u32 {
     u32::from_le_bytes(b[at as usize..at as usize + 4].try_into().unwrap())
 }
@@ -449,16 +455,31 @@ impl Heap {
     /// user closed the heap cleanly ([`Heap::was_clean`]) and clears the flag —
     /// durably — so that a crash from now on is seen as one.
     pub fn open_with(path: impl AsRef<Path>, opts: &HeapOptions) -> Result<Heap, HeapError> {
+        Heap::open_file(path.as_ref(), opts, false)
+    }
+
+    /// Opens a private copy-on-write view of the heap file at `path`: the
+    /// heap reads the file's bytes, and every write (an allocator's recovery,
+    /// the clean flag) stays in this process's memory, copying only the pages
+    /// it touches. The file is neither changed nor locked. The crash explorer
+    /// opens every crash image this way, so that recovering one costs what
+    /// recovery touches rather than a copy of the whole heap.
+    pub fn open_copy(path: impl AsRef<Path>) -> Result<Heap, HeapError> {
+        Heap::open_file(path.as_ref(), &HeapOptions::default(), true)
+    }
+
+    fn open_file(path: &Path, opts: &HeapOptions, private: bool) -> Result<Heap, HeapError> {
         use HeapErrorKind::*;
-        let path = path.as_ref();
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| {
+        let file = OpenOptions::new().read(true).write(!private).open(path).map_err(|e| {
             if e.kind() == io::ErrorKind::NotFound {
                 HeapError::new(Io, path, "no such heap file")
             } else {
                 HeapError::io(path, "cannot open", e)
             }
         })?;
-        lock(&file, path)?;
+        if !private {
+            lock(&file, path)?;
+        }
         let len = file.metadata().map_err(|e| HeapError::io(path, "cannot stat", e))?.len();
         let mut fixed = [0u8; FIXED_LEN];
         let have = (len as usize).min(FIXED_LEN);
@@ -502,13 +523,15 @@ impl Heap {
         if size < MIN_SIZE || size & (HEADER_SIZE - 1) != 0 || size > isize::MAX as u64 {
             return Err(HeapError::new(Corrupt, path, format!("corrupt header: impossible heap size {size}")));
         }
-        let mut mmap = map(&file, path, size, opts.populate)?;
+        let mut mmap = if private { map_copy(&file, path, size)? } else { map(&file, path, size, opts.populate)? };
         let base = mmap.as_mut_ptr();
         let m = Mapping { base, size, mmap, path: path.to_path_buf(), _file: file };
         let was_clean = m.word(OFF_CLEAN).load(Ordering::Acquire) == CLEAN;
         m.word(OFF_CLEAN).store(0, Ordering::Release);
-        m.persist(OFF_CLEAN, 8);
-        m.sync_header()?;
+        if !private {
+            m.persist(OFF_CLEAN, 8);
+            m.sync_header()?;
+        }
         Ok(Heap { map: Arc::new(m), was_clean })
     }
 

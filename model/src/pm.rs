@@ -44,6 +44,25 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// The trace header's record of a heap image: file name, size and CRC-32.
+pub const HEAP_IMAGE_KEY: &str = "heap_image";
+
+/// Writes the heap's bytes to `path` (no traced event has happened yet, so
+/// this is the state every event of the trace applies to) and returns what the
+/// trace header records about it.
+fn save_heap_image(heap: &Heap, path: &std::path::Path) -> io::Result<serde_json::Value> {
+    // SAFETY: the heap maps `size` bytes at `base`, and no thread writes to
+    // it while tracing has not started.
+    let bytes = unsafe { std::slice::from_raw_parts(heap.base() as *const u8, heap.size() as usize) };
+    std::fs::write(path, bytes)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: cannot write the heap image: {e}", path.display())))?;
+    Ok(serde_json::json!({
+        "file": path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        "size": heap.size(),
+        "crc32": crc32fast::hash(bytes),
+    }))
+}
+
 /// The instruction a flush compiles to.
 ///
 /// Parsed from `clwb`, `clflushopt`, `clflush` or `none` (command-line and
@@ -275,7 +294,7 @@ impl Pm {
         F: FnOnce(TraceHeader) -> io::Result<S>,
     {
         flush.check(&CpuFeatures::detect())?;
-        let header = TraceHeader {
+        let mut header = TraceHeader {
             tracer: Tracer::Builtin,
             flush_insn: flush.name().to_string(),
             heap: HeapInfo { path: heap.path().display().to_string(), base: heap.base() as u64, size: heap.size() },
@@ -283,6 +302,10 @@ impl Pm {
             values: cfg.values,
             ..TraceHeader::default()
         };
+        if let Some(path) = &cfg.heap_image {
+            let info = save_heap_image(heap, path).map_err(PmError::Trace)?;
+            header.extra.insert(HEAP_IMAGE_KEY.into(), info);
+        }
         let sink = make_sink(header).map_err(PmError::Trace)?;
         let (trace, collector) = crate::tracing::start(sink, cfg).map_err(PmError::Trace)?;
         Ok((Pm::with_backend(heap, flush, Some(trace)), collector))

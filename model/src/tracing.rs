@@ -66,6 +66,11 @@ pub struct TraceConfig {
     pub window: u64,
     /// Full buffers that may wait for the collector before threads block.
     pub queue_buffers: usize,
+    /// Save the heap file's bytes here when tracing starts: the base image
+    /// that the crash explorer replays the trace's stores onto. The trace
+    /// header then names the file and its CRC-32 (`extra.heap_image`), so a
+    /// mismatched image is refused.
+    pub heap_image: Option<std::path::PathBuf>,
 }
 
 impl Default for TraceConfig {
@@ -76,6 +81,7 @@ impl Default for TraceConfig {
             buffer_bytes: 1 << 20,
             window: 1 << 20,
             queue_buffers: 64,
+            heap_image: None,
         }
     }
 }

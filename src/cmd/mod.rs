@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod export;
 pub mod reproduce;
+pub mod crash;
 pub mod run;
 pub mod sim;
 pub mod sweep;

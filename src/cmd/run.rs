@@ -69,7 +69,8 @@ pub struct RunArgs {
     /// Record the run's events into this .pmt file.
     #[arg(long, value_name = "OUT.pmt")]
     trace: Option<PathBuf>,
-    /// With --trace: record the bytes every store writes (for crash states).
+    /// With --trace: record the bytes every store writes, and save the heap image at trace start
+    /// next to the trace (TRACE.img): the input of `pmsim crash`.
     #[arg(long, requires = "trace")]
     values: bool,
     /// With --trace: compress the trace with zstd (level 3).
@@ -193,7 +194,10 @@ fn run_one(job: &Job, opts: &RunOptions, hs: &HeapSpec, flush: FlushInsn, mode: 
         match mode {
             Mode::Native => Ok(Done { outcome: runner::run_native(&spec)?, trace: None, sim: None }),
             Mode::Trace { path, opts: wopts } => {
-                let tcfg = TraceConfig { values: wopts.values, ..TraceConfig::default() };
+                // With values, the heap image at trace start goes next to the
+                // trace: together they are the input of `pmsim crash`.
+                let heap_image = wopts.values.then(|| heap_image_path(path));
+                let tcfg = TraceConfig { values: wopts.values, heap_image, ..TraceConfig::default() };
                 let (outcome, finished) = runner::run_traced(&spec, &tcfg, |h| TraceFile::create(path, &h, wopts))?;
                 let stats = finished.sink.finish().map_err(|e| format!("{}: {e}", path.display()))?;
                 let trace = Some(TraceOut { path: path.clone(), events: stats.events, bytes: stats.bytes });
@@ -207,6 +211,13 @@ fn run_one(job: &Job, opts: &RunOptions, hs: &HeapSpec, flush: FlushInsn, mode: 
             }
         }
     })
+}
+
+/// Where `pmsim run --trace T --values` saves the heap image: `T.img`.
+fn heap_image_path(trace: &std::path::Path) -> PathBuf {
+    let mut p = trace.as_os_str().to_owned();
+    p.push(".img");
+    PathBuf::from(p)
 }
 
 /// One run of the cross product.

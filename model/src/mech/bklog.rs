@@ -41,6 +41,7 @@
 //!
 //! When to run which is the allocator's policy; this module only offers them.
 
+use super::mutation::Mutation;
 use super::record::Record;
 use crate::pm::PmThread;
 use std::collections::BTreeMap;
@@ -142,6 +143,7 @@ pub struct BkLog {
     nchunks: u32,
     chunks_off: u64,
     interleaved: bool,
+    mutation: Mutation,
     alt: u64,
     list: BTreeMap<u64, VChunk>,
     free: Vec<u32>,
@@ -164,6 +166,11 @@ fn chunks_start(n: u64) -> u64 {
 }
 
 impl BkLog {
+    /// Removes a flush (see [`Mutation`]; only [`Mutation::LogAltFlush`] concerns the log).
+    pub fn set_mutation(&mut self, mutation: Mutation) {
+        self.mutation = mutation;
+    }
+
     /// The fewest chunks a usable log has.
     pub const MIN_CHUNKS: u32 = 4;
 
@@ -190,6 +197,7 @@ impl BkLog {
             nchunks,
             chunks_off: base + start,
             interleaved,
+            mutation: Mutation::None,
             alt: 0,
             list: BTreeMap::new(),
             free: (0..nchunks).rev().collect(),
@@ -389,7 +397,11 @@ impl BkLog {
         t.store_u64(head, idxs.first().map_or(0, |&i| i as u64 + 1));
         t.persist(head, 8);
         t.store_u64(self.base + OFF_ALT, new_alt);
-        t.persist(self.base + OFF_ALT, 8);
+        if self.mutation == Mutation::LogAltFlush {
+            t.fence();
+        } else {
+            t.persist(self.base + OFF_ALT, 8);
+        }
         let old = std::mem::replace(&mut self.list, list);
         self.free.extend(old.values().map(|c| c.idx));
         self.alt = new_alt;

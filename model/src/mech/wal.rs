@@ -33,6 +33,7 @@
 //! layout (NVAlloc §5.1 applied to the WAL) deals consecutive entries to
 //! consecutive lines, so a line comes back only after `lines` operations.
 
+use super::mutation::Mutation;
 use crate::pm::PmThread;
 
 /// Bytes per entry.
@@ -60,6 +61,7 @@ pub struct Wal {
     lines: u32,
     threads: u32,
     interleaved: bool,
+    mutation: Mutation,
 }
 
 impl Wal {
@@ -68,7 +70,14 @@ impl Wal {
     pub fn new(base: u64, lines: u32, threads: u32, interleaved: bool) -> Wal {
         assert!(base & 63 == 0, "WAL at {base:#x} is not cache-line aligned");
         assert!(lines > 0, "a WAL area needs at least one line");
-        Wal { base, lines, threads, interleaved }
+        Wal { base, lines, threads, interleaved, mutation: Mutation::None }
+    }
+
+    /// The same WAL with a flush removed (see [`Mutation`]; only
+    /// [`Mutation::WalEntryFlush`] concerns it).
+    pub fn with_mutation(mut self, mutation: Mutation) -> Wal {
+        self.mutation = mutation;
+        self
     }
 
     /// Bytes of all areas.
@@ -99,6 +108,7 @@ impl Wal {
             slots: self.lines as u64 * ENTRIES_PER_LINE,
             lines: self.lines as u64,
             interleaved: self.interleaved,
+            mutation: self.mutation,
             next: 0,
         }
     }
@@ -133,6 +143,7 @@ pub struct WalCursor {
     slots: u64,
     lines: u64,
     interleaved: bool,
+    mutation: Mutation,
     next: u64,
 }
 
@@ -161,7 +172,9 @@ impl WalCursor {
         self.next += 1;
         t.store_u64(slot + 8, e.dest);
         t.store_u64(slot, e.target | e.op as u64);
-        t.flush(slot);
+        if self.mutation != Mutation::WalEntryFlush {
+            t.flush(slot);
+        }
         t.fence();
         slot
     }

@@ -17,7 +17,7 @@
 //! another thread (that thread reads the slab's class without the arena
 //! lock): frees take `morph_guard` shared, a morph takes it exclusively.
 
-use super::config::Consistency;
+use super::config::{Consistency, Mutation};
 use super::layout::SLAB;
 use super::slab::{self, Morph, SlabHeader, SlabInfo, VSlab, INDEX_LIVE};
 use super::tcache::Tcache;
@@ -275,7 +275,12 @@ impl Arena {
         h.index_len = live.len() as u32;
         slab::write_header(t, s, &h);
         h.flag = slab::FLAG_STEP2;
-        slab::write_header(t, s, &h);
+        if nv.cfg.mutation == Mutation::MorphFlagFlush {
+            t.write(PmOff::<SlabHeader>::new(s), h);
+            t.fence();
+        } else {
+            slab::write_header(t, s, &h);
+        }
         if crash_after == 2 {
             return self.crashed(nv, inner, s, old_class);
         }

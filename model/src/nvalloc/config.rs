@@ -23,6 +23,7 @@
 //! only when candidates exceed 10 %).
 
 use super::NvError;
+pub use crate::mech::mutation::Mutation;
 use crate::params::{set_field, split_override};
 use serde::{Deserialize, Serialize};
 
@@ -99,6 +100,9 @@ pub struct NvConfig {
     /// Bytes of the bookkeeping log area; 0 = max(256 KiB, heap / 256).
     /// Part of the heap layout.
     pub log_bytes: u64,
+    /// A deliberately removed flush, for testing crash checkers (see
+    /// [`Mutation`]); `none` in every real run.
+    pub mutation: Mutation,
 }
 
 impl Default for NvConfig {
@@ -123,6 +127,7 @@ impl Default for NvConfig {
             gc_interval: 1024,
             decay_ops: 4096,
             log_bytes: 0,
+            mutation: Mutation::None,
         }
     }
 }

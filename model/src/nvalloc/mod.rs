@@ -52,7 +52,7 @@ pub mod slab;
 pub mod tcache;
 pub mod thread;
 
-pub use config::{Consistency, NvConfig};
+pub use config::{Consistency, Mutation, NvConfig};
 pub use recovery::RecoveryReport;
 pub use thread::NvThread;
 
@@ -212,10 +212,10 @@ impl NvAlloc {
         let tiler = large::static_regions(&mut t, &layout);
         layout.write(&mut t, &cfg)?;
         let book = if cfg.bookkeeping_log {
-            Bookkeeping::Log(
-                BkLog::format(&mut t, layout.log_off, layout.log_bytes, cfg.interleaved_log)
-                    .map_err(|m| NvError::TooSmall(m).in_file(heap))?,
-            )
+            let mut log = BkLog::format(&mut t, layout.log_off, layout.log_bytes, cfg.interleaved_log)
+                .map_err(|m| NvError::TooSmall(m).in_file(heap))?;
+            log.set_mutation(cfg.mutation);
+            Bookkeeping::Log(log)
         } else {
             Bookkeeping::Headers(ExtentHeaders::new(CHUNK))
         };
@@ -247,7 +247,8 @@ impl NvAlloc {
         let crashed = !heap.was_clean() || layout.any_arena_unclean(&t);
         let narenas = cfg.arena_count();
         layout.set_arena_states(&mut t, narenas, ArenaState::Recovery);
-        let wal = Wal::new(layout.wal_off, cfg.wal_lines, cfg.max_threads, cfg.interleaved_wal);
+        let wal =
+            Wal::new(layout.wal_off, cfg.wal_lines, cfg.max_threads, cfg.interleaved_wal).with_mutation(cfg.mutation);
         let params = large_params(&cfg, heap.size());
         let rec = recovery::recover(&mut t, layout, &cfg, crashed, &st.geoms, st.map, &wal, params, tiler)
             .map_err(|e| e.in_file(heap))?;
@@ -276,7 +277,8 @@ impl NvAlloc {
             table.insert(s.slab, slab::SlabInfo { class: s.vslab.class, arena, morph_in });
             arenas[arena].adopt(s.slab, s.vslab);
         }
-        let wal = Wal::new(layout.wal_off, cfg.wal_lines, cfg.max_threads, cfg.interleaved_wal);
+        let wal =
+            Wal::new(layout.wal_off, cfg.wal_lines, cfg.max_threads, cfg.interleaved_wal).with_mutation(cfg.mutation);
         let live = (0..cfg.max_threads).map(|_| Padded::default()).collect();
         Arc::new(NvAlloc {
             live_base: report.live_bytes,

@@ -119,8 +119,9 @@ pub fn recover(
     let mut report = RecoveryReport { crashed, ..Default::default() };
     let top = layout.top(t);
     let (mut book, mut extents) = if layout.log_bytes > 0 {
-        let (log, records) =
+        let (mut log, records) =
             BkLog::recover(t, layout.log_off, layout.log_bytes, cfg.interleaved_log).map_err(corrupt)?;
+        log.set_mutation(cfg.mutation);
         let mut ex = Extents::new();
         for (r, pos) in records {
             let Record::Extent { kind, addr, size } = r else { unreachable!("recover returns extent records") };

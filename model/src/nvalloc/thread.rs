@@ -20,7 +20,7 @@
 //! entry; recovery after a crash rebuilds the bitmaps by marking from the
 //! persistent roots. Large operations are the same in both models.
 
-use super::config::Consistency;
+use super::config::{Consistency, Mutation};
 use super::NvAlloc;
 use crate::alloc::AllocThread;
 use crate::mech::record::PAGE;
@@ -122,7 +122,7 @@ impl NvThread {
             assert!(!was, "block {blk:#x} was handed out while allocated");
             if let Some(d) = dest {
                 self.t.store_u64(d, blk);
-                self.t.persist(d, 8);
+                persist_dest(&mut self.t, nv.cfg.mutation, d);
             }
             nv.account(self.t.tid(), nv.geoms[class].size as i64);
             return Some(blk);
@@ -130,10 +130,14 @@ impl NvThread {
         let slot = dest.map(|d| self.wal.begin(&mut self.t, WalEntry { op: op::MALLOC_SMALL, target: blk, dest: d }));
         let was = bitmap.set(&mut self.t, b);
         assert!(!was, "block {blk:#x} was handed out while allocated");
-        bitmap.persist(&mut self.t, b);
+        if nv.cfg.mutation == Mutation::BitmapFlush {
+            self.t.fence();
+        } else {
+            bitmap.persist(&mut self.t, b);
+        }
         if let (Some(d), Some(s)) = (dest, slot) {
             self.t.store_u64(d, blk);
-            self.t.persist(d, 8);
+            persist_dest(&mut self.t, nv.cfg.mutation, d);
             self.wal.end(&mut self.t, s);
         }
         nv.account(self.t.tid(), nv.geoms[class].size as i64);
@@ -324,4 +328,13 @@ impl Drop for NvThread {
         }
         nv.arenas[self.arena].unbind();
     }
+}
+
+/// Makes the `*dest` a small malloc just published durable (unless the
+/// [`Mutation::DestFlush`] mutation removes its flush).
+fn persist_dest(t: &mut PmThread, mutation: Mutation, d: u64) {
+    if mutation != Mutation::DestFlush {
+        t.flush(d);
+    }
+    t.fence();
 }

@@ -1,0 +1,196 @@
+//! What the trace promises about the heap at a crash point: the user-visible
+//! operations (`malloc`, `free`) with their offsets, sizes and, for
+//! `malloc_to` / `free_from`, their destination word.
+//!
+//! The trace brackets each operation with `OpBegin`/`OpEnd` but does not
+//! record the destination, so it is recognised by what the operation does:
+//! a `malloc_to` stores its result, as an aligned 8-byte word, into the root
+//! table or into a live allocation (the allocator's own WAL and logs are no
+//! allocation); a `free_from` stores 0 into the destination its object was
+//! published at. When a destination word is overwritten while its block is
+//! live (the program moves the pointer, or publishes another block there),
+//! the block keeps its liveness expectation but no longer has a destination
+//! to check.
+
+use crate::load::{CrashTrace, Ev};
+use pmsim_model::heap::{Heap, ROOT_SLOTS};
+use pmsim_traces::OpKind;
+use std::collections::{BTreeMap, HashMap};
+
+/// One user-visible operation of the trace.
+#[derive(Clone, Copy, Debug)]
+pub struct Op {
+    pub malloc: bool,
+    /// Positions in the event list of its begin and end (`u32::MAX`: never ended).
+    pub begin: u32,
+    pub end: u32,
+    /// The block: the result of a malloc, the argument of a free.
+    pub off: u64,
+    /// Requested bytes (malloc) or the object's (free).
+    pub size: u64,
+    /// The destination word (`malloc_to`, `free_from`).
+    pub dest: Option<u64>,
+    /// Position from which `dest` no longer names the object: the program
+    /// itself stored over it (e.g. moved the pointer elsewhere, as FPTree's
+    /// leaf split does). `u32::MAX`: never.
+    pub dest_until: u32,
+    /// Global trace index of the end event (for reports).
+    pub end_index: u64,
+}
+
+/// Every malloc and free of the trace, in begin order.
+pub fn operations(tr: &CrashTrace) -> Vec<Op> {
+    let roots = Heap::root_offset(0)..Heap::root_offset(ROOT_SLOTS - 1) + 8;
+    let mut ops: Vec<Op> = Vec::new();
+    // Per thread: the open user op (index into ops), its aligned 8-byte
+    // stores (offset, value) and the depth of ops nested in it.
+    type Open = (usize, Vec<(u64, u64)>, u32);
+    let mut open: HashMap<u32, Open> = HashMap::new();
+    // Live blocks: offset → (size, the op that allocated it).
+    let mut live: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+    // Destination words of live published blocks → their malloc.
+    let mut dests: BTreeMap<u64, usize> = BTreeMap::new();
+    // The last malloc_to that published into each word.
+    let mut last_owner: HashMap<u64, usize> = HashMap::new();
+    let inside = |live: &BTreeMap<u64, (u64, usize)>, at: u64| {
+        live.range(..=at).next_back().is_some_and(|(&o, &(s, _))| at < o + s)
+    };
+    for (i, e) in tr.events.iter().enumerate() {
+        match *e {
+            Ev::OpBegin { tid, op: op @ (OpKind::Malloc | OpKind::Free), arg } => {
+                if let Some(o) = open.get_mut(&tid) {
+                    o.2 += 1; // nested (not expected): ignore its framing
+                    continue;
+                }
+                let (size, dest) = match (op, live.remove(&arg)) {
+                    (OpKind::Free, Some((size, m))) => {
+                        let d = ops[m].dest.filter(|_| ops[m].dest_until == u32::MAX);
+                        if let Some(d) = d {
+                            dests.remove(&d);
+                        }
+                        // Destination words inside the freed block mean nothing any more.
+                        let inner: Vec<u64> = dests.range(arg..arg + size).map(|(&w, _)| w).collect();
+                        for w in inner {
+                            let m = dests.remove(&w).expect("listed");
+                            ops[m].dest_until = i as u32;
+                        }
+                        (size, d)
+                    }
+                    (OpKind::Free, None) => (0, None),
+                    _ => (arg, None),
+                };
+                ops.push(Op {
+                    malloc: op == OpKind::Malloc,
+                    begin: i as u32,
+                    end: u32::MAX,
+                    off: if op == OpKind::Free { arg } else { 0 },
+                    size,
+                    dest,
+                    dest_until: u32::MAX,
+                    end_index: u64::MAX,
+                });
+                open.insert(tid, (ops.len() - 1, Vec::new(), 0));
+            }
+            Ev::Store { piece, tid, .. } => {
+                let p = &tr.pieces[piece as usize];
+                if let Some((_, stores, _)) = open.get_mut(&tid) {
+                    if p.len == 8 && p.off & 7 == 0 {
+                        let v = u64::from_le_bytes(tr.value(p).try_into().expect("8 bytes"));
+                        stores.push((p.off, v));
+                    }
+                }
+                if !dests.is_empty() {
+                    // Any store over the destination word of a live published
+                    // block (the program moving the pointer, or publishing
+                    // another block there) ends what that word tells of it.
+                    let mut w = p.off & !7;
+                    while w < p.off + p.len as u64 {
+                        if let Some(m) = dests.remove(&w) {
+                            ops[m].dest_until = i as u32;
+                        }
+                        w += 8;
+                    }
+                }
+            }
+            Ev::OpEnd { tid, op: OpKind::Malloc | OpKind::Free, result } => {
+                let Some(o) = open.get_mut(&tid) else { continue };
+                if o.2 > 0 {
+                    o.2 -= 1;
+                    continue;
+                }
+                let (k, stores, _) = open.remove(&tid).expect("open op");
+                let op = &mut ops[k];
+                op.end = i as u32;
+                op.end_index = tr.index[i];
+                if op.malloc {
+                    op.off = result;
+                    if result != 0 {
+                        op.dest = stores
+                            .iter()
+                            .rev()
+                            .find(|&&(at, v)| v == result && (roots.contains(&at) || inside(&live, at)))
+                            .map(|&(at, _)| at);
+                        live.insert(result, (op.size, k));
+                        if let Some(d) = op.dest {
+                            dests.insert(d, k);
+                            // From its start, this op owns the word (recovery
+                            // may redo its publication over the previous block).
+                            let begin = op.begin;
+                            if let Some(m) = last_owner.insert(d, k) {
+                                ops[m].dest_until = ops[m].dest_until.min(begin);
+                            }
+                        }
+                    }
+                } else if !op.dest.is_some_and(|d| stores.contains(&(d, 0))) {
+                    op.dest = None;
+                }
+            }
+            _ => {}
+        }
+    }
+    ops
+}
+
+/// The state of one block at a crash point, by the last operation on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// A completed malloc: must be live (if published or durable by design).
+    Live { required: bool },
+    /// An operation in progress: may be live or not.
+    InFlight,
+    /// A completed free: must not be live (else it is leaked).
+    Freed,
+}
+
+/// One block's expectation at a crash point.
+#[derive(Clone, Copy, Debug)]
+pub struct Obj {
+    pub off: u64,
+    pub size: u64,
+    pub dest: Option<u64>,
+    pub expect: Expect,
+    /// The op that set it (index into the operations).
+    pub op: usize,
+}
+
+/// The expectations at the crash point before event position `pos`.
+pub fn at_point(ops: &[Op], pos: u32, plain_durable: bool) -> Vec<Obj> {
+    let mut by_off: BTreeMap<u64, Obj> = BTreeMap::new();
+    for (i, o) in ops.iter().enumerate() {
+        if o.begin >= pos {
+            break;
+        }
+        let done = o.end < pos;
+        if o.malloc && o.off == 0 {
+            continue; // failed, or in flight with no result ever
+        }
+        let expect = match (o.malloc, done) {
+            (true, true) => Expect::Live { required: o.dest.is_some() || plain_durable },
+            (false, true) => Expect::Freed,
+            _ => Expect::InFlight,
+        };
+        let dest = o.dest.filter(|_| o.dest_until >= pos);
+        by_off.insert(o.off, Obj { off: o.off, size: o.size, dest, expect, op: i });
+    }
+    by_off.into_values().collect()
+}

@@ -1,0 +1,69 @@
+//! `pmsim crash`: the crash states of a real allocator run, recovered with the
+//! allocator's own recovery code and checked.
+//!
+//! # Input
+//!
+//! A trace recorded with store values (`pmsim run … --trace t.pmt --values`)
+//! and the heap image saved when tracing started (`t.pmt.img`, named with
+//! its CRC-32 in the trace header, so a mismatched image is refused).
+//!
+//! # Crash points and images
+//!
+//! A crash point is the moment just before a fence: by default every fence of
+//! the trace, optionally only every N-th, only inside an operation of one
+//! kind (`--during morph`, `log_gc`, `malloc`, …) or only after a marker.
+//! Points inside the allocator's creation (`init`) are left out unless asked
+//! for with `--during init`: the heap is not formatted yet.
+//! The persistency model is the one of DESIGN.md ([`persist`]): each line's
+//! not-yet-durable stores form a program-order list, and an image keeps a
+//! prefix of each. The images of a point are enumerated exhaustively while
+//! there are at most `bound` of them (default 1024), else `bound` of them
+//! are sampled with a seeded generator: all persisted, none, random per-line
+//! prefixes, accumulative, reverse, all-or-nothing per line ([`images`]).
+//! An image is identified by (point, image, seed): the report of a failure
+//! prints the one command that rebuilds exactly it.
+//!
+//! # Recovery and checks
+//!
+//! Each image is a private copy-on-write mapping of the chunk's durable image
+//! (only pages written are copied) opened with [`pmsim_model::Heap::open_copy`];
+//! the allocator's recovery runs on it through [`CrashTarget`]. Then:
+//!
+//! * the live allocations are disjoint and inside the heap;
+//! * every `malloc_to` completed before the crash point (and not freed since)
+//!   is live with at least its size, its destination word holds it, and its
+//!   bytes are what they were in the image before recovery (pointer words
+//!   that recovery re-publishes or clears excepted); a completed plain
+//!   `malloc` must be live too where the allocator makes it durable (NVAlloc-LOG);
+//! * an interrupted `malloc_to` / `free_from` is atomic: its block is live
+//!   exactly when its destination holds it;
+//! * a completed `free` left its block free, and no live allocation is left
+//!   that no operation accounts for — at most `leak_bound` such leaks (by
+//!   default the target's allowance: 0 for NVAlloc-LOG, 16 for NVAlloc-GC,
+//!   whose conservative mark keeps blocks that stale words point to);
+//! * the recovered allocator works: a few new allocations overlap nothing live.
+//!
+//! Recovery errors and panics are violations too.
+
+pub mod expect;
+pub mod explore;
+pub mod images;
+pub mod load;
+pub mod persist;
+pub mod target;
+
+pub use explore::{explore, Options, Progress, Summary, Violation};
+pub use load::CrashTrace;
+pub use target::{target_for, CrashTarget, Recovered};
+
+/// An error of the explorer: one line for the user.
+#[derive(Debug)]
+pub struct CrashError(pub String);
+
+impl std::fmt::Display for CrashError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CrashError {}

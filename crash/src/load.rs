@@ -1,0 +1,204 @@
+//! Loading a trace for crash exploration: every event the persistency model
+//! and the checks need, in a compact in-memory form, with store values in one
+//! byte arena; stores are split at cache-line boundaries (the unit that
+//! persists in order), and addresses become heap offsets.
+
+use crate::CrashError;
+use pmsim_model::pm::HEAP_IMAGE_KEY;
+use pmsim_traces::{Event, OpKind, TraceHeader, TraceReader, LINE};
+use std::path::{Path, PathBuf};
+
+/// The part of one store that falls in one cache line.
+#[derive(Clone, Copy, Debug)]
+pub struct Piece {
+    /// Heap offset and length (within one line).
+    pub off: u64,
+    pub len: u32,
+    /// Where its bytes start in [`CrashTrace::values`].
+    pub val: u32,
+    /// The store's global event index in the trace.
+    pub index: u64,
+}
+
+/// An event, as the explorer sees it.
+#[derive(Clone, Copy, Debug)]
+pub enum Ev {
+    /// A (piece of a) store; `nt` for a non-temporal store.
+    Store {
+        piece: u32,
+        tid: u32,
+        nt: bool,
+    },
+    /// A flush of `line` (heap offset); `ordered` for clflush, which is
+    /// durable without a fence.
+    Flush {
+        tid: u32,
+        line: u64,
+        ordered: bool,
+    },
+    Fence {
+        tid: u32,
+    },
+    OpBegin {
+        tid: u32,
+        op: OpKind,
+        arg: u64,
+    },
+    OpEnd {
+        tid: u32,
+        op: OpKind,
+        result: u64,
+    },
+    Marker {
+        tid: u32,
+        label: u32,
+    },
+}
+
+/// A trace loaded for crash exploration, with its base heap image.
+pub struct CrashTrace {
+    pub path: PathBuf,
+    pub header: TraceHeader,
+    pub events: Vec<Ev>,
+    /// The global trace index of every event in `events`.
+    pub index: Vec<u64>,
+    pub pieces: Vec<Piece>,
+    pub values: Vec<u8>,
+    /// Marker labels, by the `label` of [`Ev::Marker`].
+    pub labels: Vec<String>,
+    /// Positions in `events` of the fences (the default crash points).
+    pub fences: Vec<u32>,
+    /// The heap image at trace start.
+    pub image: PathBuf,
+    pub heap_size: u64,
+}
+
+impl CrashTrace {
+    /// Loads `path` and checks `image` (default: the file the trace header
+    /// names, next to the trace) against it.
+    pub fn load(path: &Path, image: Option<&Path>) -> Result<CrashTrace, CrashError> {
+        let err = |m: String| CrashError(format!("{}: {m}", path.display()));
+        let mut rd = TraceReader::open(path).map_err(|e| CrashError(e.to_string()))?;
+        let header = rd.header().clone();
+        if !rd.values() {
+            return Err(err(format!(
+                "the trace has no store values; record it with `pmsim run … --trace {} --values`",
+                path.display()
+            )));
+        }
+        let recorded = header.extra.get(HEAP_IMAGE_KEY).cloned();
+        let image = match image {
+            Some(p) => p.to_path_buf(),
+            None => {
+                let name = recorded.as_ref().and_then(|v| v["file"].as_str()).ok_or_else(|| {
+                    err("the trace names no heap image (record it with `pmsim run … --values`, or pass --heap-image)"
+                        .into())
+                })?;
+                path.parent().unwrap_or(Path::new(".")).join(name)
+            }
+        };
+        check_image(&image, &header, recorded.as_ref())?;
+        let (base, size) = (header.heap.base, header.heap.size);
+        let mut t = CrashTrace {
+            path: path.to_path_buf(),
+            header,
+            events: Vec::new(),
+            index: Vec::new(),
+            pieces: Vec::new(),
+            values: Vec::new(),
+            labels: Vec::new(),
+            fences: Vec::new(),
+            image,
+            heap_size: size,
+        };
+        let mut bad: Option<String> = None;
+        rd.for_each(|r| {
+            if bad.is_some() {
+                return;
+            }
+            let tid = r.tid;
+            let at = |addr: u64, len: u64| {
+                let off = addr.wrapping_sub(base);
+                (off < size && len <= size - off).then_some(off)
+            };
+            let push = |t: &mut CrashTrace, e: Ev| {
+                if let Ev::Fence { .. } = e {
+                    t.fences.push(t.events.len() as u32);
+                }
+                t.events.push(e);
+                t.index.push(r.index);
+            };
+            match r.event {
+                Event::Store { addr, size: n, value } | Event::NtStore { addr, size: n, value } => {
+                    let nt = matches!(r.event, Event::NtStore { .. });
+                    let (Some(off), Some(v)) = (at(addr, n as u64), value) else {
+                        bad = Some(format!(
+                            "event {}: store at {addr:#x} (+{n}) outside the heap or without value",
+                            r.index
+                        ));
+                        return;
+                    };
+                    let mut o = off;
+                    while o < off + n as u64 {
+                        let end = ((o | (LINE - 1)) + 1).min(off + n as u64);
+                        let val = t.values.len() as u32;
+                        t.values.extend_from_slice(&v[(o - off) as usize..(end - off) as usize]);
+                        t.pieces.push(Piece { off: o, len: (end - o) as u32, val, index: r.index });
+                        let piece = t.pieces.len() as u32 - 1;
+                        push(&mut t, Ev::Store { piece, tid, nt });
+                        o = end;
+                    }
+                }
+                Event::Flush { kind, line } => {
+                    let Some(off) = at(line, 1) else {
+                        bad = Some(format!("event {}: flush of {line:#x} outside the heap", r.index));
+                        return;
+                    };
+                    let ordered = kind == pmsim_traces::FlushKind::Clflush;
+                    push(&mut t, Ev::Flush { tid, line: off & !(LINE - 1), ordered });
+                }
+                Event::Fence { .. } => push(&mut t, Ev::Fence { tid }),
+                Event::OpBegin { op, arg } => push(&mut t, Ev::OpBegin { tid, op, arg }),
+                Event::OpEnd { op, result } => push(&mut t, Ev::OpEnd { tid, op, result }),
+                Event::Marker { label, .. } => {
+                    t.labels.push(label.to_string());
+                    let label = t.labels.len() as u32 - 1;
+                    push(&mut t, Ev::Marker { tid, label });
+                }
+                _ => {}
+            }
+        })
+        .map_err(|e| CrashError(e.to_string()))?;
+        if let Some(m) = bad {
+            return Err(err(m));
+        }
+        Ok(t)
+    }
+
+    /// The bytes of a store piece.
+    pub fn value(&self, p: &Piece) -> &[u8] {
+        &self.values[p.val as usize..p.val as usize + p.len as usize]
+    }
+}
+
+/// Refuses an image that is not the heap this trace started from.
+fn check_image(image: &Path, header: &TraceHeader, recorded: Option<&serde_json::Value>) -> Result<(), CrashError> {
+    let err = |m: String| CrashError(format!("{}: {m}", image.display()));
+    let bytes = std::fs::read(image).map_err(|e| err(format!("cannot read the heap image: {e}")))?;
+    if bytes.len() as u64 != header.heap.size {
+        return Err(err(format!(
+            "heap image does not match the trace: {} bytes, the trace's heap has {}",
+            bytes.len(),
+            header.heap.size
+        )));
+    }
+    if let Some(crc) = recorded.and_then(|v| v["crc32"].as_u64()) {
+        let have = crc32fast::hash(&bytes) as u64;
+        if have != crc {
+            return Err(err(format!(
+                "heap image does not match the trace: CRC-32 {have:#010x}, the trace recorded {crc:#010x}"
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! Mutations: switches that each remove exactly one flush from the allocator
+//! code, so that the crash explorer (`pmsim crash`) can prove it catches a
+//! missing flush. A mutation is part of the allocator's configuration (and so
+//! of the trace header): a trace records which flush its run left out.
+//!
+//! Only the flush goes; the fence after it stays, so a mutation never
+//! changes the order of anything else.
+
+use serde::{Deserialize, Serialize};
+
+/// One removed flush (or none, the default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mutation {
+    /// The real code.
+    #[default]
+    None,
+    /// The flush of a new WAL entry ([`super::wal::WalCursor::begin`]): the
+    /// entry may not be durable when the metadata it covers is.
+    WalEntryFlush,
+    /// The flush of the bitmap bit a small malloc sets (NVAlloc-LOG).
+    BitmapFlush,
+    /// The flush of `*dest` after a small `malloc_to` publishes its block.
+    DestFlush,
+    /// The flush of slab morphing's step flag when it becomes 2 (index
+    /// table complete), before step 3 rewrites the bitmap.
+    MorphFlagFlush,
+    /// The flush of the bookkeeping log's `alt` bit when a slow GC flips it
+    /// ([`super::bklog::BkLog::slow_gc`]).
+    LogAltFlush,
+}
+
+impl Mutation {
+    /// Every mutation but `None`.
+    pub const ALL: [Mutation; 5] = [
+        Mutation::WalEntryFlush,
+        Mutation::BitmapFlush,
+        Mutation::DestFlush,
+        Mutation::MorphFlagFlush,
+        Mutation::LogAltFlush,
+    ];
+
+    /// The configuration spelling (`wal-entry-flush`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutation::None => "none",
+            Mutation::WalEntryFlush => "wal-entry-flush",
+            Mutation::BitmapFlush => "bitmap-flush",
+            Mutation::DestFlush => "dest-flush",
+            Mutation::MorphFlagFlush => "morph-flag-flush",
+            Mutation::LogAltFlush => "log-alt-flush",
+        }
+    }
+}
