@@ -107,14 +107,19 @@ StorePersist(l, v) ==
 \* Every line's queued stores are durable (nothing in flight).
 Quiescent == \A l \in Lines : pend[l] = <<>>
 
-MaxPend == LET lens == {Len(pend[l]) : l \in Lines} IN
-           CHOOSE m \in lens : \A n \in lens : n <= m
+\* What line l may hold after a crash: its durable value or the value after
+\* any prefix of its queue.
+CrashOptions(l) == {dur[l]} \cup {pend[l][i] : i \in 1..Len(pend[l])}
 
-\* The PM images a crash may leave: per line, the durable value after some
-\* prefix of its queue of not-yet-durable stores.
-CrashImages ==
-    { [l \in Lines |-> IF k[l] = 0 THEN dur[l] ELSE pend[l][k[l]]] :
-        k \in { k \in [Lines -> 0..MaxPend] : \A l \in Lines : k[l] <= Len(pend[l]) } }
+\* The PM images a crash may leave: every combination of per-line options,
+\* built over the lines with queued stores only.
+RECURSIVE ImagesOver(_)
+ImagesOver(S) ==
+    IF S = {} THEN {dur}
+    ELSE LET l == CHOOSE x \in S : TRUE
+         IN UNION { {[img EXCEPT ![l] = v] : v \in CrashOptions(l)} : img \in ImagesOver(S \ {l}) }
+
+CrashImages == ImagesOver({l \in Lines : pend[l] # <<>>})
 
 \* The crash itself: PM holds img, caches and queues are gone.
 CrashTo(img) ==
