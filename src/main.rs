@@ -29,6 +29,9 @@ enum Command {
     Sim(cmd::sim::SimArgs),
     /// Run a workload of the NVAlloc paper on an allocator: natively, into a trace, or into the simulator.
     Run(cmd::run::RunArgs),
+    /// Model-check the TLA+ specifications (slab morphing, log GC, LLFree) with TLC.
+    #[command(subcommand)]
+    Specs(cmd::specs::SpecsCmd),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Specs(c) => cmd::specs::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -74,7 +74,10 @@ pub fn select(all: &[Model], sel: &Selection) -> Vec<Model> {
     let filter = sel.filter.as_ref().map(|f| f.to_lowercase());
     all.iter()
         .filter(|m| sel.large || m.size == Size::Small)
-        .filter(|m| filter.as_ref().map_or(true, |f| m.name.to_lowercase().contains(f)))
+        .filter(|m| match &filter {
+            Some(f) => m.name.to_lowercase().contains(f),
+            None => true,
+        })
         .cloned()
         .collect()
 }
@@ -128,10 +131,9 @@ pub fn judge(model: &Model, verdict: &Verdict) -> (Status, Option<String>) {
         (Expect::Refuted, Verdict::Violated { invariant, .. }) if model.violates.contains(invariant) => {
             (Status::Refuted, None)
         }
-        (Expect::Refuted, Verdict::Violated { invariant, .. }) => (
-            Status::Unexpected,
-            Some(format!("refuted by {invariant}, expected one of {}", model.violates.join(", "))),
-        ),
+        (Expect::Refuted, Verdict::Violated { invariant, .. }) => {
+            (Status::Unexpected, Some(format!("refuted by {invariant}, expected one of {}", model.violates.join(", "))))
+        }
         (Expect::Refuted, Verdict::NoError) => {
             (Status::Unexpected, Some("no error found, expected a counterexample".into()))
         }

@@ -33,12 +33,18 @@ impl Tlc {
     /// TLC from these paths, checked: the jar exists and Java runs.
     pub fn with(java: PathBuf, jar: PathBuf) -> Result<Tlc, String> {
         if !jar.is_file() {
-            return Err(format!("{}: no such file (TLC's tla2tools.jar; run scripts/setup.sh or set {JAR_ENV})", jar.display()));
+            return Err(format!(
+                "{}: no such file (TLC's tla2tools.jar; run scripts/setup.sh or set {JAR_ENV})",
+                jar.display()
+            ));
         }
         match Command::new(&java).arg("-version").output() {
             Ok(o) if o.status.success() => Ok(Tlc { java, jar }),
             Ok(o) => Err(format!("{} -version failed: {}", java.display(), String::from_utf8_lossy(&o.stderr).trim())),
-            Err(e) => Err(format!("{}: cannot run Java ({e}); TLC needs a Java runtime (scripts/setup.sh installs one)", java.display())),
+            Err(e) => Err(format!(
+                "{}: cannot run Java ({e}); TLC needs a Java runtime (scripts/setup.sh installs one)",
+                java.display()
+            )),
         }
     }
 
@@ -112,7 +118,7 @@ pub fn parse(out: &str) -> Report {
     for line in out.lines().map(str::trim) {
         if let Some(rest) = line.strip_suffix(" states left on queue.") {
             // "N states generated, M distinct states found, K states left on queue."
-            let nums: Vec<Option<u64>> = rest.split(", ").map(|p| leading_number(p)).collect();
+            let nums: Vec<Option<u64>> = rest.split(", ").map(leading_number).collect();
             if nums.len() == 3 {
                 r.states = nums[0];
                 r.distinct = nums[1];
@@ -125,8 +131,7 @@ pub fn parse(out: &str) -> Report {
             violated.get_or_insert_with(|| inv.to_string());
         } else if line.starts_with("Error: Deadlock reached.") {
             deadlock = true;
-        } else if let Some(n) = line.strip_prefix("State ").and_then(|s| s.split(':').next()).and_then(leading_number)
-        {
+        } else if let Some(n) = line.strip_prefix("State ").and_then(|s| s.split(':').next()).and_then(leading_number) {
             trace = trace.max(n as usize);
         } else if line.starts_with("Error:") && !line.starts_with("Error: The behavior up to this point is:") {
             first_error.get_or_insert_with(|| line.to_string());

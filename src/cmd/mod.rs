@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod run;
 pub mod sim;
+pub mod specs;
 pub mod trace;
 
 /// The error every subcommand returns: one line for the user.
