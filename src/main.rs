@@ -42,6 +42,9 @@ enum Command {
     /// recovered with the allocator's own code and checked.
     #[command(long_about = cmd::crash::LONG_ABOUT)]
     Crash(cmd::crash::CrashArgs),
+    /// Model-check the TLA+ specifications (slab morphing, log GC, LLFree) with TLC.
+    #[command(subcommand)]
+    Specs(cmd::specs::SpecsCmd),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         Command::Sweep(a) => cmd::sweep::run(a),
         Command::Reproduce(a) => cmd::reproduce::run(a),
         Command::Crash(a) => cmd::crash::run(a),
+        Command::Specs(c) => cmd::specs::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -334,3 +334,30 @@ fn crash_explores_a_traced_run_and_reports_a_removed_flush() {
     let e = stderr(&o);
     assert!(e.contains("plain.pmt") && e.contains("has no store values") && e.trim().lines().count() == 1, "{e}");
 }
+
+#[test]
+fn specs_check_prints_the_table_and_json() {
+    // The LLFree recovery-skip question: refuted without eADR, passes with it.
+    let o = pmsim(&["specs", "check", "--filter", "skip_all_free", "--workers", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for needle in [
+        "LLFreeSingleCAS/skip_all_free ",
+        "REFUTED (expected): CountersMatchBitFields violated",
+        "LLFreeSingleCAS/skip_all_free_eadr",
+        "PASS",
+        "2 models: 1 PASS, 1 REFUTED (expected), 0 UNEXPECTED",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in\n{out}");
+    }
+    let o = pmsim(&["specs", "check", "--filter", "skip_all_free_eadr", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    let m = &v["models"][0];
+    assert_eq!(m["status"], "PASS");
+    assert!(m["distinct"].as_u64().unwrap() > 0 && m["states"].as_u64().unwrap() >= m["distinct"].as_u64().unwrap());
+
+    let o = pmsim(&["specs", "check", "--filter", "no-such-model"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no model matches"), "{}", stderr(&o));
+}

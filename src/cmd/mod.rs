@@ -7,6 +7,7 @@ pub mod crash;
 pub mod run;
 pub mod sim;
 pub mod sweep;
+pub mod specs;
 pub mod trace;
 pub mod trace_exec;
 
