@@ -119,7 +119,10 @@ impl<'a> BlockDecoder<'a> {
         } else {
             x as u64
         };
-        OpKind::from_code(code).ok_or(DecodeError { pos: at, problem: format!("reserved operation code {code}") })
+        // `ok_or_else`: the message is formatted only for a bad code, not for
+        // every operation record.
+        OpKind::from_code(code)
+            .ok_or_else(|| DecodeError { pos: at, problem: format!("reserved operation code {code}") })
     }
 
     /// The next event, or `None` at the end of the payload. Stores, flushes and
