@@ -4,6 +4,10 @@ use crate::event::{Category, Event, FenceKind, FlushKind, OpKind, Record};
 use crate::format::*;
 use crate::varint::{get, unzigzag, VarintError};
 
+/// Thread ids that fit in a thread-switch tag (0–14); their cursors always
+/// exist, so the usual switch needs no growth check.
+const TAG_TIDS: usize = 15;
+
 /// A problem inside a payload, at byte `pos` of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError {
@@ -28,7 +32,8 @@ pub struct BlockDecoder<'a> {
 impl<'a> BlockDecoder<'a> {
     /// `first_index` is the global index of the block's first event.
     pub fn new(buf: &'a [u8], values: bool, first_index: u64) -> Self {
-        BlockDecoder { buf, pos: 0, tid: 0, cur: 0, cursors: vec![0], values, next_index: first_index, failed: false }
+        let cursors = vec![0; TAG_TIDS];
+        BlockDecoder { buf, pos: 0, tid: 0, cur: 0, cursors, values, next_index: first_index, failed: false }
     }
 
     /// Re-targets this decoder at a new payload, keeping its allocation.
@@ -38,7 +43,7 @@ impl<'a> BlockDecoder<'a> {
         self.tid = 0;
         self.cur = 0;
         self.cursors.clear();
-        self.cursors.push(0);
+        self.cursors.resize(TAG_TIDS, 0);
         self.next_index = first_index;
         self.failed = false;
     }
@@ -108,7 +113,18 @@ impl<'a> BlockDecoder<'a> {
         }
     }
 
+    #[inline(always)]
     fn op(&mut self, x: u8) -> Result<OpKind, DecodeError> {
+        // Codes 0-14 are in the tag; 8-15 are not operations (15: the code follows).
+        match OpKind::from_code(x as u64) {
+            Some(op) => Ok(op),
+            None => self.op_slow(x),
+        }
+    }
+
+    /// An operation code written after the tag, or a reserved one.
+    #[cold]
+    fn op_slow(&mut self, x: u8) -> Result<OpKind, DecodeError> {
         let at = self.pos - 1;
         let code = if x == 15 {
             let c = self.varint("operation code")?;
@@ -125,8 +141,9 @@ impl<'a> BlockDecoder<'a> {
             .ok_or_else(|| DecodeError { pos: at, problem: format!("reserved operation code {code}") })
     }
 
-    /// The next event, or `None` at the end of the payload. Stores, flushes and
-    /// fences — nearly all of a trace — are decoded here; the rest in `rare`.
+    /// The next event, or `None` at the end of the payload. Stores, flushes,
+    /// fences, operation brackets and thread switches — nearly all of a trace
+    /// — are decoded here; the rest in `rare`.
     #[inline(always)]
     fn step(&mut self) -> Result<Option<Record<'a>>, DecodeError> {
         loop {
@@ -165,8 +182,23 @@ impl<'a> BlockDecoder<'a> {
                     },
                 },
                 K_THREAD => {
-                    self.switch(x)?;
+                    if x < 15 {
+                        // Cursors of the ids a tag can carry always exist.
+                        self.cursors[self.tid as usize] = self.cur;
+                        self.tid = x as u32;
+                        self.cur = self.cursors[x as usize];
+                    } else {
+                        self.switch(x)?;
+                    }
                     continue;
+                }
+                K_OP_BEGIN => {
+                    let op = self.op(x)?;
+                    Event::OpBegin { op, arg: self.varint("operation argument")? }
+                }
+                K_OP_END => {
+                    let op = self.op(x)?;
+                    Event::OpEnd { op, result: self.varint("operation result")? }
                 }
                 _ => self.rare(kind, x)?,
             };
@@ -197,7 +229,7 @@ impl<'a> BlockDecoder<'a> {
         Ok(())
     }
 
-    /// Every record kind but the three hot ones.
+    /// Every record kind but the hot ones of `step`.
     #[inline(never)]
     fn rare(&mut self, kind: u8, x: u8) -> Result<Event<'a>, DecodeError> {
         let at = self.pos - 1;
@@ -229,14 +261,6 @@ impl<'a> BlockDecoder<'a> {
                 Event::RegionAdd { id, category, base, len, name }
             }
             K_REGION_REMOVE => Event::RegionRemove { id: self.varint("region id")? },
-            K_OP_BEGIN => {
-                let op = self.op(x)?;
-                Event::OpBegin { op, arg: self.varint("operation argument")? }
-            }
-            K_OP_END => {
-                let op = self.op(x)?;
-                Event::OpEnd { op, result: self.varint("operation result")? }
-            }
             K_MARKER => {
                 let id = self.varint("marker id")?;
                 let n = self.varint("marker length")?;
@@ -247,7 +271,7 @@ impl<'a> BlockDecoder<'a> {
     }
 
     /// Calls `f` on every event of the payload: the fast way to read a block.
-    #[inline]
+    #[inline(always)]
     pub fn decode_all(&mut self, mut f: impl FnMut(&Record<'a>)) -> Result<(), DecodeError> {
         if self.failed {
             return Ok(());
