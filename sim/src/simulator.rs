@@ -16,7 +16,8 @@ use crate::fastmap::U64Map;
 use crate::optane::Optane;
 use crate::stats::*;
 use pmsim_traces::{
-    Category, Event, EventSink, FlushKind, OpKind, Record, RegionMap, TraceError, TraceHeader, TraceReader, TraceTotals,
+    Category, Event, EventSink, FenceKind, FlushKind, OpKind, Record, RegionMap, TraceError, TraceHeader, TraceReader,
+    TraceTotals, Visit,
 };
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -260,7 +261,7 @@ impl Simulator {
     #[inline(always)]
     fn replay_in<const M: u8, R: Read>(&mut self, reader: &mut TraceReader<R>) -> Result<TraceTotals, TraceError> {
         while let Some(block) = reader.next_block()? {
-            block.for_each(|rec| self.step_in::<M>(rec.index, rec.tid, &rec.event))?;
+            block.visit(&mut Replay::<M>(self))?;
         }
         Ok(reader.totals())
     }
@@ -286,19 +287,13 @@ impl Simulator {
     /// Event number `index` (global order) of thread `tid`.
     #[inline(always)]
     fn step_in<const M: u8>(&mut self, index: u64, tid: u32, ev: &Event<'_>) {
-        self.next_index = index + 1;
-        self.events += 1;
-        let t = tid as usize;
-        if t >= self.threads.len() || self.threads[t].ctx == NO_CTX {
-            self.start_thread(t);
-        }
-        self.threads[t].events += 1;
+        let (t, x) = self.begin_event(index, tid);
         match *ev {
-            Event::Store { addr, size, .. } => self.store::<M>(t, addr, size),
-            Event::Flush { kind, line } => self.flush::<M>(t, index, kind, line),
-            Event::Fence { .. } => self.fence::<M>(t),
-            Event::NtStore { addr, size, .. } => self.nt_store::<M>(t, addr, size),
-            Event::Load { addr, size } => self.load::<M>(t, addr, size),
+            Event::Store { addr, size, .. } => self.store::<M>(x, addr, size),
+            Event::Flush { kind, line } => self.flush::<M>(t, x, index, kind, line),
+            Event::Fence { .. } => self.fence::<M>(t, x),
+            Event::NtStore { addr, size, .. } => self.nt_store::<M>(t, x, addr, size),
+            Event::Load { addr, size } => self.load::<M>(x, addr, size),
             Event::OpBegin { op, .. } => self.op_begin(t, op),
             Event::OpEnd { op, .. } => self.op_end(t, op),
             Event::ThreadEnd => self.drain_nt(t),
@@ -311,14 +306,29 @@ impl Simulator {
         }
     }
 
+    /// What every event does first: counts it, sets its thread up the first
+    /// time, and returns the thread and its current context.
+    #[inline(always)]
+    fn begin_event(&mut self, index: u64, tid: u32) -> (usize, u32) {
+        self.next_index = index + 1;
+        self.events += 1;
+        let t = tid as usize;
+        if t >= self.threads.len() || self.threads[t].ctx == NO_CTX {
+            self.start_thread(t);
+        }
+        let ts = &mut self.threads[t];
+        ts.events += 1;
+        // The thread's context, for the events that cannot change it.
+        (t, ts.ctx)
+    }
+
     // ---- events -------------------------------------------------------------
 
     /// A cached store: counted, and each line it touches becomes dirty in the
     /// cache (a miss fills the line from PM and may evict a dirty one to PM).
     #[inline(always)]
-    fn store<const M: u8>(&mut self, t: usize, addr: u64, size: u32) {
+    fn store<const M: u8>(&mut self, x: u32, addr: u64, size: u32) {
         let (r, _) = self.region_of(addr);
-        let x = self.threads[t].ctx;
         self.bump(x, r, |c| {
             c.stores += 1;
             c.store_bytes += size as u64;
@@ -329,9 +339,8 @@ impl Simulator {
     }
 
     #[inline(always)]
-    fn load<const M: u8>(&mut self, t: usize, addr: u64, size: u32) {
+    fn load<const M: u8>(&mut self, x: u32, addr: u64, size: u32) {
         let (r, _) = self.region_of(addr);
-        let x = self.threads[t].ctx;
         self.bump(x, r, |c| c.loads += 1);
         if M != REFLUSH_ONLY {
             self.touch_lines(x, addr, size, false);
@@ -342,10 +351,9 @@ impl Simulator {
     /// whether the cache held the line dirty, the XPBuffer's response to the
     /// write-back and the estimated cost.
     #[inline(always)]
-    fn flush<const M: u8>(&mut self, t: usize, index: u64, kind: FlushKind, line: u64) {
+    fn flush<const M: u8>(&mut self, t: usize, x: u32, index: u64, kind: FlushKind, line: u64) {
         let line = line & !63;
         let (r, cat) = self.region_of(line);
-        let x = self.threads[t].ctx;
         let d = self.tracker(t, line).flush(line);
         let b = bucket(d);
         let reflush = matches!(d, Some(d) if d < self.threshold);
@@ -383,11 +391,10 @@ impl Simulator {
     /// cost goes to the category and region of the flush it orders (the
     /// thread's latest since its previous fence), or to "fence" if none.
     #[inline(always)]
-    fn fence<const M: u8>(&mut self, t: usize) {
+    fn fence<const M: u8>(&mut self, t: usize, x: u32) {
         if M != REFLUSH_ONLY {
             self.drain_nt(t);
         }
-        let x = self.threads[t].ctx;
         let cost = if M != REFLUSH_ONLY { self.costs.fence } else { 0 };
         match self.threads[t].pending.take() {
             Some((cat, r)) => self.bump(x, r, |c| {
@@ -406,9 +413,8 @@ impl Simulator {
     /// its dirty bytes merge into the write) and fills the thread's
     /// write-combining buffer, which goes to PM a line at a time.
     #[inline(always)]
-    fn nt_store<const M: u8>(&mut self, t: usize, addr: u64, size: u32) {
+    fn nt_store<const M: u8>(&mut self, t: usize, x: u32, addr: u64, size: u32) {
         let (r, _) = self.region_of(addr);
-        let x = self.threads[t].ctx;
         self.bump(x, r, |c| c.nt_stores += 1);
         if M == REFLUSH_ONLY {
             return;
@@ -782,6 +788,35 @@ fn line_span(addr: u64, size: u32) -> (u64, u64) {
 fn lines(addr: u64, size: u32) -> impl Iterator<Item = u64> {
     let (first, last) = line_span(addr, size);
     (first..=last).map(|l| l << 6)
+}
+
+/// A trace replay in mode `M`: the decoder hands stores, flushes and fences
+/// straight to the models, without building an [`Event`] to match on again.
+struct Replay<'s, const M: u8>(&'s mut Simulator);
+
+impl<'a, const M: u8> Visit<'a> for Replay<'_, M> {
+    #[inline(always)]
+    fn event(&mut self, rec: &Record<'a>) {
+        self.0.step_in::<M>(rec.index, rec.tid, &rec.event);
+    }
+
+    #[inline(always)]
+    fn store(&mut self, index: u64, tid: u32, addr: u64, size: u32, _value: Option<&'a [u8]>) {
+        let (_, x) = self.0.begin_event(index, tid);
+        self.0.store::<M>(x, addr, size);
+    }
+
+    #[inline(always)]
+    fn flush(&mut self, index: u64, tid: u32, kind: FlushKind, line: u64) {
+        let (t, x) = self.0.begin_event(index, tid);
+        self.0.flush::<M>(t, x, index, kind, line);
+    }
+
+    #[inline(always)]
+    fn fence(&mut self, index: u64, tid: u32, _kind: FenceKind) {
+        let (t, x) = self.0.begin_event(index, tid);
+        self.0.fence::<M>(t, x);
+    }
 }
 
 impl EventSink for Simulator {

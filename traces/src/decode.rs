@@ -4,6 +4,40 @@ use crate::event::{Category, Event, FenceKind, FlushKind, OpKind, Record};
 use crate::format::*;
 use crate::varint::{get, unzigzag, VarintError};
 
+/// A consumer of decoded events. The decoder calls the method of the record
+/// kind it just read, so a consumer that branches on the kind anyway (the
+/// simulator) implements the hot kinds' methods and saves a second dispatch
+/// on every event; each method's default builds the [`Record`] and calls
+/// [`Visit::event`], which receives every other kind.
+pub trait Visit<'a> {
+    fn event(&mut self, rec: &Record<'a>);
+
+    #[inline(always)]
+    fn store(&mut self, index: u64, tid: u32, addr: u64, size: u32, value: Option<&'a [u8]>) {
+        self.event(&Record { index, tid, event: Event::Store { addr, size, value } });
+    }
+
+    #[inline(always)]
+    fn flush(&mut self, index: u64, tid: u32, kind: FlushKind, line: u64) {
+        self.event(&Record { index, tid, event: Event::Flush { kind, line } });
+    }
+
+    #[inline(always)]
+    fn fence(&mut self, index: u64, tid: u32, kind: FenceKind) {
+        self.event(&Record { index, tid, event: Event::Fence { kind } });
+    }
+}
+
+/// Every record to one closure.
+pub(crate) struct EachRecord<F>(pub(crate) F);
+
+impl<'a, F: FnMut(&Record<'a>)> Visit<'a> for EachRecord<F> {
+    #[inline(always)]
+    fn event(&mut self, rec: &Record<'a>) {
+        (self.0)(rec);
+    }
+}
+
 /// Thread ids that fit in a thread-switch tag (0–14); their cursors always
 /// exist, so the usual switch needs no growth check.
 const TAG_TIDS: usize = 15;
@@ -141,19 +175,23 @@ impl<'a> BlockDecoder<'a> {
             .ok_or_else(|| DecodeError { pos: at, problem: format!("reserved operation code {code}") })
     }
 
-    /// The next event, or `None` at the end of the payload. Stores, flushes,
-    /// fences, operation brackets and thread switches — nearly all of a trace
-    /// — are decoded here; the rest in `rare`.
+    /// Decodes the next event and hands it to `v`; `false` at the end of the
+    /// payload. Stores, flushes, fences, operation brackets and thread switches
+    /// — nearly all of a trace — are decoded here; the rest in `rare`.
     #[inline(always)]
-    fn step(&mut self) -> Result<Option<Record<'a>>, DecodeError> {
+    fn visit_next<V: Visit<'a>>(&mut self, v: &mut V) -> Result<bool, DecodeError> {
         loop {
-            let Some(&tag) = self.buf.get(self.pos) else { return Ok(None) };
+            let Some(&tag) = self.buf.get(self.pos) else { return Ok(false) };
             self.pos += 1;
             let (kind, x) = (tag & 15, tag >> 4);
+            let index = self.next_index;
             let event = match kind {
                 K_STORE => {
                     let (addr, size) = self.access(x)?;
-                    Event::Store { addr, size, value: self.value(size)? }
+                    let value = self.value(size)?;
+                    self.next_index += 1;
+                    v.store(index, self.tid, addr, size, value);
+                    return Ok(true);
                 }
                 K_FLUSH => {
                     let kind = match x & 7 {
@@ -171,16 +209,21 @@ impl<'a> BlockDecoder<'a> {
                         self.cur = line.wrapping_add(LINE_BYTES);
                         line
                     };
-                    Event::Flush { kind, line }
+                    self.next_index += 1;
+                    v.flush(index, self.tid, kind, line);
+                    return Ok(true);
                 }
-                K_FENCE => Event::Fence {
-                    kind: match x {
+                K_FENCE => {
+                    let kind = match x {
                         0 => FenceKind::Sfence,
                         1 => FenceKind::Mfence,
                         2 => FenceKind::LockedRmw,
                         k => return Err(self.bad(format!("unknown fence kind {k}"))),
-                    },
-                },
+                    };
+                    self.next_index += 1;
+                    v.fence(index, self.tid, kind);
+                    return Ok(true);
+                }
                 K_THREAD => {
                     if x < 15 {
                         // Cursors of the ids a tag can carry always exist.
@@ -202,10 +245,25 @@ impl<'a> BlockDecoder<'a> {
                 }
                 _ => self.rare(kind, x)?,
             };
-            let index = self.next_index;
             self.next_index += 1;
-            return Ok(Some(Record { index, tid: self.tid, event }));
+            v.event(&Record { index, tid: self.tid, event });
+            return Ok(true);
         }
+    }
+
+    /// The next event, or `None` at the end of the payload.
+    #[inline(always)]
+    fn step(&mut self) -> Result<Option<Record<'a>>, DecodeError> {
+        struct Next<'a>(Option<Record<'a>>);
+        impl<'a> Visit<'a> for Next<'a> {
+            #[inline(always)]
+            fn event(&mut self, rec: &Record<'a>) {
+                self.0 = Some(*rec);
+            }
+        }
+        let mut next = Next(None);
+        self.visit_next(&mut next)?;
+        Ok(next.0)
     }
 
     /// An error about the record whose tag was just read.
@@ -272,13 +330,18 @@ impl<'a> BlockDecoder<'a> {
 
     /// Calls `f` on every event of the payload: the fast way to read a block.
     #[inline(always)]
-    pub fn decode_all(&mut self, mut f: impl FnMut(&Record<'a>)) -> Result<(), DecodeError> {
+    pub fn decode_all(&mut self, f: impl FnMut(&Record<'a>)) -> Result<(), DecodeError> {
+        self.visit_all(&mut EachRecord(f))
+    }
+
+    /// Hands every event of the payload to `v`, the store, flush and fence
+    /// records through their own methods.
+    #[inline(always)]
+    pub fn visit_all<V: Visit<'a>>(&mut self, v: &mut V) -> Result<(), DecodeError> {
         if self.failed {
             return Ok(());
         }
-        while let Some(r) = self.step().inspect_err(|_| self.failed = true)? {
-            f(&r);
-        }
+        while self.visit_next(v).inspect_err(|_| self.failed = true)? {}
         Ok(())
     }
 }
