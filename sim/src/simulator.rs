@@ -795,6 +795,8 @@ fn lines(addr: u64, size: u32) -> impl Iterator<Item = u64> {
 struct Replay<'s, const M: u8>(&'s mut Simulator);
 
 impl<'a, const M: u8> Visit<'a> for Replay<'_, M> {
+    const SPLIT: bool = true;
+
     #[inline(always)]
     fn event(&mut self, rec: &Record<'a>) {
         self.0.step_in::<M>(rec.index, rec.tid, &rec.event);

@@ -10,6 +10,12 @@ use crate::varint::{get, unzigzag, VarintError};
 /// on every event; each method's default builds the [`Record`] and calls
 /// [`Visit::event`], which receives every other kind.
 pub trait Visit<'a> {
+    /// Whether the decoder should call [`Visit::store`], [`Visit::flush`] and
+    /// [`Visit::fence`]: only for a visitor that overrides them. Otherwise
+    /// every record goes through the one call of [`Visit::event`], which the
+    /// compiler then inlines once instead of four times.
+    const SPLIT: bool = false;
+
     fn event(&mut self, rec: &Record<'a>);
 
     #[inline(always)]
@@ -25,16 +31,6 @@ pub trait Visit<'a> {
     #[inline(always)]
     fn fence(&mut self, index: u64, tid: u32, kind: FenceKind) {
         self.event(&Record { index, tid, event: Event::Fence { kind } });
-    }
-}
-
-/// Every record to one closure.
-pub(crate) struct EachRecord<F>(pub(crate) F);
-
-impl<'a, F: FnMut(&Record<'a>)> Visit<'a> for EachRecord<F> {
-    #[inline(always)]
-    fn event(&mut self, rec: &Record<'a>) {
-        (self.0)(rec);
     }
 }
 
@@ -189,9 +185,13 @@ impl<'a> BlockDecoder<'a> {
                 K_STORE => {
                     let (addr, size) = self.access(x)?;
                     let value = self.value(size)?;
-                    self.next_index += 1;
-                    v.store(index, self.tid, addr, size, value);
-                    return Ok(true);
+                    if !V::SPLIT {
+                        Event::Store { addr, size, value }
+                    } else {
+                        self.next_index += 1;
+                        v.store(index, self.tid, addr, size, value);
+                        return Ok(true);
+                    }
                 }
                 K_FLUSH => {
                     let kind = match x & 7 {
@@ -209,9 +209,13 @@ impl<'a> BlockDecoder<'a> {
                         self.cur = line.wrapping_add(LINE_BYTES);
                         line
                     };
-                    self.next_index += 1;
-                    v.flush(index, self.tid, kind, line);
-                    return Ok(true);
+                    if !V::SPLIT {
+                        Event::Flush { kind, line }
+                    } else {
+                        self.next_index += 1;
+                        v.flush(index, self.tid, kind, line);
+                        return Ok(true);
+                    }
                 }
                 K_FENCE => {
                     let kind = match x {
@@ -220,9 +224,13 @@ impl<'a> BlockDecoder<'a> {
                         2 => FenceKind::LockedRmw,
                         k => return Err(self.bad(format!("unknown fence kind {k}"))),
                     };
-                    self.next_index += 1;
-                    v.fence(index, self.tid, kind);
-                    return Ok(true);
+                    if !V::SPLIT {
+                        Event::Fence { kind }
+                    } else {
+                        self.next_index += 1;
+                        v.fence(index, self.tid, kind);
+                        return Ok(true);
+                    }
                 }
                 K_THREAD => {
                     if x < 15 {
@@ -330,8 +338,17 @@ impl<'a> BlockDecoder<'a> {
 
     /// Calls `f` on every event of the payload: the fast way to read a block.
     #[inline(always)]
-    pub fn decode_all(&mut self, f: impl FnMut(&Record<'a>)) -> Result<(), DecodeError> {
-        self.visit_all(&mut EachRecord(f))
+    pub fn decode_all(&mut self, mut f: impl FnMut(&Record<'a>)) -> Result<(), DecodeError> {
+        // Record by record rather than `visit_all` with a visitor calling `f`:
+        // the same work, but measurably faster on a real trace (the loop
+        // compiles to a tighter shape).
+        if self.failed {
+            return Ok(());
+        }
+        while let Some(r) = self.step().inspect_err(|_| self.failed = true)? {
+            f(&r);
+        }
+        Ok(())
     }
 
     /// Hands every event of the payload to `v`, the store, flush and fence

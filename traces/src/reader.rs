@@ -1,7 +1,7 @@
 //! The streaming trace reader: one block in memory at a time, every problem
 //! reported as file + byte offset + what is wrong.
 
-use crate::decode::{BlockDecoder, DecodeError, EachRecord, Visit};
+use crate::decode::{BlockDecoder, DecodeError, Visit};
 use crate::error::{ErrorKind, TraceError};
 use crate::event::Record;
 use crate::format::*;
@@ -58,7 +58,9 @@ impl<'a> Block<'a> {
     /// Calls `f` on every event of the block: faster than [`Block::records`].
     #[inline(always)]
     pub fn for_each(&self, f: impl FnMut(&Record<'a>)) -> Result<(), TraceError> {
-        self.visit(&mut EachRecord(f))
+        let mut dec = BlockDecoder::new(self.payload, self.values, self.first_index);
+        dec.decode_all(f).map_err(|e| self.decode_error(e))?;
+        self.check_count(dec.next_index())
     }
 
     /// Hands every event of the block to `v` (see [`Visit`]).
