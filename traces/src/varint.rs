@@ -113,7 +113,7 @@ mod tests {
             let v = x >> (i % 64);
             let mut b = Vec::new();
             put(&mut b, v);
-            b.extend(std::iter::repeat(0xa5).take((i % 12) as usize));
+            b.resize(b.len() + (i % 12) as usize, 0xa5);
             let (mut p, mut q) = (0, 0);
             assert_eq!(get(&b, &mut p), Ok(v));
             assert_eq!(get_bytewise(&b, &mut q), Ok(v));
