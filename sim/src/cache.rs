@@ -6,6 +6,9 @@
 //! One set-associative level with 64 B lines and true LRU, standing for the
 //! last-level cache. Each set is kept in recency order (most recent first), so a
 //! hit on the line just used costs one compare and LRU needs no time stamps.
+//! Its valid lines form a prefix of the set (invalidation closes the gap, a
+//! fill shifts the prefix), so lookups and shifts stop at the first empty way:
+//! their cost is the number of lines the set holds, not its associativity.
 //! Instruction effects (Intel SDM): `clwb` writes a dirty line back and leaves it
 //! cached clean; `clflush`/`clflushopt` write it back and invalidate it; a
 //! non-temporal store bypasses the cache and invalidates a cached copy.
@@ -90,9 +93,15 @@ impl CpuCache {
             self.counters.hits += 1;
             return Access { hit: true, writeback: None, evicted: false };
         }
-        if let Some(i) = set.iter().position(|&e| e >> 1 == line) {
-            // Move to the front by hand: `copy_within` calls memmove, which
-            // costs more than shifting a dozen words.
+        // Find the line, or the end of the valid prefix (the first empty way).
+        let n = set.len();
+        let mut i = 1;
+        while i < n && set[i] >> 1 != line && set[i] != EMPTY {
+            i += 1;
+        }
+        if i < n && set[i] != EMPTY {
+            // A hit: move to the front by hand (`copy_within` calls memmove,
+            // which costs more than shifting a few words).
             let e = set[i] | dirty;
             for k in (1..=i).rev() {
                 set[k] = set[k - 1];
@@ -101,9 +110,10 @@ impl CpuCache {
             self.counters.hits += 1;
             return Access { hit: true, writeback: None, evicted: false };
         }
-        let n = set.len();
-        let victim = set[n - 1];
-        for k in (1..n).rev() {
+        // A miss: the new line goes to the front, the prefix shifts by one into
+        // the empty way `i`, or the least recent line (the last) is evicted.
+        let victim = if i < n { EMPTY } else { set[n - 1] };
+        for k in (1..i.min(n - 1) + 1).rev() {
             set[k] = set[k - 1];
         }
         set[0] = line << 1 | dirty;
@@ -121,14 +131,25 @@ impl CpuCache {
     pub fn flush(&mut self, addr: u64, invalidate: bool) -> bool {
         let line = addr >> 6;
         let set = self.set(line);
-        let Some(i) = set.iter().position(|&e| e >> 1 == line) else { return false };
+        let n = set.len();
+        let mut i = 0;
+        while i < n && set[i] >> 1 != line {
+            if set[i] == EMPTY {
+                return false;
+            }
+            i += 1;
+        }
+        if i == n {
+            return false;
+        }
         let dirty = set[i] & 1 == 1;
         if invalidate {
-            let n = set.len();
-            for k in i..n - 1 {
-                set[k] = set[k + 1];
+            // Close the gap: the valid lines after it move up by one.
+            while i + 1 < n && set[i + 1] != EMPTY {
+                set[i] = set[i + 1];
+                i += 1;
             }
-            set[n - 1] = EMPTY;
+            set[i] = EMPTY;
         } else {
             // clwb keeps the line; it does not count as a use for LRU.
             set[i] &= !1;

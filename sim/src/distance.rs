@@ -127,7 +127,7 @@ impl DistanceTracker {
 
     /// Records a flush of the line holding `addr` and returns its reflush
     /// distance, `None` for the first flush of the line.
-    #[inline]
+    #[inline(always)]
     pub fn flush(&mut self, addr: u64) -> Option<u64> {
         if self.now == self.capacity {
             self.compact();

@@ -194,6 +194,12 @@ pub struct Optane {
     /// The `written` mask of a fully written XPLine.
     full: u8,
     entries: usize,
+    /// The interleave chunk located last (`u64::MAX`: none), its DIMM and its
+    /// base in that DIMM's address space: consecutive PM accesses mostly fall
+    /// in one chunk, and the DIMM of a chunk costs a division otherwise.
+    memo_chunk: u64,
+    memo_dimm: usize,
+    memo_base: u64,
 }
 
 impl Optane {
@@ -209,6 +215,9 @@ impl Optane {
             xpline_shift: cfg.xpline_bytes.trailing_zeros(),
             full: if sub >= 8 { u8::MAX } else { (1u8 << sub) - 1 },
             entries,
+            memo_chunk: u64::MAX,
+            memo_dimm: 0,
+            memo_base: 0,
         }
     }
 
@@ -240,18 +249,31 @@ impl Optane {
     }
 
     /// The DIMM of `addr`, the XPLine in that DIMM's own address space (so the
-    /// chunks a DIMM holds are contiguous for it), and the 64 B part of it.
-    #[inline(always)]
+    /// chunks a DIMM holds are contiguous for it), and the 64 B part of it:
+    /// the reference for [`Optane::locate_memo`], which the models use.
+    #[cfg(test)]
     fn locate(&self, addr: u64) -> (usize, u64, u32) {
         let (q, dimm) = self.divmod(addr >> self.interleave_shift);
         let local = q << self.interleave_shift | (addr & ((1u64 << self.interleave_shift) - 1));
         (dimm as usize, local >> self.xpline_shift, ((local >> 6) & ((1 << (self.xpline_shift - 6)) - 1)) as u32)
     }
 
+    /// [`Optane::locate`], remembering the last chunk.
+    #[inline(always)]
+    fn locate_memo(&mut self, addr: u64) -> (usize, u64, u32) {
+        let chunk = addr >> self.interleave_shift;
+        if chunk != self.memo_chunk {
+            let (q, dimm) = self.divmod(chunk);
+            (self.memo_chunk, self.memo_dimm, self.memo_base) = (chunk, dimm as usize, q << self.interleave_shift);
+        }
+        let local = self.memo_base | (addr & ((1u64 << self.interleave_shift) - 1));
+        (self.memo_dimm, local >> self.xpline_shift, ((local >> 6) & ((1 << (self.xpline_shift - 6)) - 1)) as u32)
+    }
+
     /// A 64 B write of the line holding `addr`.
     #[inline]
     pub fn write(&mut self, addr: u64) -> WriteOutcome {
-        let (di, xpl, part) = self.locate(addr);
+        let (di, xpl, part) = self.locate_memo(addr);
         let (entries, full) = (self.entries, self.full);
         let d = &mut self.dimms[di];
         d.counters.writes += 1;
@@ -294,7 +316,7 @@ impl Optane {
     /// modelled as a write buffer).
     #[inline]
     pub fn read(&mut self, addr: u64) {
-        let (di, xpl, _) = self.locate(addr);
+        let (di, xpl, _) = self.locate_memo(addr);
         let d = &mut self.dimms[di];
         d.counters.reads += 1;
         if d.find(xpl).is_none() {
@@ -388,10 +410,14 @@ mod tests {
 
     #[test]
     fn interleave_and_local_addresses() {
-        let o = optane(6, 64);
+        let mut o = optane(6, 64);
         assert_eq!(o.locate(0), (0, 0, 0));
         assert_eq!(o.locate(4096), (1, 0, 0));
         assert_eq!(o.locate(6 * 4096 + 64), (0, 16, 1), "the DIMM's second chunk follows its first");
+        // The remembered chunk gives the same answers, in any order.
+        for a in [0u64, 64, 4096, 4096 + 4032, 6 * 4096 + 64, 7 * 4096, 0x7f3a_0000_1240, 0x7f3a_0000_1280, 5] {
+            assert_eq!(o.locate_memo(a), o.locate(a), "{a:#x}");
+        }
     }
 
     #[test]

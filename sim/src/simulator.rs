@@ -16,7 +16,8 @@ use crate::fastmap::U64Map;
 use crate::optane::Optane;
 use crate::stats::*;
 use pmsim_traces::{
-    Category, Event, EventSink, FlushKind, OpKind, Record, RegionMap, TraceError, TraceHeader, TraceReader, TraceTotals,
+    Category, Event, EventSink, FenceKind, FlushKind, OpKind, Record, RegionMap, TraceError, TraceHeader, TraceReader,
+    TraceTotals, Visit,
 };
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -110,6 +111,15 @@ struct HotRegion {
     cat: u8,
 }
 
+/// The models a replay runs, fixed for the whole replay: the per-event code is
+/// compiled once per mode (a const generic), so it carries no branches on it
+/// and the reflush-only mode has no trace of the cache, DIMM or latency code.
+const REFLUSH_ONLY: u8 = 0;
+/// Full model under eADR: flushes do not reach the cache or PM.
+const EADR: u8 = 1;
+/// Full model under ADR.
+const ADR: u8 = 2;
+
 /// Replays events through the models. Feed it events (it is an [`EventSink`],
 /// or call [`Simulator::replay`] on a trace), then ask for [`Simulator::report`].
 pub struct Simulator {
@@ -142,6 +152,8 @@ pub struct Simulator {
     region_ctr: Vec<Counters>,
     /// Operation per row; row 0 (`None`) is "outside any operation".
     op_kinds: Vec<Option<OpKind>>,
+    /// Row of each named operation (codes 0-7) in `op_kinds`, 0 if none yet.
+    op_slot_of_code: [u32; 8],
 
     trackers: Vec<DistanceTracker>,
     tracker_min_capacity: u32,
@@ -198,6 +210,7 @@ impl Simulator {
             ctx_key: Vec::new(),
             region_ctr: vec![Counters::default()],
             op_kinds: vec![None],
+            op_slot_of_code: [0; 8],
             trackers: (0..trackers).map(|_| DistanceTracker::new()).collect(),
             tracker_min_capacity: DistanceTracker::DEFAULT_MIN_CAPACITY,
             cache: CpuCache::new(&cache_cfg),
@@ -223,10 +236,32 @@ impl Simulator {
         }
     }
 
+    /// The mode of [`REFLUSH_ONLY`], [`EADR`] and [`ADR`] this simulator runs.
+    #[inline(always)]
+    fn mode(&self) -> u8 {
+        match (self.full, self.adr) {
+            (false, _) => REFLUSH_ONLY,
+            (true, false) => EADR,
+            (true, true) => ADR,
+        }
+    }
+
     /// Replays a whole trace (its header must be the one given to `new`).
     pub fn replay<R: Read>(&mut self, reader: &mut TraceReader<R>) -> Result<TraceTotals, TraceError> {
+        // (A build of this loop with the `popcnt` target feature, chosen at run
+        // time, was tried: the closure below then stops being inlined into the
+        // decoder, which costs more than the software popcount.)
+        match self.mode() {
+            REFLUSH_ONLY => self.replay_in::<REFLUSH_ONLY, R>(reader),
+            EADR => self.replay_in::<EADR, R>(reader),
+            _ => self.replay_in::<ADR, R>(reader),
+        }
+    }
+
+    #[inline(always)]
+    fn replay_in<const M: u8, R: Read>(&mut self, reader: &mut TraceReader<R>) -> Result<TraceTotals, TraceError> {
         while let Some(block) = reader.next_block()? {
-            block.for_each(|rec| self.record(rec))?;
+            block.visit(&mut Replay::<M>(self))?;
         }
         Ok(reader.totals())
     }
@@ -242,19 +277,23 @@ impl Simulator {
     #[inline]
     pub fn step(&mut self, tid: u32, ev: &Event<'_>) {
         let index = self.next_index;
-        self.next_index += 1;
-        self.events += 1;
-        let t = tid as usize;
-        if t >= self.threads.len() || self.threads[t].ctx == NO_CTX {
-            self.start_thread(t);
+        match self.mode() {
+            REFLUSH_ONLY => self.step_in::<REFLUSH_ONLY>(index, tid, ev),
+            EADR => self.step_in::<EADR>(index, tid, ev),
+            _ => self.step_in::<ADR>(index, tid, ev),
         }
-        self.threads[t].events += 1;
+    }
+
+    /// Event number `index` (global order) of thread `tid`.
+    #[inline(always)]
+    fn step_in<const M: u8>(&mut self, index: u64, tid: u32, ev: &Event<'_>) {
+        let (t, x) = self.begin_event(index, tid);
         match *ev {
-            Event::Store { addr, size, .. } => self.store(t, addr, size),
-            Event::Flush { kind, line } => self.flush(t, index, kind, line),
-            Event::Fence { .. } => self.fence(t),
-            Event::NtStore { addr, size, .. } => self.nt_store(t, addr, size),
-            Event::Load { addr, size } => self.load(t, addr, size),
+            Event::Store { addr, size, .. } => self.store::<M>(x, addr, size),
+            Event::Flush { kind, line } => self.flush::<M>(t, x, index, kind, line),
+            Event::Fence { .. } => self.fence::<M>(t, x),
+            Event::NtStore { addr, size, .. } => self.nt_store::<M>(t, x, addr, size),
+            Event::Load { addr, size } => self.load::<M>(x, addr, size),
             Event::OpBegin { op, .. } => self.op_begin(t, op),
             Event::OpEnd { op, .. } => self.op_end(t, op),
             Event::ThreadEnd => self.drain_nt(t),
@@ -267,29 +306,43 @@ impl Simulator {
         }
     }
 
+    /// What every event does first: counts it, sets its thread up the first
+    /// time, and returns the thread and its current context.
+    #[inline(always)]
+    fn begin_event(&mut self, index: u64, tid: u32) -> (usize, u32) {
+        self.next_index = index + 1;
+        self.events += 1;
+        let t = tid as usize;
+        if t >= self.threads.len() || self.threads[t].ctx == NO_CTX {
+            self.start_thread(t);
+        }
+        let ts = &mut self.threads[t];
+        ts.events += 1;
+        // The thread's context, for the events that cannot change it.
+        (t, ts.ctx)
+    }
+
     // ---- events -------------------------------------------------------------
 
     /// A cached store: counted, and each line it touches becomes dirty in the
     /// cache (a miss fills the line from PM and may evict a dirty one to PM).
-    #[inline]
-    fn store(&mut self, t: usize, addr: u64, size: u32) {
+    #[inline(always)]
+    fn store<const M: u8>(&mut self, x: u32, addr: u64, size: u32) {
         let (r, _) = self.region_of(addr);
-        let x = self.threads[t].ctx;
         self.bump(x, r, |c| {
             c.stores += 1;
             c.store_bytes += size as u64;
         });
-        if self.full {
+        if M != REFLUSH_ONLY {
             self.touch_lines(x, addr, size, true);
         }
     }
 
-    #[inline]
-    fn load(&mut self, t: usize, addr: u64, size: u32) {
+    #[inline(always)]
+    fn load<const M: u8>(&mut self, x: u32, addr: u64, size: u32) {
         let (r, _) = self.region_of(addr);
-        let x = self.threads[t].ctx;
         self.bump(x, r, |c| c.loads += 1);
-        if self.full {
+        if M != REFLUSH_ONLY {
             self.touch_lines(x, addr, size, false);
         }
     }
@@ -297,16 +350,15 @@ impl Simulator {
     /// A flush: its reflush distance in the configured scope, then (ADR only)
     /// whether the cache held the line dirty, the XPBuffer's response to the
     /// write-back and the estimated cost.
-    #[inline]
-    fn flush(&mut self, t: usize, index: u64, kind: FlushKind, line: u64) {
+    #[inline(always)]
+    fn flush<const M: u8>(&mut self, t: usize, x: u32, index: u64, kind: FlushKind, line: u64) {
         let line = line & !63;
         let (r, cat) = self.region_of(line);
-        let x = self.threads[t].ctx;
         let d = self.tracker(t, line).flush(line);
         let b = bucket(d);
         let reflush = matches!(d, Some(d) if d < self.threshold);
         let (mut dirty, mut hit, mut seq, mut cost) = (false, false, false, 0);
-        if self.adr {
+        if M == ADR {
             dirty = self.cache.flush(line, kind != FlushKind::Clwb);
             if dirty {
                 let w = self.optane.write(line);
@@ -320,13 +372,12 @@ impl Simulator {
             }
             self.threads[t].pending = Some((cat, r));
         }
-        let adr = self.adr;
         self.bump(x, r, |c| {
             c.flushes += 1;
             c.first_flushes += d.is_none() as u64;
             c.reflushes += reflush as u64;
             c.hist[b] += 1;
-            if adr {
+            if M == ADR {
                 c.dirty_flushes += dirty as u64;
                 c.xpbuffer_hits += hit as u64;
                 c.sequential_writes += seq as u64;
@@ -339,13 +390,12 @@ impl Simulator {
     /// A fence: drains the thread's non-temporal write-combining buffer; its
     /// cost goes to the category and region of the flush it orders (the
     /// thread's latest since its previous fence), or to "fence" if none.
-    #[inline]
-    fn fence(&mut self, t: usize) {
-        if self.full {
+    #[inline(always)]
+    fn fence<const M: u8>(&mut self, t: usize, x: u32) {
+        if M != REFLUSH_ONLY {
             self.drain_nt(t);
         }
-        let x = self.threads[t].ctx;
-        let cost = if self.full { self.costs.fence } else { 0 };
+        let cost = if M != REFLUSH_ONLY { self.costs.fence } else { 0 };
         match self.threads[t].pending.take() {
             Some((cat, r)) => self.bump(x, r, |c| {
                 c.fences += 1;
@@ -362,12 +412,11 @@ impl Simulator {
     /// A non-temporal store: bypasses the cache (a cached copy is invalidated;
     /// its dirty bytes merge into the write) and fills the thread's
     /// write-combining buffer, which goes to PM a line at a time.
-    #[inline]
-    fn nt_store(&mut self, t: usize, addr: u64, size: u32) {
+    #[inline(always)]
+    fn nt_store<const M: u8>(&mut self, t: usize, x: u32, addr: u64, size: u32) {
         let (r, _) = self.region_of(addr);
-        let x = self.threads[t].ctx;
         self.bump(x, r, |c| c.nt_stores += 1);
-        if !self.full {
+        if M == REFLUSH_ONLY {
             return;
         }
         for line in lines(addr, size) {
@@ -379,12 +428,17 @@ impl Simulator {
         }
     }
 
+    #[inline(always)]
     fn op_begin(&mut self, t: usize, op: OpKind) {
-        let slot = match self.op_kinds.iter().position(|&k| k == Some(op)) {
-            Some(s) => s as u32,
+        let slot = match self.op_slot(op) {
+            Some(s) => s,
             None => {
                 self.op_kinds.push(Some(op));
-                self.op_kinds.len() as u32 - 1
+                let s = self.op_kinds.len() as u32 - 1;
+                if let Some(e) = self.op_slot_of_code.get_mut(op.code() as usize) {
+                    *e = s;
+                }
+                s
             }
         };
         self.threads[t].ops.push(slot);
@@ -393,12 +447,23 @@ impl Simulator {
         self.ctx_ctr[x as usize].ops += 1;
     }
 
+    /// The operation row of `op`, if it has one yet: named operations by
+    /// table, others by a search of the (few) rows.
+    #[inline(always)]
+    fn op_slot(&self, op: OpKind) -> Option<u32> {
+        match self.op_slot_of_code.get(op.code() as usize) {
+            Some(&s) => (s != 0).then_some(s),
+            None => self.op_kinds.iter().position(|&k| k == Some(op)).map(|s| s as u32),
+        }
+    }
+
     /// Closes the innermost open operation of that type (and any left open
     /// inside it); an end without a begin is ignored.
+    #[inline(always)]
     fn op_end(&mut self, t: usize, op: OpKind) {
-        let kinds = &self.op_kinds;
+        let Some(slot) = self.op_slot(op) else { return };
         let stack = &mut self.threads[t].ops;
-        if let Some(i) = stack.iter().rposition(|&s| kinds[s as usize] == Some(op)) {
+        if let Some(i) = stack.iter().rposition(|&s| s == slot) {
             stack.truncate(i);
             self.enter_ctx(t);
         }
@@ -406,17 +471,26 @@ impl Simulator {
 
     /// Points thread `t` at the context of its innermost open operation,
     /// creating the context the first time.
+    #[inline(always)]
     fn enter_ctx(&mut self, t: usize) {
         let ts = &mut self.threads[t];
         let o = ts.ops.last().copied().unwrap_or(0);
+        match ts.ctx_of_op.get(o as usize) {
+            Some(&x) if x != NO_CTX => ts.ctx = x,
+            _ => self.new_ctx(t, o),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_ctx(&mut self, t: usize, o: u32) {
+        let ts = &mut self.threads[t];
         if ts.ctx_of_op.len() <= o as usize {
             ts.ctx_of_op.resize(o as usize + 1, NO_CTX);
         }
-        if ts.ctx_of_op[o as usize] == NO_CTX {
-            ts.ctx_of_op[o as usize] = self.ctx_ctr.len() as u32;
-            self.ctx_ctr.push(Counters::default());
-            self.ctx_key.push((t as u32, o));
-        }
+        ts.ctx_of_op[o as usize] = self.ctx_ctr.len() as u32;
+        self.ctx_ctr.push(Counters::default());
+        self.ctx_key.push((t as u32, o));
         ts.ctx = ts.ctx_of_op[o as usize];
     }
 
@@ -500,16 +574,31 @@ impl Simulator {
 
     /// Loads or stores the lines of `[addr, addr + size)` in the cache; fills
     /// read PM and evicted dirty lines are written to it.
-    #[inline]
+    #[inline(always)]
     fn touch_lines(&mut self, x: u32, addr: u64, size: u32, write: bool) {
-        for line in lines(addr, size) {
-            let a = self.cache.access(line, write);
-            if !a.hit {
-                self.optane.read(line);
-            }
-            if let Some(victim) = a.writeback {
-                self.evict(x, victim);
-            }
+        let (first, last) = line_span(addr, size);
+        self.touch_line(x, first << 6, write);
+        if last != first {
+            self.touch_more_lines(x, first + 1, last, write);
+        }
+    }
+
+    /// The lines after the first of an access that crosses lines.
+    #[inline(never)]
+    fn touch_more_lines(&mut self, x: u32, first: u64, last: u64, write: bool) {
+        for line in first..=last {
+            self.touch_line(x, line << 6, write);
+        }
+    }
+
+    #[inline(always)]
+    fn touch_line(&mut self, x: u32, line: u64, write: bool) {
+        let a = self.cache.access(line, write);
+        if !a.hit {
+            self.optane.read(line);
+        }
+        if let Some(victim) = a.writeback {
+            self.evict(x, victim);
         }
     }
 
@@ -529,6 +618,7 @@ impl Simulator {
 
     /// Writes a line of non-temporal stores to PM; the thread's next fence
     /// waits for it.
+    #[inline(never)]
     fn nt_write(&mut self, t: usize, line: u64) {
         let (r, cat) = self.region_of(line);
         let x = self.threads[t].ctx;
@@ -543,6 +633,7 @@ impl Simulator {
         });
     }
 
+    #[inline(always)]
     fn drain_nt(&mut self, t: usize) {
         let line = std::mem::replace(&mut self.threads[t].nt_line, NO_LINE);
         if line != NO_LINE {
@@ -684,13 +775,50 @@ fn ratio(a: u64, b: u64) -> f64 {
     }
 }
 
-/// The 64 B lines `[addr, addr + size)` touches (one for size 0); the range
-/// stops at the top of the address space instead of wrapping.
+/// The first and last 64 B line numbers `[addr, addr + size)` touches (one
+/// line for size 0); the span stops at the top of the address space instead of
+/// wrapping.
+#[inline(always)]
+fn line_span(addr: u64, size: u32) -> (u64, u64) {
+    (addr >> 6, addr.saturating_add((size as u64).max(1) - 1) >> 6)
+}
+
+/// The addresses of the lines of [`line_span`].
 #[inline(always)]
 fn lines(addr: u64, size: u32) -> impl Iterator<Item = u64> {
-    let first = addr >> 6;
-    let last = addr.saturating_add((size as u64).max(1) - 1) >> 6;
+    let (first, last) = line_span(addr, size);
     (first..=last).map(|l| l << 6)
+}
+
+/// A trace replay in mode `M`: the decoder hands stores, flushes and fences
+/// straight to the models, without building an [`Event`] to match on again.
+struct Replay<'s, const M: u8>(&'s mut Simulator);
+
+impl<'a, const M: u8> Visit<'a> for Replay<'_, M> {
+    const SPLIT: bool = true;
+
+    #[inline(always)]
+    fn event(&mut self, rec: &Record<'a>) {
+        self.0.step_in::<M>(rec.index, rec.tid, &rec.event);
+    }
+
+    #[inline(always)]
+    fn store(&mut self, index: u64, tid: u32, addr: u64, size: u32, _value: Option<&'a [u8]>) {
+        let (_, x) = self.0.begin_event(index, tid);
+        self.0.store::<M>(x, addr, size);
+    }
+
+    #[inline(always)]
+    fn flush(&mut self, index: u64, tid: u32, kind: FlushKind, line: u64) {
+        let (t, x) = self.0.begin_event(index, tid);
+        self.0.flush::<M>(t, x, index, kind, line);
+    }
+
+    #[inline(always)]
+    fn fence(&mut self, index: u64, tid: u32, _kind: FenceKind) {
+        let (t, x) = self.0.begin_event(index, tid);
+        self.0.fence::<M>(t, x);
+    }
 }
 
 impl EventSink for Simulator {

@@ -1,8 +1,10 @@
-//! `pmsim bench`: throughput of the trace writer and reader, measured now on this
-//! machine, as a table (medians of several runs).
+//! `pmsim bench`: throughput of the trace writer and reader and of the simulator,
+//! measured now on this machine, as a table (medians of several runs, wall-clock
+//! and on-CPU: on a shared machine the second is what one dedicated core does).
 
 use super::CmdResult;
 use clap::Args;
+use pmsim_sim::{Config, Simulator};
 use pmsim_traces::synth::metadata_stream;
 use pmsim_traces::{Event, TraceHeader, TraceReader, TraceWriter, WriterOptions};
 use serde::Serialize;
@@ -17,9 +19,14 @@ pub struct BenchArgs {
     /// Runs per figure; the median is printed.
     #[arg(long, default_value_t = 5)]
     runs: usize,
-    /// Also time reading this trace file (a real trace, from disk or page cache).
+    /// Also time reading this trace file (a real trace, from disk or page cache),
+    /// writing its events, and replaying it through the simulator (full model
+    /// and reflush statistics alone), file decoding included.
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Skip the synthetic-stream rows (time the --trace file only).
+    #[arg(long, requires = "trace")]
+    no_synthetic: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -30,20 +37,54 @@ struct Row {
     what: String,
     events: u64,
     bytes_per_event: f64,
-    /// Median over the runs, millions of events per second.
+    /// Median over the runs, millions of events per second (wall clock).
     mevents_per_s: f64,
+    /// The same from this thread's CPU time (equal to the wall-clock figure
+    /// where the kernel does not report it).
+    cpu_mevents_per_s: f64,
+    /// What the project asks of this path, M events/s (issues 2 and 5).
+    target: Option<f64>,
 }
 
-fn median_secs(runs: usize, mut f: impl FnMut()) -> f64 {
-    let mut t: Vec<f64> = (0..runs.max(1))
+impl Row {
+    fn new(what: String, events: u64, bytes: u64, t: Times, target: Option<f64>) -> Row {
+        Row {
+            what,
+            events,
+            bytes_per_event: bytes as f64 / events.max(1) as f64,
+            mevents_per_s: events as f64 / t.wall / 1e6,
+            cpu_mevents_per_s: events as f64 / t.cpu / 1e6,
+            target,
+        }
+    }
+}
+
+/// CPU time of this thread in nanoseconds (Linux schedstat), if available.
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// Median wall-clock and on-CPU seconds of several runs.
+#[derive(Clone, Copy)]
+struct Times {
+    wall: f64,
+    cpu: f64,
+}
+
+fn median_secs(runs: usize, mut f: impl FnMut()) -> Times {
+    let (mut wall, mut cpu): (Vec<f64>, Vec<f64>) = (0..runs.max(1))
         .map(|_| {
-            let s = Instant::now();
+            let (s, c) = (Instant::now(), thread_cpu_ns());
             f();
-            s.elapsed().as_secs_f64()
+            let w = s.elapsed().as_secs_f64();
+            (w, c.zip(thread_cpu_ns()).map_or(w, |(a, b)| (b - a) as f64 / 1e9))
         })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[t.len() / 2]
+        .unzip();
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Times { wall: median(&mut wall), cpu: median(&mut cpu) }
 }
 
 fn encode(events: &[(u32, Event<'_>)], n: usize, opts: &WriterOptions) -> Vec<u8> {
@@ -62,83 +103,102 @@ fn read_count(bytes: &[u8]) -> u64 {
     std::hint::black_box(n)
 }
 
+/// Replays a trace file through the simulator; returns the events replayed.
+fn simulate(path: &std::path::Path, cfg: &Config) -> Result<u64, Box<dyn std::error::Error>> {
+    let mut r = TraceReader::open(path)?;
+    let mut sim = Simulator::new(cfg.clone(), r.header())?;
+    sim.replay(&mut r)?;
+    Ok(std::hint::black_box(sim.report()).events)
+}
+
 pub fn run(a: BenchArgs) -> CmdResult {
+    let mut rows = Vec::new();
+    if !a.no_synthetic {
+        synthetic(&a, &mut rows);
+    }
+    if let Some(path) = &a.trace {
+        // Read once outside the timing to report a real error if there is one,
+        // keeping the events to time the writer on them.
+        let mut real: Vec<(u32, pmsim_traces::OwnedEvent)> = Vec::new();
+        let totals = TraceReader::open(path)?.for_each(|rec| real.push((rec.tid, rec.event.to_owned())))?;
+        let t = median_secs(a.runs, || {
+            let mut x = 0u64;
+            if let Ok(mut r) = TraceReader::open(path) {
+                let _ = r.for_each(|rec| x = x.wrapping_add(rec.index));
+            }
+            std::hint::black_box(x);
+        });
+        rows.push(Row::new(format!("read {} (file)", path.display()), totals.events, totals.bytes, t, Some(100.0)));
+        let borrowed: Vec<(u32, Event<'_>)> = real.iter().map(|(t, e)| (*t, e.as_event())).collect();
+        let opts = WriterOptions::default();
+        let written = encode(&borrowed, borrowed.len(), &opts);
+        let t = median_secs(a.runs, || {
+            std::hint::black_box(encode(&borrowed, borrowed.len(), &opts));
+        });
+        let n = borrowed.len() as u64;
+        rows.push(Row::new(
+            format!("write {} (events in memory)", path.display()),
+            n,
+            written.len() as u64,
+            t,
+            Some(50.0),
+        ));
+        drop(borrowed);
+        drop(real);
+        for (name, cfg, target) in [
+            ("sim full", Config::default(), 50.0),
+            ("sim reflush-only", Config { reflush_only: true, ..Config::default() }, 150.0),
+        ] {
+            simulate(path, &cfg)?;
+            let t = median_secs(a.runs, || {
+                let _ = simulate(path, &cfg);
+            });
+            rows.push(Row::new(
+                format!("{name} {} (file)", path.display()),
+                totals.events,
+                totals.bytes,
+                t,
+                Some(target),
+            ));
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!(
+            "{:<48} {:>10} {:>11} {:>12} {:>12} {:>7}",
+            "benchmark", "events", "bytes/event", "M events/s", "on-CPU M/s", "target"
+        );
+        for r in &rows {
+            let target = r.target.map_or("-".into(), |t| format!(">= {t}"));
+            println!(
+                "{:<48} {:>10} {:>11.3} {:>12.1} {:>12.1} {:>7}",
+                r.what, r.events, r.bytes_per_event, r.mevents_per_s, r.cpu_mevents_per_s, target
+            );
+        }
+        println!("(median of {} runs, one thread; file rows include decoding)", a.runs);
+    }
+    Ok(())
+}
+
+/// The writer and reader on a synthetic stream held in memory.
+fn synthetic(a: &BenchArgs, rows: &mut Vec<Row>) {
     // A cache-resident window of events, replayed: the writer sees events the way the
     // tracing backend hands them over (from small per-thread buffers).
     let events = metadata_stream(a.events.min(1 << 16), 4, 42);
     let n = a.events as u64;
-    let mut rows = Vec::new();
     for (name, opts) in [
         ("raw", WriterOptions::default()),
         ("zstd-1", WriterOptions { zstd_level: Some(1), ..WriterOptions::default() }),
     ] {
         let bytes = encode(&events, n as usize, &opts);
-        let bpe = bytes.len() as f64 / n as f64;
-        let w = median_secs(a.runs, || {
+        let t = median_secs(a.runs, || {
             std::hint::black_box(encode(&events, n as usize, &opts));
         });
-        rows.push(Row {
-            what: format!("write {name} (synthetic, memory)"),
-            events: n,
-            bytes_per_event: bpe,
-            mevents_per_s: n as f64 / w / 1e6,
-        });
-        let r = median_secs(a.runs, || {
+        rows.push(Row::new(format!("write {name} (synthetic, memory)"), n, bytes.len() as u64, t, Some(50.0)));
+        let t = median_secs(a.runs, || {
             read_count(&bytes);
         });
-        rows.push(Row {
-            what: format!("read {name} (synthetic, memory)"),
-            events: n,
-            bytes_per_event: bpe,
-            mevents_per_s: n as f64 / r / 1e6,
-        });
+        rows.push(Row::new(format!("read {name} (synthetic, memory)"), n, bytes.len() as u64, t, Some(100.0)));
     }
-    if let Some(path) = &a.trace {
-        let mut total = 0u64;
-        let mut bytes = 0u64;
-        let secs = median_secs(a.runs, || {
-            let mut r = match TraceReader::open(path) {
-                Ok(r) => r,
-                Err(_) => return,
-            };
-            let mut x = 0u64;
-            if let Ok(t) = r.for_each(|rec| x = x.wrapping_add(rec.index)) {
-                total = t.events;
-                bytes = t.bytes;
-            }
-            std::hint::black_box(x);
-        });
-        // Re-read once outside the timing to report a real error if there is one,
-        // keeping the events to time the writer on them.
-        let mut real: Vec<(u32, pmsim_traces::OwnedEvent)> = Vec::new();
-        TraceReader::open(path)?.for_each(|rec| real.push((rec.tid, rec.event.to_owned())))?;
-        let borrowed: Vec<(u32, Event<'_>)> = real.iter().map(|(t, e)| (*t, e.as_event())).collect();
-        let opts = WriterOptions::default();
-        let written = encode(&borrowed, borrowed.len(), &opts);
-        let w = median_secs(a.runs, || {
-            std::hint::black_box(encode(&borrowed, borrowed.len(), &opts));
-        });
-        rows.push(Row {
-            what: format!("write {} (events in memory)", path.display()),
-            events: borrowed.len() as u64,
-            bytes_per_event: written.len() as f64 / borrowed.len().max(1) as f64,
-            mevents_per_s: borrowed.len() as f64 / w / 1e6,
-        });
-        rows.push(Row {
-            what: format!("read {} (file)", path.display()),
-            events: total,
-            bytes_per_event: bytes as f64 / total.max(1) as f64,
-            mevents_per_s: total as f64 / secs / 1e6,
-        });
-    }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-    } else {
-        println!("{:<44} {:>12} {:>11} {:>12}", "benchmark", "events", "bytes/event", "M events/s");
-        for r in &rows {
-            println!("{:<44} {:>12} {:>11.3} {:>12.1}", r.what, r.events, r.bytes_per_event, r.mevents_per_s);
-        }
-        println!("(median of {} runs, one thread)", a.runs);
-    }
-    Ok(())
 }

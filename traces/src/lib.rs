@@ -17,7 +17,7 @@ pub mod synth;
 pub mod varint;
 pub mod writer;
 
-pub use decode::BlockDecoder;
+pub use decode::{BlockDecoder, Visit};
 pub use encode::EncodeError;
 pub use error::{ErrorKind, TraceError};
 pub use event::{line_of, Category, Event, FenceKind, FlushKind, OpKind, OwnedEvent, Record, LINE};

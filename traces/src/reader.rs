@@ -1,7 +1,7 @@
 //! The streaming trace reader: one block in memory at a time, every problem
 //! reported as file + byte offset + what is wrong.
 
-use crate::decode::{BlockDecoder, DecodeError};
+use crate::decode::{BlockDecoder, DecodeError, Visit};
 use crate::error::{ErrorKind, TraceError};
 use crate::event::Record;
 use crate::format::*;
@@ -56,10 +56,18 @@ impl<'a> Block<'a> {
     }
 
     /// Calls `f` on every event of the block: faster than [`Block::records`].
-    #[inline]
+    #[inline(always)]
     pub fn for_each(&self, f: impl FnMut(&Record<'a>)) -> Result<(), TraceError> {
         let mut dec = BlockDecoder::new(self.payload, self.values, self.first_index);
         dec.decode_all(f).map_err(|e| self.decode_error(e))?;
+        self.check_count(dec.next_index())
+    }
+
+    /// Hands every event of the block to `v` (see [`Visit`]).
+    #[inline(always)]
+    pub fn visit<V: Visit<'a>>(&self, v: &mut V) -> Result<(), TraceError> {
+        let mut dec = BlockDecoder::new(self.payload, self.values, self.first_index);
+        dec.visit_all(v).map_err(|e| self.decode_error(e))?;
         self.check_count(dec.next_index())
     }
 
@@ -191,7 +199,8 @@ impl<R: Read> TraceReader<R> {
     /// truncation reported at the offset where the data stops.
     fn fill(&mut self, n: usize, what: &str) -> Result<(), TraceError> {
         let buf = &mut self.stored;
-        buf.clear();
+        // Only bytes past the old length are zeroed (the buffer keeps its size
+        // from block to block); every byte is overwritten by the read anyway.
         buf.resize(n, 0);
         let mut got = 0;
         while got < n {
