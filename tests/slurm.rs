@@ -2,8 +2,9 @@
 //! `scripts/slurm-local.sh` (slurmctld, slurmd and munge from Debian). A small
 //! sweep run through a 4-task job array merges to exactly the rows of the
 //! same sweep run locally; a task cancelled mid-run leaves only complete rows
-//! and `--resume` completes the sweep to the same rows; and the errors a user
-//! meets first are one clear line each.
+//! and `--resume` completes the sweep to the same rows; the merge job's
+//! report passes a check in headless Chromium; and the errors a user meets
+//! first are one clear line each.
 
 use pmsim_analyses::store::{self, SweepDir};
 use pmsim_analyses::Row;
@@ -13,10 +14,35 @@ use std::time::{Duration, Instant};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// Stripes 1, 2, 4, 6 × Threadtest and Larson-small at tiny scale.
-const AXES: [&str; 3] = ["alloc=nvalloc-log", "workload=threadtest,larson-small", "stripes=1,2,4,6"];
+/// Stripes 1, 2, 4, 6 × Threadtest and Larson-small at tiny scale, one
+/// thread (multi-threaded points depend on the interleaving), with the bit
+/// stripe figure in its report.
+const EXPERIMENT: &str = r#"
+[experiment]
+name = "slurm-stripes"
+title = "Bit stripes through Slurm"
+mode = "sim"
+figures = ["fig16a"]
 
-fn pmsim(args: &[&str]) -> Output {
+[sweep]
+alloc = ["nvalloc-log"]
+workload = ["threadtest", "larson-small"]
+threads = [1]
+stripes = [1, 2, 4, 6]
+"#;
+
+/// The experiment file, written once per process.
+fn experiment() -> String {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let p = std::env::temp_dir().join(format!("pmsim-slurm-test-{}.toml", std::process::id()));
+        std::fs::write(&p, EXPERIMENT).unwrap();
+        p.display().to_string()
+    })
+    .clone()
+}
+
+fn pmsim<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pmsim")).args(args).env("SLURM_CONF", slurm_conf()).output().expect("pmsim runs")
 }
 
@@ -32,13 +58,9 @@ fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
-fn sweep_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut v = vec!["sweep"];
-    for a in AXES {
-        v.extend(["--set", a]);
-    }
-    v.extend(["--out", out]);
-    v.extend(extra);
+fn sweep_args(out: &str, extra: &[&str]) -> Vec<String> {
+    let mut v = vec!["sweep".to_string(), experiment(), "--out".into(), out.into()];
+    v.extend(extra.iter().map(|s| s.to_string()));
     v
 }
 
@@ -105,6 +127,23 @@ fn slurm_sweep_equals_local_and_survives_a_cancelled_task() {
     assert!(Path::new(&s).join("results.json").is_file());
     assert_eq!(rows(Path::new(&s)), want, "the Slurm sweep differs from the local one");
     eprintln!("wall time: local {local_s:.1} s, through Slurm {slurm_s:.1} s (4 tasks on one node)");
+
+    // The merge job's report, checked in headless Chromium: no console
+    // errors, every image and table loaded, captions present.
+    let report = Path::new(&s).join("report");
+    let shot = Path::new(&s).join("report.png");
+    let o = Command::new("python3")
+        .arg(format!("{ROOT}/scripts/check-report.py"))
+        .arg(&report)
+        .arg("--screenshot")
+        .arg(&shot)
+        .output()
+        .expect("python3 runs");
+    assert!(o.status.success(), "the report fails in the browser: {}", text(&o));
+    eprintln!("{}", text(&o).trim());
+    if let Ok(keep) = std::env::var("PMSIM_KEEP_SCREENSHOT") {
+        std::fs::copy(&shot, keep).unwrap();
+    }
 
     // A task cancelled while it runs: the merge never runs, and `--resume`
     // completes the sweep to the same rows.

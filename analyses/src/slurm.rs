@@ -10,7 +10,8 @@
 //! each row atomically (see [`crate::store`]). So a cancelled or failed task
 //! loses at most the point it was running, and submitting the same
 //! directory again (`pmsim sweep --resume DIR --slurm`) runs exactly the
-//! missing points; the merge then equals an uninterrupted run.
+//! missing points; the merge then equals an uninterrupted run. The merge job
+//! also draws the sweep's report into `DIR/report/`.
 //!
 //! Progress comes from `scontrol show job` (this works without Slurm's
 //! accounting database, which small clusters often lack) and from the rows
@@ -139,13 +140,17 @@ pub fn plan(dir: &SweepDir, name: &str, pmsim: &Path, o: &SlurmOptions) -> Resul
     );
     let mut merge = String::new();
     let _ = writeln!(merge, "#!/bin/bash");
-    let _ = writeln!(merge, "# Runs after every task of the array succeeded: checks and merges the shard files.");
+    let _ = writeln!(
+        merge,
+        "# Runs after every task of the array succeeded: checks and merges the shard files, draws the report."
+    );
     let _ = writeln!(merge, "set -euo pipefail");
     let _ = writeln!(
         merge,
-        "exec {exe} sweep merge {d} --json {} --csv {}",
+        "exec {exe} sweep merge {d} --json {} --csv {} --report {}",
         shell_quote(&root.join("results.json").display().to_string()),
-        shell_quote(&root.join("results.csv").display().to_string())
+        shell_quote(&root.join("results.csv").display().to_string()),
+        shell_quote(&root.join("report").display().to_string())
     );
     let array_script = sdir.join("array.sh");
     let merge_script = sdir.join("merge.sh");

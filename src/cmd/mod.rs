@@ -1,13 +1,13 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod crash;
 pub mod export;
 pub mod reproduce;
-pub mod crash;
 pub mod run;
 pub mod sim;
-pub mod sweep;
 pub mod specs;
+pub mod sweep;
 pub mod trace;
 pub mod trace_exec;
 

@@ -226,10 +226,11 @@ fn submit(a: &SweepArgs, dir: &SweepDir, resolved: &store::Resolved) -> CmdResul
     } else {
         writeln!(
             w,
-            "merged in {:.1} s: {} and {}",
+            "merged in {:.1} s: {} and {}; report {}",
             start.elapsed().as_secs_f64(),
             dir.root.join("results.json").display(),
-            dir.root.join("results.csv").display()
+            dir.root.join("results.csv").display(),
+            dir.root.join("report/index.html").display()
         )?;
     }
     Ok(())
