@@ -163,12 +163,18 @@ impl CpuCache {
     }
 }
 
-/// The 64 B lines `[addr, addr + size)` touches (one for size 0); the range
-/// stops at the top of the address space instead of wrapping.
+/// The first and last 64 B line numbers `[addr, addr + size)` touches (one
+/// line for size 0); the span stops at the top of the address space instead of
+/// wrapping.
+#[inline(always)]
+pub fn line_span(addr: u64, size: u32) -> (u64, u64) {
+    (addr >> 6, addr.saturating_add((size as u64).max(1) - 1) >> 6)
+}
+
+/// The addresses of the 64 B lines of [`line_span`].
 #[inline(always)]
 pub fn lines(addr: u64, size: u32) -> impl Iterator<Item = u64> {
-    let first = addr >> 6;
-    let last = addr.saturating_add((size as u64).max(1) - 1) >> 6;
+    let (first, last) = line_span(addr, size);
     (first..=last).map(|l| l << 6)
 }
 

@@ -9,7 +9,7 @@
 //! only when a new thread, region, operation type or nesting depth appears).
 
 use crate::access_map::{AccessMap, AccessPoint};
-use crate::cache::CpuCache;
+use crate::cache::{line_span, lines, CpuCache};
 use crate::config::{Config, ConfigError, Scope};
 use crate::distance::{bucket, DistanceTracker};
 use crate::fastmap::U64Map;
@@ -773,21 +773,6 @@ fn ratio(a: u64, b: u64) -> f64 {
     } else {
         a as f64 / b as f64
     }
-}
-
-/// The first and last 64 B line numbers `[addr, addr + size)` touches (one
-/// line for size 0); the span stops at the top of the address space instead of
-/// wrapping.
-#[inline(always)]
-fn line_span(addr: u64, size: u32) -> (u64, u64) {
-    (addr >> 6, addr.saturating_add((size as u64).max(1) - 1) >> 6)
-}
-
-/// The addresses of the lines of [`line_span`].
-#[inline(always)]
-fn lines(addr: u64, size: u32) -> impl Iterator<Item = u64> {
-    let (first, last) = line_span(addr, size);
-    (first..=last).map(|l| l << 6)
 }
 
 /// A trace replay in mode `M`: the decoder hands stores, flushes and fences
