@@ -52,7 +52,8 @@ fi
 PIP_PKGS=("selenium>=4.10,<5")
 if ! python3 -c "import selenium" >/dev/null 2>&1; then
   echo "setup: installing Python packages: ${PIP_PKGS[*]}"
-  python3 -m pip install -q --disable-pip-version-check "${PIP_PKGS[@]}"
+  python3 -m pip install -q --disable-pip-version-check "${PIP_PKGS[@]}" 2>/dev/null \
+    || python3 -m pip install -q --disable-pip-version-check --break-system-packages "${PIP_PKGS[@]}"
 fi
 
 echo "setup: building pmsim (release)"
