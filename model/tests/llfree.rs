@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{open_heap, retry_locked, tmpdir, Rng, Victim};
+use common::{open_heap, pending, retry_locked, slot, tmpdir, Rng, Victim, CHILD_THREADS, SLOTS, TABLE_BYTES};
 use pmsim_model::heap::Heap as H;
 use pmsim_model::llfree::{LlConfig, LlError, LlFree};
 use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, OpKind, Pm, PmAllocator, TraceConfig};
@@ -287,19 +287,7 @@ fn every_lower_level_cas_is_flushed_and_fenced_unless_eadr() {
 
 const CHILD_ENV: &str = "PMSIM_LLFREE_CRASH_CHILD";
 const READY: &str = "llfree-victim-ready";
-const CHILD_THREADS: u64 = 2;
-const SLOTS: u64 = 48;
-/// Root table: per thread SLOTS object slots, then one pending slot per thread.
-const TABLE_BYTES: u64 = 8 * (CHILD_THREADS * SLOTS + CHILD_THREADS);
 const CRASH_HEAP: u64 = 320 << 20;
-
-fn slot(table: u64, thread: u64, i: u64) -> u64 {
-    table + 8 * (thread * SLOTS + i)
-}
-
-fn pending(table: u64, thread: u64) -> u64 {
-    table + 8 * (CHILD_THREADS * SLOTS + thread)
-}
 
 /// The victim: opens the zone (recovering) and churns until killed. Each
 /// thread allocates a base or (one time in ten) huge frame into its pending

@@ -7,7 +7,8 @@
 mod common;
 
 use common::{
-    assert_disjoint, check_obj, conservatively_reachable, every_workload, mixed_size, tmpdir, write_obj, Rng, Victim,
+    assert_disjoint, check_obj, conservatively_reachable, every_workload, mixed_size, pending, slot, tmpdir, write_obj,
+    Rng, Victim, CHILD_THREADS, SLOTS, TABLE_BYTES,
 };
 use pmsim_model::heap::{Heap as H, ROOT_SLOTS};
 use pmsim_model::makalu::{Makalu, MakaluConfig};
@@ -170,18 +171,6 @@ fn the_gc_reclaims_exactly_the_unreachable_objects_after_an_unclean_shutdown() {
 
 const CHILD_ENV: &str = "PMSIM_MAKALU_CRASH_CHILD";
 const READY: &str = "makalu-victim-ready";
-const CHILD_THREADS: u64 = 2;
-const SLOTS: u64 = 48;
-/// Root table: per thread SLOTS object slots, then one pending slot per thread.
-const TABLE_BYTES: u64 = 8 * (CHILD_THREADS * SLOTS + CHILD_THREADS);
-
-fn slot(table: u64, thread: u64, i: u64) -> u64 {
-    table + 8 * (thread * SLOTS + i)
-}
-
-fn pending(table: u64, thread: u64) -> u64 {
-    table + 8 * (CHILD_THREADS * SLOTS + thread)
-}
 
 /// The victim: churns objects through `malloc_to` / `free_from` and leaks
 /// one allocation in eight (never published), until killed.

@@ -9,8 +9,8 @@
 mod common;
 
 use common::{
-    assert_disjoint, check_obj, conservatively_reachable, mixed_size, open_heap, retry_locked, tmpdir, write_obj, Rng,
-    Victim, OBJ_HEADER,
+    assert_disjoint, check_obj, conservatively_reachable, mixed_size, open_heap, pending, retry_locked, slot, tmpdir,
+    write_obj, Rng, Victim, CHILD_THREADS, OBJ_HEADER, SLOTS, TABLE_BYTES,
 };
 use pmsim_model::heap::Heap as H;
 use pmsim_model::mech::wal::{Wal, WalEntry};
@@ -566,18 +566,6 @@ const CHILD_ENV: &str = "PMSIM_NVALLOC_CRASH_CHILD";
 /// What the victim prints once the heap is open (libtest may put other text
 /// on the same line).
 const READY: &str = "nvalloc-victim-ready";
-const CHILD_THREADS: u64 = 2;
-const SLOTS: u64 = 48;
-/// Root table: per thread SLOTS object slots, then one pending slot per thread.
-const TABLE_BYTES: u64 = 8 * (CHILD_THREADS * SLOTS + CHILD_THREADS);
-
-fn slot(table: u64, thread: u64, i: u64) -> u64 {
-    table + 8 * (thread * SLOTS + i)
-}
-
-fn pending(table: u64, thread: u64) -> u64 {
-    table + 8 * (CHILD_THREADS * SLOTS + thread)
-}
 
 /// The victim: opens the heap (recovering) and churns until killed. Each
 /// thread allocates into its pending slot, writes and persists the object,

@@ -255,3 +255,23 @@ pub fn every_workload(spec: &str) {
         }
     }
 }
+
+// ----- the victims' root table -------------------------------------------------------
+
+/// Threads of a SIGKILL victim.
+pub const CHILD_THREADS: u64 = 2;
+/// Object slots per victim thread.
+pub const SLOTS: u64 = 48;
+/// A victim's root table: per thread SLOTS object slots, then one pending
+/// slot per thread (where an allocation is published before it is linked).
+pub const TABLE_BYTES: u64 = 8 * (CHILD_THREADS * SLOTS + CHILD_THREADS);
+
+/// Object slot `i` of `thread` in the table at `table`.
+pub fn slot(table: u64, thread: u64, i: u64) -> u64 {
+    table + 8 * (thread * SLOTS + i)
+}
+
+/// The pending slot of `thread` in the table at `table`.
+pub fn pending(table: u64, thread: u64) -> u64 {
+    table + 8 * (CHILD_THREADS * SLOTS + thread)
+}
