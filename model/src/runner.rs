@@ -15,7 +15,7 @@ use crate::llfree::{LlConfig, LlFree};
 use crate::makalu::{Makalu, MakaluConfig};
 use crate::metall::{Metall, MetallConfig};
 use crate::nvalloc::{NvAlloc, NvConfig};
-use crate::params::as_map;
+use crate::params::{as_map, split_override};
 use crate::pm::{FlushInsn, Pm};
 use crate::pmdk::{Pmdk, PmdkOptions};
 use crate::tracing::{Finished, TraceConfig};
@@ -57,7 +57,8 @@ impl AllocSpec {
 
     /// Parses `NAME[:key=value:…]`. `overrides` (`key=value`, e.g. from a
     /// command line's `--set`) apply first, then the spec's own; the spec's
-    /// label stays as written.
+    /// label stays as written. Every override must name a parameter of this
+    /// allocator; [`AllocSpec::parse_all`] spreads shared overrides instead.
     pub fn parse<'a>(spec: &str, overrides: impl IntoIterator<Item = &'a str>) -> Result<AllocSpec, RunError> {
         let mut parts = spec.split(':');
         let name = parts.next().unwrap_or("").trim();
@@ -89,6 +90,44 @@ impl AllocSpec {
         }
         let cfg = NvConfig::preset(name)?.with_overrides(overrides)?.with_overrides(parts)?;
         Ok(AllocSpec::NvAlloc { label: spec.to_string(), cfg })
+    }
+
+    /// Parses several specs that share `overrides` (a command line's
+    /// `--set`, `--stripes`, …): each override reaches only the allocators
+    /// that have its parameter, so `--alloc llfree,nvalloc-log --stripes 4`
+    /// sets NVAlloc's stripes and leaves LLFree alone. An override that no
+    /// listed allocator has is an error rather than silently dropped.
+    pub fn parse_all(specs: &[String], overrides: &[String]) -> Result<Vec<AllocSpec>, RunError> {
+        let mut used = vec![false; overrides.len()];
+        let mut out = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let name = spec.split(':').next().unwrap_or("");
+            let keys = AllocSpec::parse(name, [])?.params();
+            let mut mine = Vec::new();
+            for (i, kv) in overrides.iter().enumerate() {
+                if keys.contains_key(split_override(kv)?.0) {
+                    used[i] = true;
+                    mine.push(kv.as_str());
+                }
+            }
+            out.push(AllocSpec::parse(spec, mine)?);
+        }
+        if let Some(i) = used.iter().position(|u| !u) {
+            let key = split_override(&overrides[i])?.0;
+            return Err(format!("no allocator in {} has a parameter '{key}'", specs.join(",")).into());
+        }
+        Ok(out)
+    }
+
+    /// Every parameter of the spec with its value (PMDK has none).
+    pub fn params(&self) -> serde_json::Map<String, serde_json::Value> {
+        match self {
+            AllocSpec::NvAlloc { cfg, .. } => as_map(cfg),
+            AllocSpec::LlFree { cfg, .. } => as_map(cfg),
+            AllocSpec::Makalu { cfg, .. } => as_map(cfg),
+            AllocSpec::Metall { cfg, .. } => as_map(cfg),
+            AllocSpec::Pmdk => serde_json::Map::new(),
+        }
     }
 
     /// The spec as the user wrote it (the row label of tables).
@@ -343,4 +382,31 @@ fn fill_header(
     h.threads = opts.threads;
     let argv: Vec<String> = std::env::args().collect();
     h.extra.insert("command".into(), argv.join(" ").into());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AllocSpec;
+
+    fn specs(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Shared overrides reach only the allocators that have the parameter;
+    /// one that none has is refused, naming the key.
+    #[test]
+    fn shared_overrides_reach_only_allocators_that_have_the_key() {
+        let all =
+            AllocSpec::parse_all(&specs(&["llfree", "nvalloc-log:su=0.3", "pmdk"]), &specs(&["stripes=4", "su=0.5"]))
+                .unwrap();
+        assert!(all[0].params().get("stripes").is_none());
+        assert_eq!(all[1].params()["stripes"], 4);
+        // The spec's own key=value wins over the shared override.
+        assert_eq!(all[1].params()["su"], 0.3);
+        assert_eq!(all[2].label(), "pmdk");
+        let e = AllocSpec::parse_all(&specs(&["llfree", "pmdk"]), &specs(&["stripes=4"])).unwrap_err().to_string();
+        assert!(e.contains("no allocator in llfree,pmdk has a parameter 'stripes'"), "{e}");
+        let e = AllocSpec::parse_all(&specs(&["nvalloc-log"]), &specs(&["stripes"])).unwrap_err().to_string();
+        assert!(e.contains("key=value"), "{e}");
+    }
 }

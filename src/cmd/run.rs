@@ -42,7 +42,8 @@ pub struct RunArgs {
     /// Workload parameter override KEY=VALUE (repeatable), e.g. --param iterations=50.
     #[arg(long = "param", value_name = "KEY=VALUE")]
     params: Vec<String>,
-    /// NVAlloc parameter override KEY=VALUE (repeatable), e.g. --set tcache_max=64.
+    /// Allocator parameter override KEY=VALUE (repeatable), e.g. --set tcache_max=64; it reaches each
+    /// listed allocator that has the parameter (an override none of them has is an error).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     /// NVAlloc: bit stripes of slab bitmaps (Fig. 16a).
@@ -234,12 +235,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     let mut overrides = a.set.clone();
     overrides.extend(a.stripes.map(|s| format!("stripes={s}")));
     overrides.extend(a.su.map(|su| format!("su={su}")));
-    let allocs = a
-        .alloc
-        .iter()
-        .map(|spec| AllocSpec::parse(spec, overrides.iter().map(String::as_str)))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("--alloc: {e}"))?;
+    let allocs = AllocSpec::parse_all(&a.alloc, &overrides).map_err(|e| format!("--alloc: {e}"))?;
     let mut wls = Vec::new();
     for w in &a.workload {
         for name in Workload::expand(w)? {
