@@ -53,6 +53,14 @@ fn alloc_label(r: &Row, skip: &[&str]) -> String {
     s
 }
 
+/// " on WORKLOAD" when `rs` mixes workloads, else nothing: a figure that
+/// names its lines by allocator would otherwise draw two workloads of one
+/// allocator as one line under one legend entry.
+fn workload_suffix(rs: &[&Row]) -> impl Fn(&Row) -> String {
+    let mixed = distinct(rs.iter().map(|r| r.point.workload.as_str())).len() > 1;
+    move |r: &Row| if mixed { format!(" on {}", r.point.workload) } else { String::new() }
+}
+
 fn mib(b: f64) -> f64 {
     b / (1u64 << 20) as f64
 }
@@ -362,11 +370,12 @@ pub fn fig16a(rows: &[Row]) -> Option<Figure> {
     if rs.is_empty() {
         return None;
     }
-    let name = |r: &Row| format!("{} ×{} threads", alloc_label(r, &["stripes"]), r.point.threads);
+    let on = workload_suffix(&rs);
+    let name = |r: &Row| format!("{}{} ×{} threads", alloc_label(r, &["stripes"]), on(r), r.point.threads);
     let mut table = Table::new(&["allocator", "threads", "stripes", "flushes", "reflush %", "persist ns/op"]);
     for r in &rs {
         table.push(vec![
-            alloc_label(r, &["stripes"]),
+            format!("{}{}", alloc_label(r, &["stripes"]), on(r)),
             r.point.threads.to_string(),
             num(param_f64(r, "stripes")),
             num(r.sim_f64("/overall/flushes")),
@@ -475,7 +484,9 @@ pub fn fig19(rows: &[Row]) -> Option<Figure> {
         return None;
     }
     let domain = |r: &Row| if eadr(r) { "eADR" } else { "ADR" };
-    let name = |r: &Row| format!("{} {} ×{} threads", alloc_label(r, &["stripes"]), domain(r), r.point.threads);
+    let on = workload_suffix(&rs);
+    let name =
+        |r: &Row| format!("{}{} {} ×{} threads", alloc_label(r, &["stripes"]), on(r), domain(r), r.point.threads);
     let pm_per_op = |r: &Row| {
         let ops = r.sim_f64("/overall/ops").filter(|&o| o > 0.0)?;
         Some(r.sim_f64("/overall/pm_writes")? / ops)
@@ -484,7 +495,7 @@ pub fn fig19(rows: &[Row]) -> Option<Figure> {
         Table::new(&["allocator", "persistence", "threads", "stripes", "persist ns/op", "PM writes/op", "evictions"]);
     for r in &rs {
         table.push(vec![
-            alloc_label(r, &["stripes"]),
+            format!("{}{}", alloc_label(r, &["stripes"]), on(r)),
             domain(r).into(),
             r.point.threads.to_string(),
             num(param_f64(r, "stripes")),

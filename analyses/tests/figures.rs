@@ -213,3 +213,28 @@ fn every_figure_renders_as_svg_and_png_with_labelled_axes() {
         assert!(w >= 800 && h >= 400, "{id}: PNG is {w}×{h}");
     }
 }
+
+/// Lines are named by allocator; when the rows mix workloads each workload
+/// gets its own line (and table label), not one line zig-zagging between them.
+#[test]
+fn stripes_figures_keep_workloads_apart() {
+    for id in ["fig16a", "fig19"] {
+        let mut rows = data(id);
+        let one = rows.len();
+        for r in rows.clone() {
+            let mut r = r;
+            r.point.workload = "larson-small".into();
+            r.index = rows.len();
+            rows.push(r);
+        }
+        let fig = by_id(id).unwrap()(&rows).unwrap();
+        let Kind::Lines { series, .. } = &fig.panels[0].kind else { panic!("{id}: lines expected") };
+        let names: Vec<&str> = series.iter().map(|s| s.0.as_str()).collect();
+        assert_eq!(series.len(), 2 * data(id).len() / 6, "{id}: {names:?}");
+        assert!(names.iter().any(|n| n.contains(" on threadtest")), "{id}: {names:?}");
+        assert!(names.iter().any(|n| n.contains(" on larson-small")), "{id}: {names:?}");
+        assert!(series.iter().all(|s| s.1.len() == 6), "{id}: one point per stripe count and line");
+        assert_eq!(fig.table.rows.len(), 2 * one);
+        assert!(fig.table.rows.iter().any(|r| r[0].ends_with(" on larson-small")), "{id}");
+    }
+}
