@@ -65,6 +65,9 @@ fn reproduce_tiny_writes_the_report_and_its_sweeps_merge() {
     assert!(o.status.success(), "{}", stderr(&o));
     let html = std::fs::read_to_string(rep.join("index.html")).unwrap();
     assert!(html.contains("<img src=\"figures/fig16a.png\"") && rep.join("figures/fig16a.svg").exists());
+    // What the report links is there: its table, and the rows where they are.
+    assert!(html.contains("href=\"results/stripes.csv\"") && rep.join("results/stripes.csv").exists());
+    assert!(html.contains(&format!("rows: <code>{}/</code>", sweep.display())), "rows not named at the sweep");
     let text = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(text.lines().count(), 1 + 24, "{text}");
     assert!(text.lines().next().unwrap().contains("stripes"));

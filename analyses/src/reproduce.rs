@@ -131,6 +131,9 @@ pub struct Section {
     pub ran: usize,
     pub wall_s: f64,
     pub figures: Vec<String>,
+    /// Where the section's result rows are, as the report links them
+    /// (relative to the report when it lies inside the sweep).
+    pub rows: String,
     #[serde(skip)]
     toml: String,
     #[serde(skip)]
@@ -229,7 +232,8 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
             }
         }
         let file = format!("experiments/{base}");
-        let sec = section(out, &meta, file, text, &rows, (s.points, s.ran, t.elapsed().as_secs_f64()))?;
+        let rows_at = format!("sweeps/{}/", meta.name);
+        let sec = section(out, &meta, file, text, rows_at, &rows, (s.points, s.ran, t.elapsed().as_secs_f64()))?;
         eprintln!("reproduce: {name}: {} points ({} run now) in {:.1} s", s.points, s.ran, sec.wall_s);
         sections.push(sec);
     }
@@ -245,12 +249,14 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
 
 /// One experiment's part of a report: its figures drawn from `rows` into
 /// OUT/figures, its headline table into OUT/results/<name>.csv.
-/// `counts` is (points, points run now, wall seconds).
+/// `counts` is (points, points run now, wall seconds); `rows_at` is where
+/// the rows live, as the report should name it.
 fn section(
     out: &Path,
     meta: &Meta,
     file: String,
     params: String,
+    rows_at: String,
     rows: &[Row],
     counts: (usize, usize, f64),
 ) -> Result<Section, String> {
@@ -278,6 +284,7 @@ fn section(
         ran: counts.1,
         wall_s: counts.2,
         figures: drawn.iter().map(|f| f.id.clone()).collect(),
+        rows: rows_at,
         toml: params,
         drawn,
         headline,
@@ -302,7 +309,11 @@ pub fn report_sweep(dir: &SweepDir, out: &Path, command: &str) -> Result<Summary
     let (r, rows, _) = store::merge(dir)?;
     let params = serde_json::to_string_pretty(&r.experiment).expect("experiments serialize");
     let file = dir.experiment_path().display().to_string();
-    let sec = section(out, &r.experiment.meta, file, params, &rows, (rows.len(), 0, 0.0))?;
+    let rows_at = match out.parent() {
+        Some(p) if p == dir.root => "../".to_string(),
+        _ => format!("{}/", dir.root.display()),
+    };
+    let sec = section(out, &r.experiment.meta, file, params, rows_at, &rows, (rows.len(), 0, 0.0))?;
     let scales = figures_scales(&rows);
     let summary = Summary {
         out: out.display().to_string(),
@@ -362,7 +373,7 @@ fn index_html(s: &Summary, command: &str) -> String {
         let _ = write!(
             h,
             "<section id=\"{}\">\n<h2>{}</h2>\n<p>{}</p>\n<p>{} points, {:.1} s (results: <a href=\"results/{}.csv\">\
-             results/{}.csv</a>, rows: <code>sweeps/{}/</code>).</p>\n",
+             results/{}.csv</a>, rows: <code>{}</code>).</p>\n",
             sec.name,
             html_escape(&sec.title),
             html_escape(&sec.description),
@@ -370,7 +381,7 @@ fn index_html(s: &Summary, command: &str) -> String {
             sec.wall_s,
             sec.name,
             sec.name,
-            sec.name
+            html_escape(&sec.rows)
         );
         for f in &sec.drawn {
             let _ = write!(
@@ -412,9 +423,9 @@ fn readme_md(s: &Summary, command: &str) -> String {
     for sec in &s.sections {
         let _ = write!(
             m,
-            "\n## {}\n\n{}\n\n{} points, {:.1} s; parameters in `{}`, rows in `sweeps/{}/`, table in \
+            "\n## {}\n\n{}\n\n{} points, {:.1} s; parameters in `{}`, rows in `{}`, table in \
              `results/{}.csv`.\n",
-            sec.title, sec.description, sec.points, sec.wall_s, sec.file, sec.name, sec.name
+            sec.title, sec.description, sec.points, sec.wall_s, sec.file, sec.rows, sec.name
         );
         for f in &sec.drawn {
             let _ = write!(
