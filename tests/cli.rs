@@ -64,40 +64,36 @@ fn damaged_trace_is_one_error_line_and_a_failure() {
     assert!(stderr(&o).contains("/nonexistent.pmt"), "{}", stderr(&o));
 }
 
+/// `pmsim run` of a short Threadtest (tiny scale, 2 threads × 2 iterations ×
+/// 300 objects) on `alloc`, with `extra` arguments.
+fn short_threadtest(alloc: &str, extra: &[&str]) -> Output {
+    let args = ["run", "--alloc", alloc, "--workload", "threadtest", "--threads", "2", "--scale", "tiny"];
+    pmsim(&[&args[..], &["--param", "iterations=2", "--param", "objects=300"], extra].concat())
+}
+
+/// The flush count of a simulator report's `overall` (or per-thread)
+/// object, checked to be the sum of reflushes and regular flushes.
+fn flushes_adding_up(o: &serde_json::Value) -> u64 {
+    let flushes = o["flushes"].as_u64().unwrap();
+    assert_eq!(o["reflushes"].as_u64().unwrap() + o["regular_flushes"].as_u64().unwrap(), flushes, "{o}");
+    flushes
+}
+
 #[test]
 fn a_traced_run_reads_back_and_simulates() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.pmt");
     let heap = dir.path().join("h.heap");
     let t = trace.to_str().unwrap();
-    let o = pmsim(&[
-        "run",
-        "--alloc",
-        "nvalloc-log",
-        "--workload",
-        "threadtest",
-        "--threads",
-        "2",
-        "--scale",
-        "tiny",
-        "--param",
-        "iterations=2",
-        "--param",
-        "objects=300",
-        "--heap",
-        heap.to_str().unwrap(),
-        "--trace",
-        t,
-    ]);
+    let o = short_threadtest("nvalloc-log", &["--heap", heap.to_str().unwrap(), "--trace", t]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(Path::new(t).exists());
     let o = pmsim(&["sim", t, "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
     let o = &v["overall"];
-    let flushes = o["flushes"].as_u64().unwrap();
+    let flushes = flushes_adding_up(o);
     assert!(flushes > 0, "a traced NVAlloc run issued no flushes");
-    assert_eq!(o["reflushes"].as_u64().unwrap() + o["regular_flushes"].as_u64().unwrap(), flushes);
     let hist: u64 = o["histogram"].as_array().unwrap().iter().map(|b| b["count"].as_u64().unwrap()).sum();
     assert_eq!(hist, flushes, "the distance histogram must count every flush");
     // The run must not clobber a file the user already has.
@@ -233,8 +229,7 @@ fn run_gem5_calls_gem5_and_reads_its_stats() {
 #[test]
 fn llfree_runs_into_the_simulator() {
     let run = |alloc: &str| {
-        let args = ["run", "--alloc", alloc, "--workload", "threadtest", "--threads", "2", "--sim", "--json"];
-        let o = pmsim(&[&args[..], &["--param", "iterations=2", "--param", "objects=300"]].concat());
+        let o = short_threadtest(alloc, &["--sim", "--json"]);
         assert!(o.status.success(), "{}", stderr(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
         v["runs"][0].clone()
@@ -262,30 +257,13 @@ fn llfree_runs_into_the_simulator() {
 #[test]
 fn makalu_and_metall_stream_into_the_simulator() {
     for alloc in ["makalu", "metall"] {
-        let o = pmsim(&[
-            "run",
-            "--alloc",
-            alloc,
-            "--workload",
-            "threadtest",
-            "--threads",
-            "2",
-            "--scale",
-            "tiny",
-            "--param",
-            "iterations=2",
-            "--param",
-            "objects=300",
-            "--sim",
-            "--json",
-        ]);
+        let o = short_threadtest(alloc, &["--sim", "--json"]);
         assert!(o.status.success(), "{alloc}: {}", stderr(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
         let run = &v["runs"][0];
         assert_eq!(run["allocator"]["name"], alloc);
         let s = &run["sim"]["overall"];
-        let flushes = s["flushes"].as_u64().unwrap();
-        assert_eq!(s["reflushes"].as_u64().unwrap() + s["regular_flushes"].as_u64().unwrap(), flushes);
+        let flushes = flushes_adding_up(s);
         assert!(s["stores"].as_u64().unwrap() > 0, "{alloc}: the workload's stores were not traced");
         let regions: Vec<String> =
             run["sim"]["regions"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap().to_string()).collect();

@@ -84,31 +84,17 @@ const FRAG: &[&str] = &["alloc_bytes=200000", "live_cap=60000"];
 const LARSON: &[&str] = &["chunks=4", "rounds=300", "max_size=65536"];
 const LOG_GC: &str = ":gc_interval=16:usage_pmem=0.00001";
 
+impl Case {
+    /// A mutation of the plain per-operation path, caught on Threadtest at every crash point.
+    const fn on_threadtest(mutation: &'static str) -> Case {
+        Case { mutation, workload: "threadtest", params: THREADTEST, alloc_extra: "", during: None, every: 1 }
+    }
+}
+
 const CASES: [Case; 5] = [
-    Case {
-        mutation: "wal-entry-flush",
-        workload: "threadtest",
-        params: THREADTEST,
-        alloc_extra: "",
-        during: None,
-        every: 1,
-    },
-    Case {
-        mutation: "bitmap-flush",
-        workload: "threadtest",
-        params: THREADTEST,
-        alloc_extra: "",
-        during: None,
-        every: 1,
-    },
-    Case {
-        mutation: "dest-flush",
-        workload: "threadtest",
-        params: THREADTEST,
-        alloc_extra: "",
-        during: None,
-        every: 1,
-    },
+    Case::on_threadtest("wal-entry-flush"),
+    Case::on_threadtest("bitmap-flush"),
+    Case::on_threadtest("dest-flush"),
     Case {
         mutation: "morph-flag-flush",
         workload: "fragbench-w1",
