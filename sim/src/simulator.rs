@@ -61,11 +61,12 @@ impl Costs {
 
 /// No context yet for this (thread, operation) pair.
 const NO_CTX: u32 = u32::MAX;
+/// No event seen yet (thread ids are at most 65535).
+const NO_THREAD: u32 = u32::MAX;
 
 /// Per-thread state between events.
 #[derive(Clone, Debug)]
 struct ThreadState {
-    events: u64,
     /// The counters this thread's events go to: those of (this thread, its
     /// innermost open operation). Changes only at operation boundaries.
     ctx: u32,
@@ -84,7 +85,7 @@ struct ThreadState {
 
 impl Default for ThreadState {
     fn default() -> Self {
-        ThreadState { events: 0, ctx: NO_CTX, ops: Vec::new(), ctx_of_op: Vec::new(), pending: None, nt_line: NO_LINE }
+        ThreadState { ctx: NO_CTX, ops: Vec::new(), ctx_of_op: Vec::new(), pending: None, nt_line: NO_LINE }
     }
 }
 
@@ -161,8 +162,12 @@ pub struct Simulator {
     optane: Optane,
     access: AccessMap,
 
+    /// The global index the next event given to [`Simulator::step`] gets.
     next_index: u64,
-    events: u64,
+    /// The thread of the latest event and its context: events come in runs
+    /// of one thread, so the thread's state is looked up once per run.
+    cur_tid: u32,
+    cur_ctx: u32,
 }
 
 impl Simulator {
@@ -217,7 +222,8 @@ impl Simulator {
             optane,
             access: AccessMap::new(cfg.access_map.per_category),
             next_index: 0,
-            events: 0,
+            cur_tid: NO_THREAD,
+            cur_ctx: NO_CTX,
             cfg,
         };
         for r in &header.regions {
@@ -248,9 +254,6 @@ impl Simulator {
 
     /// Replays a whole trace (its header must be the one given to `new`).
     pub fn replay<R: Read>(&mut self, reader: &mut TraceReader<R>) -> Result<TraceTotals, TraceError> {
-        // (A build of this loop with the `popcnt` target feature, chosen at run
-        // time, was tried: the closure below then stops being inlined into the
-        // decoder, which costs more than the software popcount.)
         match self.mode() {
             REFLUSH_ONLY => self.replay_in::<REFLUSH_ONLY, R>(reader),
             EADR => self.replay_in::<EADR, R>(reader),
@@ -262,6 +265,7 @@ impl Simulator {
     fn replay_in<const M: u8, R: Read>(&mut self, reader: &mut TraceReader<R>) -> Result<TraceTotals, TraceError> {
         while let Some(block) = reader.next_block()? {
             block.visit(&mut Replay::<M>(self))?;
+            self.next_index = block.first_index + block.events as u64;
         }
         Ok(reader.totals())
     }
@@ -277,6 +281,7 @@ impl Simulator {
     #[inline]
     pub fn step(&mut self, tid: u32, ev: &Event<'_>) {
         let index = self.next_index;
+        self.next_index += 1;
         match self.mode() {
             REFLUSH_ONLY => self.step_in::<REFLUSH_ONLY>(index, tid, ev),
             EADR => self.step_in::<EADR>(index, tid, ev),
@@ -287,7 +292,7 @@ impl Simulator {
     /// Event number `index` (global order) of thread `tid`.
     #[inline(always)]
     fn step_in<const M: u8>(&mut self, index: u64, tid: u32, ev: &Event<'_>) {
-        let (t, x) = self.begin_event(index, tid);
+        let (t, x) = self.begin_event(tid);
         match *ev {
             Event::Store { addr, size, .. } => self.store::<M>(x, addr, size),
             Event::Flush { kind, line } => self.flush::<M>(t, x, index, kind, line),
@@ -295,31 +300,48 @@ impl Simulator {
             Event::NtStore { addr, size, .. } => self.nt_store::<M>(t, x, addr, size),
             Event::Load { addr, size } => self.load::<M>(x, addr, size),
             Event::OpBegin { op, .. } => self.op_begin(t, op),
-            Event::OpEnd { op, .. } => self.op_end(t, op),
+            Event::OpEnd { op, .. } => self.op_end(t, x, op),
+            _ => self.rare(t, x, ev),
+        }
+    }
+
+    /// Thread starts and ends, region changes and markers: counted as other
+    /// events of their context.
+    #[cold]
+    #[inline(never)]
+    fn rare(&mut self, t: usize, x: u32, ev: &Event<'_>) {
+        self.ctx_ctr[x as usize].other_events += 1;
+        match *ev {
             Event::ThreadEnd => self.drain_nt(t),
             Event::RegionAdd { id, category, base, len, name } => self.add_region(id, category, base, len, name),
             Event::RegionRemove { id } => {
                 self.regions.remove(id);
                 self.hot.fill(HotRegion::default());
             }
-            Event::ThreadStart | Event::Marker { .. } => {}
+            _ => {}
         }
     }
 
-    /// What every event does first: counts it, sets its thread up the first
-    /// time, and returns the thread and its current context.
+    /// What every event does first: returns its thread and the thread's
+    /// current context (setting the thread up the first time). Events are
+    /// counted by kind in their context's counters, nowhere else.
     #[inline(always)]
-    fn begin_event(&mut self, index: u64, tid: u32) -> (usize, u32) {
-        self.next_index = index + 1;
-        self.events += 1;
+    fn begin_event(&mut self, tid: u32) -> (usize, u32) {
+        if tid != self.cur_tid {
+            self.switch_thread(tid);
+        }
+        (tid as usize, self.cur_ctx)
+    }
+
+    /// Makes `tid` the current thread.
+    #[inline(never)]
+    fn switch_thread(&mut self, tid: u32) {
         let t = tid as usize;
         if t >= self.threads.len() || self.threads[t].ctx == NO_CTX {
             self.start_thread(t);
         }
-        let ts = &mut self.threads[t];
-        ts.events += 1;
-        // The thread's context, for the events that cannot change it.
-        (t, ts.ctx)
+        self.cur_tid = tid;
+        self.cur_ctx = self.threads[t].ctx;
     }
 
     // ---- events -------------------------------------------------------------
@@ -460,7 +482,8 @@ impl Simulator {
     /// Closes the innermost open operation of that type (and any left open
     /// inside it); an end without a begin is ignored.
     #[inline(always)]
-    fn op_end(&mut self, t: usize, op: OpKind) {
+    fn op_end(&mut self, t: usize, x: u32, op: OpKind) {
+        self.ctx_ctr[x as usize].op_ends += 1;
         let Some(slot) = self.op_slot(op) else { return };
         let stack = &mut self.threads[t].ops;
         if let Some(i) = stack.iter().rposition(|&s| s == slot) {
@@ -470,7 +493,8 @@ impl Simulator {
     }
 
     /// Points thread `t` at the context of its innermost open operation,
-    /// creating the context the first time.
+    /// creating the context the first time; it becomes the current context
+    /// (`t` is the current thread, or about to become it).
     #[inline(always)]
     fn enter_ctx(&mut self, t: usize) {
         let ts = &mut self.threads[t];
@@ -479,6 +503,7 @@ impl Simulator {
             Some(&x) if x != NO_CTX => ts.ctx = x,
             _ => self.new_ctx(t, o),
         }
+        self.cur_ctx = self.threads[t].ctx;
     }
 
     #[cold]
@@ -645,7 +670,7 @@ impl Simulator {
 
     /// Events seen so far.
     pub fn events(&self) -> u64 {
-        self.events
+        self.ctx_ctr.iter().map(Counters::events).sum()
     }
 
     /// Bytes held by the reflush-distance trackers (they are what grows with
@@ -677,10 +702,10 @@ impl Simulator {
             per_op[o as usize].add(c);
         }
         let threads = (0..self.threads.len())
-            .filter(|&t| self.threads[t].events > 0)
+            .filter(|&t| per_thread[t].events() > 0)
             .map(|t| ThreadReport {
                 tid: t as u32,
-                events: self.threads[t].events,
+                events: per_thread[t].events(),
                 stats: Stats::from_counters(&per_thread[t]),
             })
             .collect();
@@ -750,7 +775,7 @@ impl Simulator {
         };
         Report {
             trace: self.trace_name.clone(),
-            events: self.events,
+            events: overall.events(),
             threshold: self.threshold,
             scope: self.scope,
             eadr: self.cfg.eadr,
@@ -788,20 +813,20 @@ impl<'a, const M: u8> Visit<'a> for Replay<'_, M> {
     }
 
     #[inline(always)]
-    fn store(&mut self, index: u64, tid: u32, addr: u64, size: u32, _value: Option<&'a [u8]>) {
-        let (_, x) = self.0.begin_event(index, tid);
+    fn store(&mut self, _index: u64, tid: u32, addr: u64, size: u32, _value: Option<&'a [u8]>) {
+        let (_, x) = self.0.begin_event(tid);
         self.0.store::<M>(x, addr, size);
     }
 
     #[inline(always)]
     fn flush(&mut self, index: u64, tid: u32, kind: FlushKind, line: u64) {
-        let (t, x) = self.0.begin_event(index, tid);
+        let (t, x) = self.0.begin_event(tid);
         self.0.flush::<M>(t, x, index, kind, line);
     }
 
     #[inline(always)]
-    fn fence(&mut self, index: u64, tid: u32, _kind: FenceKind) {
-        let (t, x) = self.0.begin_event(index, tid);
+    fn fence(&mut self, _index: u64, tid: u32, _kind: FenceKind) {
+        let (t, x) = self.0.begin_event(tid);
         self.0.fence::<M>(t, x);
     }
 }

@@ -93,9 +93,27 @@ counters! {
     sequential_writes,
     /// Operations begun (OpBegin).
     ops,
+    /// Operations ended (OpEnd).
+    op_ends,
+    /// Events of the other kinds: thread starts and ends, region changes,
+    /// markers.
+    other_events,
 }
 
 impl Counters {
+    /// Events counted: every event is counted once, by its kind, so a
+    /// thread's events are the sum over its contexts.
+    pub fn events(&self) -> u64 {
+        self.stores
+            + self.nt_stores
+            + self.loads
+            + self.flushes
+            + self.fences
+            + self.ops
+            + self.op_ends
+            + self.other_events
+    }
+
     /// 64 B writes that reached PM.
     pub fn pm_writes(&self) -> u64 {
         self.dirty_flushes + self.evictions + self.nt_lines
