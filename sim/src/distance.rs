@@ -20,7 +20,7 @@
 //! of events, and each compaction, O(lines + capacity / 64), is paid for by the
 //! 7 × lines flushes since the previous one.
 
-use crate::fastmap::U64Map;
+use crate::line_times::{LineTimes, NEVER};
 
 /// Histogram buckets: 0, 1, 2, 3, then powers of two [4, 8), [8, 16), …,
 /// [2^31, 2^32), then "first flush". Distances are below 2^32 because they count
@@ -29,6 +29,10 @@ pub const HIST_BUCKETS: usize = 35;
 /// The bucket of first flushes (infinite distance).
 pub const FIRST_BUCKET: usize = HIST_BUCKETS - 1;
 
+/// The distance [`DistanceTracker::distance`] gives a first flush (infinite):
+/// the time of a line never flushed.
+pub const FIRST: u32 = NEVER;
+
 /// The histogram bucket of a distance (`None` = first flush).
 #[inline(always)]
 pub fn bucket(d: Option<u64>) -> usize {
@@ -36,6 +40,18 @@ pub fn bucket(d: Option<u64>) -> usize {
         None => FIRST_BUCKET,
         Some(d) if d < 4 => d as usize,
         Some(d) => (2 + (63 - d.leading_zeros()) as usize).min(FIRST_BUCKET - 1),
+    }
+}
+
+/// [`bucket`] of a distance from [`DistanceTracker::distance`], [`FIRST`]
+/// for a first flush.
+#[inline(always)]
+pub fn bucket_of(d: u32) -> usize {
+    let log = (31 - (d | 1).leading_zeros()) as usize;
+    if d < 4 {
+        d as usize
+    } else {
+        (2 + log + (d == FIRST) as usize).min(FIRST_BUCKET)
     }
 }
 
@@ -56,8 +72,9 @@ pub fn bucket_label(b: usize) -> String {
 #[derive(Clone, Debug)]
 pub struct DistanceTracker {
     /// Line number → time of that line's latest flush.
-    last: U64Map,
-    /// Bit t is set iff time t is some line's latest flush.
+    last: LineTimes,
+    /// Bit t is set iff time t is some line's latest flush; then
+    /// `NEAR_WORDS` spare words that stay zero.
     bits: Vec<u64>,
     /// Fenwick tree over the words of `bits`, 1-based: `tree[w + 1]` covers
     /// word w. (Walks of a fixed number of steps without data-dependent
@@ -83,7 +100,7 @@ impl Default for DistanceTracker {
 
 /// Below this many words between a line's previous flush and now, the marks
 /// are counted by popcount directly (cheaper than the tree's walk).
-const NEAR_WORDS: usize = 8;
+const NEAR_WORDS: usize = 4;
 
 impl DistanceTracker {
     /// Capacity that a tracker starts with and never shrinks below: large enough
@@ -99,7 +116,7 @@ impl DistanceTracker {
     /// times. Allocates nothing until the first flush.
     pub fn with_min_capacity(min: u32) -> Self {
         DistanceTracker {
-            last: U64Map::new(),
+            last: LineTimes::new(),
             bits: Vec::new(),
             tree: Vec::new(),
             now: 0,
@@ -129,57 +146,71 @@ impl DistanceTracker {
     /// distance, `None` for the first flush of the line.
     #[inline(always)]
     pub fn flush(&mut self, addr: u64) -> Option<u64> {
+        let d = self.distance(addr);
+        (d != FIRST).then_some(d as u64)
+    }
+
+    /// [`DistanceTracker::flush`] with [`FIRST`] for a first flush: what the
+    /// simulator calls on every flush.
+    #[inline(always)]
+    pub fn distance(&mut self, addr: u64) -> u32 {
         if self.now == self.capacity {
             self.compact();
         }
         let now = self.now;
-        let (t, new) = self.last.get_or_insert_mut(addr >> 6, now);
-        if new {
-            self.live += 1;
-        } else {
-            let p = *t;
-            // Flushed again right after its own previous flush: distance 0, and
-            // the order of latest flushes does not change: nothing to update.
-            if p + 1 == now {
-                return Some(0);
-            }
-            *t = now;
-            let d = self.ones_after(p);
-            self.bits[(p / 64) as usize] &= !(1u64 << (p % 64));
-            self.bits[(now / 64) as usize] |= 1u64 << (now % 64);
-            self.move_mark((p / 64) as usize, (now / 64) as usize);
-            self.now += 1;
-            return Some(d as u64);
+        let t = self.last.slot(addr >> 6);
+        let p = *t;
+        // Flushed again right after its own previous flush: distance 0, and the
+        // order of latest flushes does not change: nothing to update.
+        if p as u64 + 1 == now as u64 {
+            return 0;
         }
-        self.bits[(now / 64) as usize] |= 1u64 << (now % 64);
-        self.add((now / 64) as usize, 1);
-        self.now += 1;
-        None
+        *t = now;
+        self.now = now + 1;
+        let (wp, wn) = ((p / 64) as usize, (now / 64) as usize);
+        debug_assert!(wn + NEAR_WORDS <= self.bits.len() && (p == FIRST || p < now));
+        let bits = self.bits.as_mut_ptr();
+        // SAFETY: `now` is below the capacity, so its word and the NEAR_WORDS
+        // after it are in `bits` (`compact` sizes it so), and a line's time `p`
+        // is always before `now`: every word read or written below is one of
+        // those. (Bounds checks here cost a sixth of a flush.)
+        unsafe {
+            *bits.add(wn) |= 1u64 << (now % 64);
+            if p == FIRST {
+                self.live += 1;
+                self.add(wn, 1);
+                return FIRST;
+            }
+            let d = if wn - wp < NEAR_WORDS {
+                // A fixed number of words, without a loop whose length varies
+                // from flush to flush: the words after `now`'s hold no marks
+                // (the bit set has NEAR_WORDS spare words that stay zero).
+                // `now`'s own mark, just set, is not one of those wanted.
+                let mut n = ((*bits.add(wp) >> (p % 64)) >> 1).count_ones();
+                for k in 1..NEAR_WORDS {
+                    n += (*bits.add(wp + k)).count_ones();
+                }
+                n - 1
+            } else {
+                // The tree does not count `now`'s mark yet.
+                self.marks_after(p)
+            };
+            *bits.add(wp) &= !(1u64 << (p % 64));
+            // Moving the mark to another word moves its count in the tree (the
+            // usual short reflush stays in one word).
+            if wp != wn {
+                self.add(wp, u32::MAX);
+                self.add(wn, 1);
+            }
+            d
+        }
     }
 
-    /// Moves one mark from word `from` to word `to` (≥ `from`) in the tree:
-    /// nothing when they are the same word (the usual short reflush), else -1
-    /// up `from`'s path and +1 up `to`'s. (Stopping where the two paths join
-    /// would save updates, but its data-dependent branch costs more.)
-    #[inline(always)]
-    fn move_mark(&mut self, from: usize, to: usize) {
-        if from != to {
-            self.add(from, u32::MAX);
-            self.add(to, 1);
-        }
-    }
-
-    /// Number of marks at times after `p` (all of them are before `now`).
-    #[inline(always)]
-    fn ones_after(&self, p: u32) -> u32 {
-        let (wp, wn) = ((p / 64) as usize, ((self.now - 1) / 64) as usize);
-        if wn - wp < NEAR_WORDS {
-            let mut n = ((self.bits[wp] >> (p % 64)) >> 1).count_ones();
-            for w in &self.bits[wp + 1..=wn] {
-                n += w.count_ones();
-            }
-            return n;
-        }
+    /// Number of marks at times after `p`, by the tree: the live marks less
+    /// those up to `p`.
+    #[inline(never)]
+    fn marks_after(&self, p: u32) -> u32 {
+        let wp = (p / 64) as usize;
         // Marks up to p: whole words before p's word, then p's word up to p.
         let mut upto = (self.bits[wp] << (63 - p % 64)).count_ones();
         let mut i = wp;
@@ -218,7 +249,7 @@ impl DistanceTracker {
             r += w.count_ones();
         }
         let bits = &self.bits;
-        for t in self.last.values_mut() {
+        for t in self.last.times_mut() {
             let w = (*t / 64) as usize;
             let below = bits[w] & ((1u64 << (*t % 64)) - 1);
             *t = rank[w] + below.count_ones();
@@ -231,8 +262,8 @@ impl DistanceTracker {
         let words = cap.div_ceil(64) as usize;
         // Times 0..live are marked.
         self.bits.clear();
-        self.bits.reserve_exact(words);
-        self.bits.resize(words, 0);
+        self.bits.reserve_exact(words + NEAR_WORDS);
+        self.bits.resize(words + NEAR_WORDS, 0);
         for t in 0..live as usize {
             self.bits[t / 64] |= 1 << (t % 64);
         }
@@ -240,7 +271,7 @@ impl DistanceTracker {
         // from a prefix-count array (O(words)).
         let mut prefix = Vec::with_capacity(words + 1);
         prefix.push(0u32);
-        for w in &self.bits {
+        for w in &self.bits[..words] {
             prefix.push(prefix.last().unwrap() + w.count_ones());
         }
         self.tree.clear();
@@ -289,6 +320,14 @@ mod tests {
         assert!(t.compactions() > 10);
         let mut r = DistanceTracker::with_min_capacity(1 << 16);
         assert_eq!(d, distances(&mut r, &seq));
+    }
+
+    #[test]
+    fn bucket_of_equals_bucket() {
+        assert_eq!(bucket_of(FIRST), FIRST_BUCKET);
+        for d in (0..70u32).chain([127, 128, 1 << 20, (1 << 30) - 1, 1 << 30, u32::MAX - 1]) {
+            assert_eq!(bucket_of(d), bucket(Some(d as u64)), "distance {d}");
+        }
     }
 
     #[test]

@@ -99,8 +99,32 @@ impl U64Map {
             let new = self.max_key.is_none();
             return (self.max_key.get_or_insert(value), new);
         }
-        // Grow at a load factor of 1/2: linear probing stays short there.
-        if (self.len + 1) * 2 > self.slots.len() {
+        match self.probe(key) {
+            Ok(i) => (&mut self.slots[i].1, false),
+            Err(i) => (self.insert_new(i, key, value), true),
+        }
+    }
+
+    /// The value of `key`, `absent` inserted first if the key is not there:
+    /// [`U64Map::get_or_insert_mut`] for callers that tell a new key by its
+    /// value.
+    #[inline(always)]
+    pub fn entry(&mut self, key: u64, absent: u32) -> &mut u32 {
+        if key == EMPTY {
+            return self.max_key.get_or_insert(absent);
+        }
+        match self.probe(key) {
+            Ok(i) => &mut self.slots[i].1,
+            Err(i) => self.insert_new(i, key, absent),
+        }
+    }
+
+    /// The slot holding `key` (`Ok`), or the empty slot where it would go.
+    /// A hit (nearly every lookup) only probes; the load check is on the
+    /// insert path.
+    #[inline(always)]
+    fn probe(&mut self, key: u64) -> Result<usize, usize> {
+        if self.slots.is_empty() {
             self.grow();
         }
         let mask = self.slots.len() - 1;
@@ -108,15 +132,32 @@ impl U64Map {
         loop {
             let k = self.slots[i].0;
             if k == key {
-                return (&mut self.slots[i].1, false);
+                return Ok(i);
             }
             if k == EMPTY {
-                self.slots[i] = (key, value);
-                self.len += 1;
-                return (&mut self.slots[i].1, true);
+                return Err(i);
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// Puts a key that is not in the table at empty slot `i`, or, if the
+    /// table is then more than half full, into a table twice the size.
+    #[cold]
+    #[inline(never)]
+    fn insert_new(&mut self, mut i: usize, key: u64, value: u32) -> &mut u32 {
+        // Grow at a load factor of 1/2: linear probing stays short there.
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.grow();
+            let mask = self.slots.len() - 1;
+            i = self.home(key);
+            while self.slots[i].0 != EMPTY {
+                i = (i + 1) & mask;
+            }
+        }
+        self.slots[i] = (key, value);
+        self.len += 1;
+        &mut self.slots[i].1
     }
 
     /// Every value, mutably (in no particular order).

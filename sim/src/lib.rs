@@ -45,6 +45,7 @@ pub mod config;
 pub mod distance;
 pub mod export;
 pub mod fastmap;
+pub mod line_times;
 pub mod optane;
 mod print;
 mod simulator;

@@ -11,7 +11,7 @@
 use crate::access_map::{AccessMap, AccessPoint};
 use crate::cache::{line_span, lines, CpuCache};
 use crate::config::{Config, ConfigError, Scope};
-use crate::distance::{bucket, DistanceTracker};
+use crate::distance::{bucket_of, DistanceTracker, FIRST};
 use crate::fastmap::U64Map;
 use crate::optane::Optane;
 use crate::stats::*;
@@ -376,18 +376,19 @@ impl Simulator {
     fn flush<const M: u8>(&mut self, t: usize, x: u32, index: u64, kind: FlushKind, line: u64) {
         let line = line & !63;
         let (r, cat) = self.region_of(line);
-        let d = self.tracker(t, line).flush(line);
-        let b = bucket(d);
-        let reflush = matches!(d, Some(d) if d < self.threshold);
+        let d = self.tracker(t, line).distance(line);
+        let b = bucket_of(d);
+        let reflush = d != FIRST && (d as u64) < self.threshold;
         let (mut dirty, mut hit, mut seq, mut cost) = (false, false, false, 0);
         if M == ADR {
             dirty = self.cache.flush(line, kind != FlushKind::Clwb);
             if dirty {
                 let w = self.optane.write(line);
                 (hit, seq) = (w.hit, w.sequential);
-                cost = match d {
-                    Some(d) if reflush => self.costs.reflush[(d as usize).min(self.costs.reflush.len() - 1)],
-                    _ => self.costs.regular_write(w.hit, w.evicted),
+                cost = if reflush {
+                    self.costs.reflush[(d as usize).min(self.costs.reflush.len() - 1)]
+                } else {
+                    self.costs.regular_write(w.hit, w.evicted)
                 };
             } else {
                 cost = self.costs.clean;
@@ -396,7 +397,7 @@ impl Simulator {
         }
         self.bump(x, r, |c| {
             c.flushes += 1;
-            c.first_flushes += d.is_none() as u64;
+            c.first_flushes += (d == FIRST) as u64;
             c.reflushes += reflush as u64;
             c.hist[b] += 1;
             if M == ADR {
@@ -414,10 +415,13 @@ impl Simulator {
     /// thread's latest since its previous fence), or to "fence" if none.
     #[inline(always)]
     fn fence<const M: u8>(&mut self, t: usize, x: u32) {
-        if M != REFLUSH_ONLY {
-            self.drain_nt(t);
+        if M == REFLUSH_ONLY {
+            // No flush or non-temporal write leaves a persist cost pending.
+            self.ctx_ctr[x as usize].fences += 1;
+            return;
         }
-        let cost = if M != REFLUSH_ONLY { self.costs.fence } else { 0 };
+        self.drain_nt(t);
+        let cost = self.costs.fence;
         match self.threads[t].pending.take() {
             Some((cat, r)) => self.bump(x, r, |c| {
                 c.fences += 1;
