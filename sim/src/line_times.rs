@@ -26,7 +26,7 @@ pub const NEVER: u32 = u32::MAX;
 pub struct LineTimes {
     /// Chunk number (line number / CHUNK_LINES) → position in `chunks`.
     index: U64Map,
-    chunks: Vec<Box<[u32; CHUNK_LINES]>>,
+    chunks: Vec<[u32; CHUNK_LINES]>,
     /// Recently used chunks by chunk number modulo CACHE: (chunk number,
     /// position); `u64::MAX` marks an empty entry.
     cache: [(u64, u32); CACHE],
@@ -60,7 +60,7 @@ impl LineTimes {
         let next = self.chunks.len() as u32;
         let (pos, new) = self.index.get_or_insert(chunk, next);
         if new {
-            self.chunks.push(Box::new([NEVER; CHUNK_LINES]));
+            self.chunks.push([NEVER; CHUNK_LINES]);
         }
         self.cache[(chunk % CACHE as u64) as usize] = (chunk, pos);
         pos
