@@ -32,6 +32,22 @@ fn check_report(out: &Path) {
     assert!(html.contains("stripes = [1, 2, 4, 8, 16, 32]"));
     // The traced report joined the comparison as its own allocator row.
     assert!(html.contains("traced-base"), "traced row missing");
+    // PMDK, traced by the Valgrind tool, stands beside NVAlloc with a reflush
+    // ratio (the comparison) and an access map (Fig. 2), measured in this run.
+    for (csv, figure) in [("allocators", "compare"), ("access-map", "fig2")] {
+        let text = std::fs::read_to_string(out.join("results").join(format!("{csv}.csv"))).unwrap();
+        let head: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+        let col = |name: &str| head.iter().position(|h| *h == name).unwrap();
+        let row: Vec<&str> = text
+            .lines()
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .find(|r| r[col("alloc")] == "pmdk" && r[col("workload")] == "threadtest")
+            .unwrap_or_else(|| panic!("no PMDK Threadtest row in {csv}.csv:\n{text}"));
+        let ratio: f64 = row[col("reflush_ratio")].parse().unwrap_or_else(|_| panic!("{csv}: {row:?}"));
+        assert!(ratio > 0.5 && ratio < 1.0, "{csv}: PMDK's reflush ratio {ratio}");
+        assert!(html.contains(&format!("<img src=\"figures/{figure}.png\"")));
+    }
+    assert!(html.contains("<tr><td>pmdk</td><td>threadtest</td><td>1000</td>"), "PMDK's access map missing");
 }
 
 #[test]

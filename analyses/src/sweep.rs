@@ -13,10 +13,12 @@ use crate::point::Point;
 use crate::row::{is_timing_key, Env, Results, Row};
 use crate::store::{Resolved, ShardWriter, SweepDir};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use pmsim_model::runner::{self, HeapSpec, RunSpec, ScratchHeap};
-use pmsim_model::workloads::{Progress, RunOptions};
+use pmsim_model::runner::{self, AllocSpec, HeapSpec, RunSpec, ScratchHeap};
+use pmsim_model::workloads::{Params, Progress, RunOptions, Workload};
 use pmsim_model::{FlushInsn, TraceConfig};
+use pmsim_pintools::{trace_pmdk_threadtest, PintoolsError, PmdkThreadtest};
 use pmsim_sim::Simulator;
+use pmsim_traces::TraceReader;
 use rayon::prelude::*;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
@@ -161,6 +163,65 @@ pub fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
+/// What became of the simulated part of a point whose allocator pmsim's
+/// tracer cannot see.
+enum DbiSim {
+    /// The simulator's report (without `dimms`), the access map, the `dimms`.
+    Done(Value, Vec<Value>, Option<Value>),
+    /// Why there is none (no program runs this workload on the allocator, or
+    /// Valgrind's tool kit is not installed).
+    Skipped(String),
+}
+
+/// The simulated part of a point on PMDK, whose persistent writes happen
+/// inside libpmemobj where pmsim's tracer cannot see them: the program that
+/// runs the workload on it (Threadtest: `pintools/examples/pmdk_threadtest.c`)
+/// traced by the Valgrind tool into a scratch trace, then replayed.
+fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str) -> Result<DbiSim, String> {
+    let (cfg, threads) = (p.sim_config()?, p.threads);
+    let not_traced = || format!("{} is not traceable by pmsim's built-in tracer (its persistent writes happen inside the library)", p.alloc);
+    let (AllocSpec::Pmdk, Params::Threadtest(tp)) = (alloc, wl.params()) else {
+        return Ok(DbiSim::Skipped(format!(
+            "{}, and the Valgrind tool has a program for Threadtest only",
+            not_traced()
+        )));
+    };
+    let run = PmdkThreadtest {
+        iterations: tp.iterations,
+        objects: if tp.split { (tp.objects / threads as u64).max(1) } else { tp.objects },
+        size: tp.size,
+        threads,
+    };
+    let scratch = ScratchHeap::new(&format!("sweep-{id}-dbi"));
+    let trace = scratch.path().with_extension("pmt");
+    let pm_dir = scratch.path().parent().expect("a scratch file has a directory").to_path_buf();
+    let traced = match trace_pmdk_threadtest(&run, &pm_dir, &trace) {
+        Ok(t) => t,
+        Err(e @ PintoolsError::Missing(_)) => {
+            return Ok(DbiSim::Skipped(format!("{}, and it could not be traced here: {e}", not_traced())))
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&trace);
+            return Err(e.to_string());
+        }
+    };
+    let replay = || -> Result<(Value, Vec<Value>), String> {
+        let mut r = TraceReader::open(&traced.out).map_err(|e| e.to_string())?;
+        let mut sim = Simulator::new(cfg, r.header()).map_err(|e| e.to_string())?;
+        sim.replay(&mut r).map_err(|e| e.to_string())?;
+        let access = sim.access_map().iter().map(|a| serde_json::to_value(a).expect("serializes")).collect();
+        Ok((serde_json::to_value(sim.report()).expect("reports serialize"), access))
+    };
+    let res = replay();
+    let _ = std::fs::remove_file(&traced.out);
+    let (mut report, access) = res?;
+    let obj = report.as_object_mut().expect("a report is an object");
+    let dimms = obj.remove("dimms");
+    obj.remove("trace");
+    obj.insert("tracer".into(), Value::String("valgrind".into()));
+    Ok(DbiSim::Done(report, access, dimms))
+}
+
 /// Runs one point: the simulated part under the shared lock, the native part
 /// under the exclusive one.
 pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
@@ -197,11 +258,15 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
                 finished.sink.access_map().iter().map(|a| serde_json::to_value(a).expect("serializes")).collect();
             result.allocator = Some(serde_json::to_value(&outcome.alloc).expect("serializes"));
         } else {
-            result.sim_skipped = Some(format!(
-                "{} is not traceable by pmsim's built-in tracer (its persistent writes happen inside the library); \
-                 trace it with the Valgrind tool and give the report the result",
-                p.alloc
-            ));
+            let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+            match dbi_sim(p, &alloc, &wl, id).map_err(|e| fail("traced by Valgrind", &e))? {
+                DbiSim::Done(report, access, dimms) => {
+                    result.sim = Some(report);
+                    result.access_map = access;
+                    env.sim_dimms = dimms;
+                }
+                DbiSim::Skipped(why) => result.sim_skipped = Some(why),
+            }
         }
     }
     if p.mode.native() {

@@ -86,6 +86,24 @@ mod x86 {
         unsafe { asm!("sfence", options(nostack, preserves_flags)) };
     }
 
+    /// One machine store of the `N` low bytes of `v` (N = 1, 2, 4 or 8) at `p`,
+    /// at any alignment: a single `mov` that the compiler can neither merge
+    /// with its neighbours nor split, so a DBI tracer sees exactly the stores
+    /// pmsim's tracer records.
+    ///
+    /// # Safety
+    /// `p` is valid for an `N`-byte write.
+    #[inline(always)]
+    pub(crate) unsafe fn store<const N: usize>(p: *mut u8, v: u64) {
+        match N {
+            1 => asm!("mov byte ptr [{0}], {1:l}", in(reg) p, in(reg) v, options(nostack, preserves_flags)),
+            2 => asm!("mov word ptr [{0}], {1:x}", in(reg) p, in(reg) v, options(nostack, preserves_flags)),
+            4 => asm!("mov dword ptr [{0}], {1:e}", in(reg) p, in(reg) v, options(nostack, preserves_flags)),
+            8 => asm!("mov qword ptr [{0}], {1}", in(reg) p, in(reg) v, options(nostack, preserves_flags)),
+            _ => unreachable!("a machine store is 1, 2, 4 or 8 bytes"),
+        }
+    }
+
     /// A non-temporal 8-byte store: bypasses the cache, durable after the next sfence.
     ///
     /// # Safety
@@ -117,6 +135,12 @@ mod other {
     }
     pub(crate) unsafe fn movnti(p: *mut u64, v: u64) {
         p.write_volatile(v);
+    }
+    pub(crate) unsafe fn store<const N: usize>(p: *mut u8, v: u64) {
+        let b = v.to_le_bytes();
+        for (i, byte) in b[..N].iter().enumerate() {
+            p.add(i).write_volatile(*byte);
+        }
     }
 }
 

@@ -416,11 +416,6 @@ impl fmt::Debug for PmThread {
     }
 }
 
-/// Largest store recorded as one trace event; longer `store_bytes` are
-/// recorded as consecutive stores of this size (keeps a trace buffer's value
-/// bytes bounded; a real memcpy is many instructions anyway).
-pub const MAX_STORE_EVENT: usize = 1 << 20;
-
 #[cold]
 #[inline(never)]
 fn out_of_bounds(off: u64, len: u64, size: u64) -> ! {
@@ -485,16 +480,11 @@ impl PmThread {
 
     // ----- stores -------------------------------------------------------------
 
-    /// Stores `v` at heap offset `off` (any alignment).
+    /// Stores `v` at heap offset `off` (any alignment), as the machine stores
+    /// of [`PmThread::store_bytes`]: one for a `T` of 1, 2, 4 or 8 bytes.
     #[inline]
     pub fn store<T: Pod>(&mut self, off: u64, v: T) {
-        let p = self.at(off, std::mem::size_of::<T>() as u64);
-        if let Mode::Traced = self.mode {
-            self.tracer().store(false, p as u64, bytes_of(&v));
-        }
-        // SAFETY: `at` checked the whole T lies in the mapping; Pod makes any
-        // byte copy valid; unaligned writes are allowed by write_unaligned.
-        unsafe { (p as *mut T).write_unaligned(v) };
+        self.store_bytes(off, bytes_of(&v));
     }
 
     /// Stores `v` at the typed offset `p`.
@@ -517,22 +507,54 @@ impl PmThread {
         self.atomic(off).store(v, Ordering::Release);
     }
 
-    /// Copies `src` to heap offset `off` (a memcpy into PM).
+    /// Copies `src` to heap offset `off` (a memcpy into PM) as 8-byte machine
+    /// stores in address order, then one store each of 4, 2 and 1 bytes for
+    /// what is left. Traced, each machine store is one event, so the trace
+    /// holds exactly the stores the CPU issues: what a DBI tracer records of
+    /// the same code run natively (a libc memcpy would issue vector stores,
+    /// and overlapping ones for short copies), and what the crash explorer
+    /// needs (x86 makes aligned stores of up to 8 bytes atomic, not copies).
     #[inline]
     pub fn store_bytes(&mut self, off: u64, src: &[u8]) {
         if src.is_empty() {
             return;
         }
         let p = self.at(off, src.len() as u64);
-        if let Mode::Traced = self.mode {
-            let t = self.tracer();
-            for (i, chunk) in src.chunks(MAX_STORE_EVENT).enumerate() {
-                t.store(false, p as u64 + (i * MAX_STORE_EVENT) as u64, chunk);
+        let (s, d) = (src.as_ptr() as usize, p as usize);
+        if s < d + src.len() && d < s + src.len() {
+            // A source inside the destination range (a move within the heap):
+            // copy it out first, as the stores below would overwrite it.
+            return self.store_bytes(off, &src.to_vec());
+        }
+        let mut i = 0;
+        while src.len() - i >= 8 {
+            self.machine_store::<8>(p, i, src);
+            i += 8;
+        }
+        for n in [4, 2, 1] {
+            if src.len() - i >= n {
+                match n {
+                    4 => self.machine_store::<4>(p, i, src),
+                    2 => self.machine_store::<2>(p, i, src),
+                    _ => self.machine_store::<1>(p, i, src),
+                }
+                i += n;
             }
         }
-        // SAFETY: `at` checked the destination lies in the mapping; `ptr::copy`
-        // tolerates overlap, so even a source inside the heap is fine.
-        unsafe { std::ptr::copy(src.as_ptr(), p, src.len()) };
+    }
+
+    /// The machine store of `src[i..i + N]` at `p + i`, traced first.
+    #[inline(always)]
+    fn machine_store<const N: usize>(&mut self, p: *mut u8, i: usize, src: &[u8]) {
+        let bytes = &src[i..i + N];
+        if let Mode::Traced = self.mode {
+            self.tracer().store(false, p as u64 + i as u64, bytes);
+        }
+        let mut word = [0u8; 8];
+        word[..N].copy_from_slice(bytes);
+        // SAFETY: `at` checked that the whole destination lies in the mapping,
+        // and `store_bytes` that it does not overlap `src`.
+        unsafe { arch::store::<N>(p.add(i), u64::from_le_bytes(word)) };
     }
 
     /// A non-temporal store of an aligned `u64` (`movnti`): it bypasses the

@@ -117,6 +117,8 @@ fn values_mode_records_the_bytes_written() {
     t.store(4200, 0xaabbu16);
     t.store_bytes(4300, b"persist me");
     t.store_bytes(4400, &[]); // nothing written, nothing recorded
+    t.store_bytes(4501, b"fifteen bytes!?");
+    assert_eq!(t.load::<[u8; 15]>(4501), *b"fifteen bytes!?");
     assert_eq!(t.cas_u64(4096, 0x0102030405060708, 42), Ok(0x0102030405060708));
     t.ntstore_u64(4104, u64::MAX);
     drop(t);
@@ -125,7 +127,13 @@ fn values_mode_records_the_bytes_written() {
         OwnedEvent::ThreadStart,
         store(b + 4096, 8, Some(0x0102030405060708u64.to_le_bytes().to_vec())),
         store(b + 4200, 2, Some(vec![0xbb, 0xaa])),
-        store(b + 4300, 10, Some(b"persist me".to_vec())),
+        // A copy is recorded as the machine stores it is made of: 8 bytes, then 2.
+        store(b + 4300, 8, Some(b"persist ".to_vec())),
+        store(b + 4308, 2, Some(b"me".to_vec())),
+        store(b + 4501, 8, Some(b"fifteen ".to_vec())),
+        store(b + 4509, 4, Some(b"byte".to_vec())),
+        store(b + 4513, 2, Some(b"s!".to_vec())),
+        store(b + 4515, 1, Some(b"?".to_vec())),
         fence(FenceKind::LockedRmw),
         store(b + 4096, 8, Some(42u64.to_le_bytes().to_vec())),
         OwnedEvent::NtStore { addr: b + 4104, size: 8, value: Some(vec![0xff; 8]) },

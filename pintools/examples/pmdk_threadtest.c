@@ -134,6 +134,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "pmdk_threadtest: pmemobj_root: %s\n", pmemobj_errormsg());
         return 1;
     }
+    {
+        /* Regions, for the simulator's breakdown: the root object (the slots
+         * the allocations are published into, the destinations of pmsim's
+         * Threadtest) as data; the rest of the pool (PMDK's heap metadata and
+         * logs, and the objects, whose stamps are never flushed) as meta. */
+        char *base = (char *)pop, *r = (char *)root;
+        size_t rlen = sizeof *root + nthreads * objects * sizeof(PMEMoid);
+        PMTRACE_REGION_ADD(1, PMT_META, base, r - base, "pmdk pool");
+        PMTRACE_REGION_ADD(2, PMT_DATA, r, rlen, "root object (slots)");
+        PMTRACE_REGION_ADD(3, PMT_META, r + rlen, base + pool_size - (r + rlen), "pmdk pool");
+    }
     for (t = 0; t < nthreads; t++) pthread_create(&th[t], NULL, worker, (void *)(uintptr_t)t);
     for (t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
     pmemobj_close(pop);
