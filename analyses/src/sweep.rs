@@ -179,7 +179,12 @@ enum DbiSim {
 /// traced by the Valgrind tool into a scratch trace, then replayed.
 fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str) -> Result<DbiSim, String> {
     let (cfg, threads) = (p.sim_config()?, p.threads);
-    let not_traced = || format!("{} is not traceable by pmsim's built-in tracer (its persistent writes happen inside the library)", p.alloc);
+    let not_traced = || {
+        format!(
+            "{} is not traceable by pmsim's built-in tracer (its persistent writes happen inside the library)",
+            p.alloc
+        )
+    };
     let (AllocSpec::Pmdk, Params::Threadtest(tp)) = (alloc, wl.params()) else {
         return Ok(DbiSim::Skipped(format!(
             "{}, and the Valgrind tool has a program for Threadtest only",

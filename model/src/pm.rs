@@ -520,12 +520,6 @@ impl PmThread {
             return;
         }
         let p = self.at(off, src.len() as u64);
-        let (s, d) = (src.as_ptr() as usize, p as usize);
-        if s < d + src.len() && d < s + src.len() {
-            // A source inside the destination range (a move within the heap):
-            // copy it out first, as the stores below would overwrite it.
-            return self.store_bytes(off, &src.to_vec());
-        }
         let mut i = 0;
         while src.len() - i >= 8 {
             self.machine_store::<8>(p, i, src);
@@ -552,8 +546,9 @@ impl PmThread {
         }
         let mut word = [0u8; 8];
         word[..N].copy_from_slice(bytes);
-        // SAFETY: `at` checked that the whole destination lies in the mapping,
-        // and `store_bytes` that it does not overlap `src`.
+        // SAFETY: `at` checked that the whole destination lies in the mapping.
+        // (`src` cannot lie in it: no safe API lends a slice of the mapping, so
+        // the stores never overwrite bytes still to be read.)
         unsafe { arch::store::<N>(p.add(i), u64::from_le_bytes(word)) };
     }
 
