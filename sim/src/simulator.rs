@@ -334,14 +334,20 @@ impl Simulator {
     }
 
     /// Makes `tid` the current thread.
-    #[inline(never)]
+    #[inline(always)]
     fn switch_thread(&mut self, tid: u32) {
-        let t = tid as usize;
-        if t >= self.threads.len() || self.threads[t].ctx == NO_CTX {
-            self.start_thread(t);
+        match self.threads.get(tid as usize) {
+            Some(ts) if ts.ctx != NO_CTX => (self.cur_tid, self.cur_ctx) = (tid, ts.ctx),
+            _ => self.first_event_of(tid),
         }
-        self.cur_tid = tid;
-        self.cur_ctx = self.threads[t].ctx;
+    }
+
+    /// Sets thread `tid` up at its first event and makes it current.
+    #[cold]
+    #[inline(never)]
+    fn first_event_of(&mut self, tid: u32) {
+        self.start_thread(tid as usize);
+        (self.cur_tid, self.cur_ctx) = (tid, self.threads[tid as usize].ctx);
     }
 
     // ---- events -------------------------------------------------------------
