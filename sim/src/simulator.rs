@@ -496,10 +496,15 @@ impl Simulator {
         self.ctx_ctr[x as usize].op_ends += 1;
         let Some(slot) = self.op_slot(op) else { return };
         let stack = &mut self.threads[t].ops;
-        if let Some(i) = stack.iter().rposition(|&s| s == slot) {
+        // Usually the innermost operation ends.
+        if stack.last() == Some(&slot) {
+            stack.pop();
+        } else if let Some(i) = stack.iter().rposition(|&s| s == slot) {
             stack.truncate(i);
-            self.enter_ctx(t);
+        } else {
+            return;
         }
+        self.enter_ctx(t);
     }
 
     /// Points thread `t` at the context of its innermost open operation,
@@ -838,6 +843,16 @@ impl<'a, const M: u8> Visit<'a> for Replay<'_, M> {
     fn fence(&mut self, _index: u64, tid: u32, _kind: FenceKind) {
         let (t, x) = self.0.begin_event(tid);
         self.0.fence::<M>(t, x);
+    }
+
+    #[inline(always)]
+    fn op(&mut self, _index: u64, tid: u32, op: OpKind, begin: bool, _n: u64) {
+        let (t, x) = self.0.begin_event(tid);
+        if begin {
+            self.0.op_begin(t, op);
+        } else {
+            self.0.op_end(t, x, op);
+        }
     }
 }
 

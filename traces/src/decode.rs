@@ -10,8 +10,8 @@ use crate::varint::{get, unzigzag, VarintError};
 /// on every event; each method's default builds the [`Record`] and calls
 /// [`Visit::event`], which receives every other kind.
 pub trait Visit<'a> {
-    /// Whether the decoder should call [`Visit::store`], [`Visit::flush`] and
-    /// [`Visit::fence`]: only for a visitor that overrides them. Otherwise
+    /// Whether the decoder should call [`Visit::store`], [`Visit::flush`],
+    /// [`Visit::fence`] and [`Visit::op`]: only for a visitor that overrides them. Otherwise
     /// every record goes through the one call of [`Visit::event`], which the
     /// compiler then inlines once instead of four times.
     const SPLIT: bool = false;
@@ -31,6 +31,14 @@ pub trait Visit<'a> {
     #[inline(always)]
     fn fence(&mut self, index: u64, tid: u32, kind: FenceKind) {
         self.event(&Record { index, tid, event: Event::Fence { kind } });
+    }
+
+    /// An operation begins (`begin`, with its argument `n`) or ends (with its
+    /// result `n`).
+    #[inline(always)]
+    fn op(&mut self, index: u64, tid: u32, op: OpKind, begin: bool, n: u64) {
+        let event = if begin { Event::OpBegin { op, arg: n } } else { Event::OpEnd { op, result: n } };
+        self.event(&Record { index, tid, event });
     }
 }
 
@@ -406,13 +414,14 @@ impl<'a> BlockDecoder<'a> {
                 Hot::Op => {
                     let Some((n, len)) = varint() else { break };
                     let op = OpKind::from_code(x as u64).expect("the table lets codes 0-7 through");
-                    let event = if tag & 15 == K_OP_BEGIN {
-                        Event::OpBegin { op, arg: n }
-                    } else {
-                        Event::OpEnd { op, result: n }
-                    };
+                    let begin = tag & 15 == K_OP_BEGIN;
                     pos += len;
-                    v.event(&Record { index, tid, event });
+                    if V::SPLIT {
+                        v.op(index, tid, op, begin, n);
+                    } else {
+                        let event = if begin { Event::OpBegin { op, arg: n } } else { Event::OpEnd { op, result: n } };
+                        v.event(&Record { index, tid, event });
+                    }
                 }
                 Hot::Other => break,
             }
