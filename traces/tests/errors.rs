@@ -202,3 +202,65 @@ mod never_panics {
         }
     }
 }
+
+/// The decoder reads most records on a fast path (one bounds check, the tag's
+/// shape from a table) and the rest, and every bad one, on a careful path; the
+/// iterator of a block uses the careful path alone. On any payload both must
+/// give the same events and the same error at the same byte.
+mod fast_path_equals_careful_path {
+    use pmsim_traces::*;
+    use proptest::prelude::*;
+
+    type Outcome = (Vec<(u64, u32, OwnedEvent)>, Option<decode::DecodeError>);
+
+    fn fast(p: &[u8], values: bool) -> Outcome {
+        let mut evs = Vec::new();
+        let r = BlockDecoder::new(p, values, 7).decode_all(|r| evs.push((r.index, r.tid, r.event.to_owned())));
+        (evs, r.err())
+    }
+
+    fn careful(p: &[u8], values: bool) -> Outcome {
+        let mut evs = Vec::new();
+        for r in BlockDecoder::new(p, values, 7) {
+            match r {
+                Ok(r) => evs.push((r.index, r.tid, r.event.to_owned())),
+                Err(e) => return (evs, Some(e)),
+            }
+        }
+        (evs, None)
+    }
+
+    /// Bytes that are mostly records: tags of every kind (hot shapes most
+    /// often), one- to ten-byte varints, and now and then anything at all.
+    fn payload() -> impl Strategy<Value = Vec<u8>> {
+        let tag = prop_oneof![
+            4 => (0u8..16).prop_map(|x| x << 4),           // stores
+            3 => (0u8..16).prop_map(|x| x << 4 | 3),       // flushes
+            2 => (0u8..4).prop_map(|x| x << 4 | 4),        // fences
+            2 => (0u8..16).prop_map(|x| x << 4 | 5),       // thread switches
+            2 => (0u8..16).prop_map(|x| x << 4 | 10),      // op begins
+            2 => (0u8..16).prop_map(|x| x << 4 | 11),      // op ends
+            1 => any::<u8>(),
+        ];
+        let varint = (1usize..11, any::<u64>()).prop_map(|(n, x)| {
+            let mut v: Vec<u8> = (0..n).map(|i| (x >> (7 * i)) as u8 | 0x80).collect();
+            v[n - 1] &= 0x7f;
+            v
+        });
+        let piece = prop_oneof![
+            3 => tag.prop_map(|t| vec![t]),
+            2 => varint,
+            1 => proptest::collection::vec(any::<u8>(), 0..3),
+        ];
+        proptest::collection::vec(piece, 0..120).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+        #[test]
+        fn same_events_and_same_error(p in payload(), values in any::<bool>()) {
+            prop_assert_eq!(fast(&p, values), careful(&p, values));
+        }
+    }
+}
