@@ -141,10 +141,11 @@ impl Default for PmdkThreadtest {
 
 /// Builds the PMDK Threadtest (and the tool) if needed, runs it under the
 /// Valgrind tool with its pool under `pm_dir`, and returns the trace at `out`
-/// (replaced if it exists): what a report calls to put PMDK beside NVAlloc.
+/// (replaced if it exists), the program's own output discarded: what a sweep
+/// calls to put PMDK beside NVAlloc.
 pub fn trace_pmdk_threadtest(p: &PmdkThreadtest, pm_dir: &Path, out: &Path) -> Result<Traced, PintoolsError> {
     let args = [p.iterations, p.objects, p.size, p.threads as u64].iter().map(|v| v.to_string().into()).collect();
     let mut t = Example::PmdkThreadtest.trace_exec(&cache_dir(), pm_dir, args, out)?;
-    t.force = true;
+    (t.force, t.quiet) = (true, true);
     trace_exec(&t)
 }

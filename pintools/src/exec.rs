@@ -31,6 +31,9 @@ pub struct TraceExec {
     pub env: Vec<(OsString, OsString)>,
     /// Where the tool is built and cached ([`cache_dir`] by default).
     pub cache: Option<PathBuf>,
+    /// Discard the program's standard output (its standard error, where
+    /// programs say what went wrong, still passes through).
+    pub quiet: bool,
 }
 
 impl TraceExec {
@@ -47,6 +50,7 @@ impl TraceExec {
             workload: String::new(),
             env: Vec::new(),
             cache: None,
+            quiet: false,
         }
     }
 }
@@ -118,6 +122,9 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
         cmd.arg(format!("--pmt-workload={}", opts.workload));
     }
     cmd.arg("--").arg(&program).args(&opts.args).envs(opts.env.iter().map(|(k, v)| (k, v)));
+    if opts.quiet {
+        cmd.stdout(std::process::Stdio::null());
+    }
     let start = Instant::now();
     let status = cmd.status().map_err(|e| PintoolsError::io(format!("running {}", tool.kit.valgrind.display()), e))?;
     let elapsed = start.elapsed();
