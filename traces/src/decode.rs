@@ -368,7 +368,7 @@ impl<'a> BlockDecoder<'a> {
                     let addr = cur;
                     cur = addr.wrapping_add(size as u64);
                     pos += 1;
-                    self.emit_store(v, index, tid, addr, size);
+                    Self::emit_store(v, index, tid, addr, size);
                 }
                 Hot::Store => {
                     let Some((d, len)) = varint() else { break };
@@ -376,7 +376,7 @@ impl<'a> BlockDecoder<'a> {
                     let addr = cur.wrapping_add(unzigzag(d) as u64);
                     cur = addr.wrapping_add(size as u64);
                     pos += len;
-                    self.emit_store(v, index, tid, addr, size);
+                    Self::emit_store(v, index, tid, addr, size);
                 }
                 Hot::FlushSame => {
                     let line = (cur.wrapping_sub(1) >> 6) << 6;
@@ -431,7 +431,7 @@ impl<'a> BlockDecoder<'a> {
     }
 
     #[inline(always)]
-    fn emit_store<V: Visit<'a>>(&self, v: &mut V, index: u64, tid: u32, addr: u64, size: u32) {
+    fn emit_store<V: Visit<'a>>(v: &mut V, index: u64, tid: u32, addr: u64, size: u32) {
         if V::SPLIT {
             v.store(index, tid, addr, size, None);
         } else {
