@@ -197,9 +197,11 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str) -> Result<DbiS
         size: tp.size,
         threads,
     };
+    // The pool in memory (where the heaps of pmsim's own points are), the
+    // trace, which grows with the scale, on disk.
     let scratch = ScratchHeap::new(&format!("sweep-{id}-dbi"));
-    let trace = scratch.path().with_extension("pmt");
     let pm_dir = scratch.path().parent().expect("a scratch file has a directory").to_path_buf();
+    let trace = std::env::temp_dir().join(format!("pmsim-{}-sweep-{id}-dbi.pmt", std::process::id()));
     let traced = match trace_pmdk_threadtest(&run, &pm_dir, &trace) {
         Ok(t) => t,
         Err(e @ PintoolsError::Missing(_)) => {

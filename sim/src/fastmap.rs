@@ -105,20 +105,6 @@ impl U64Map {
         }
     }
 
-    /// The value of `key`, `absent` inserted first if the key is not there:
-    /// [`U64Map::get_or_insert_mut`] for callers that tell a new key by its
-    /// value.
-    #[inline(always)]
-    pub fn entry(&mut self, key: u64, absent: u32) -> &mut u32 {
-        if key == EMPTY {
-            return self.max_key.get_or_insert(absent);
-        }
-        match self.probe(key) {
-            Ok(i) => &mut self.slots[i].1,
-            Err(i) => self.insert_new(i, key, absent),
-        }
-    }
-
     /// The slot holding `key` (`Ok`), or the empty slot where it would go.
     /// A hit (nearly every lookup) only probes; the load check is on the
     /// insert path.
