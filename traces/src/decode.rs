@@ -2,7 +2,7 @@
 
 use crate::event::{Category, Event, FenceKind, FlushKind, OpKind, Record};
 use crate::format::*;
-use crate::varint::{get, unzigzag, VarintError};
+use crate::varint::{from_word, get, unzigzag, VarintError};
 
 /// A consumer of decoded events. The decoder calls the method of the record
 /// kind it just read, so a consumer that branches on the kind anyway (the
@@ -10,10 +10,12 @@ use crate::varint::{get, unzigzag, VarintError};
 /// on every event; each method's default builds the [`Record`] and calls
 /// [`Visit::event`], which receives every other kind.
 pub trait Visit<'a> {
-    /// Whether the decoder should call [`Visit::store`], [`Visit::flush`],
-    /// [`Visit::fence`] and [`Visit::op`]: only for a visitor that overrides them. Otherwise
-    /// every record goes through the one call of [`Visit::event`], which the
-    /// compiler then inlines once instead of four times.
+    /// Whether the careful decoder (rare and malformed records, block ends)
+    /// calls [`Visit::store`], [`Visit::flush`] and [`Visit::fence`]: only for a
+    /// visitor that overrides them. Otherwise each of its records goes through
+    /// its one call of [`Visit::event`], which the compiler then inlines once
+    /// instead of four times. (The fast path calls the methods always; their
+    /// defaults build the record.)
     const SPLIT: bool = false;
 
     fn event(&mut self, rec: &Record<'a>);
@@ -96,6 +98,12 @@ const fn hot_classes(values: bool) -> [Hot; 256] {
         tag += 1;
     }
     t
+}
+
+/// The kind of a flush whose tag the table classed as hot (codes 0-2).
+#[inline(always)]
+fn flush_kind(x: u8) -> FlushKind {
+    FlushKind::from_code(x & 7).expect("the table lets flush codes 0-2 through")
 }
 
 /// Thread ids that fit in a thread-switch tag (0–14); their cursors always
@@ -258,11 +266,8 @@ impl<'a> BlockDecoder<'a> {
                     }
                 }
                 K_FLUSH => {
-                    let kind = match x & 7 {
-                        0 => FlushKind::Clwb,
-                        1 => FlushKind::Clflushopt,
-                        2 => FlushKind::Clflush,
-                        k => return Err(self.bad(format!("unknown flush kind {k}"))),
+                    let Some(kind) = FlushKind::from_code(x & 7) else {
+                        return Err(self.bad(format!("unknown flush kind {}", x & 7)));
                     };
                     let last = self.cur.wrapping_sub(1) >> 6;
                     let line = if x & X_SAME != 0 {
@@ -282,11 +287,8 @@ impl<'a> BlockDecoder<'a> {
                     }
                 }
                 K_FENCE => {
-                    let kind = match x {
-                        0 => FenceKind::Sfence,
-                        1 => FenceKind::Mfence,
-                        2 => FenceKind::LockedRmw,
-                        k => return Err(self.bad(format!("unknown fence kind {k}"))),
+                    let Some(kind) = FenceKind::from_code(x) else {
+                        return Err(self.bad(format!("unknown fence kind {x}")));
                     };
                     if !V::SPLIT {
                         Event::Fence { kind }
@@ -352,15 +354,7 @@ impl<'a> BlockDecoder<'a> {
                     return Some((b as u64, 2));
                 }
                 let word = u64::from_le_bytes(buf[pos + 1..pos + FAST_WINDOW].try_into().unwrap());
-                let stops = !word & 0x8080_8080_8080_8080;
-                if stops == 0 {
-                    return None;
-                }
-                let x = word & (stops ^ (stops - 1)) & 0x7f7f_7f7f_7f7f_7f7f;
-                let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
-                let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
-                let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
-                Some((x, 2 + (stops.trailing_zeros() / 8) as usize))
+                from_word(word).map(|(x, n)| (x, 1 + n))
             };
             match classes[tag as usize] {
                 Hot::StoreSame => {
@@ -368,7 +362,7 @@ impl<'a> BlockDecoder<'a> {
                     let addr = cur;
                     cur = addr.wrapping_add(size as u64);
                     pos += 1;
-                    Self::emit_store(v, index, tid, addr, size);
+                    v.store(index, tid, addr, size, None);
                 }
                 Hot::Store => {
                     let Some((d, len)) = varint() else { break };
@@ -376,32 +370,23 @@ impl<'a> BlockDecoder<'a> {
                     let addr = cur.wrapping_add(unzigzag(d) as u64);
                     cur = addr.wrapping_add(size as u64);
                     pos += len;
-                    Self::emit_store(v, index, tid, addr, size);
+                    v.store(index, tid, addr, size, None);
                 }
                 Hot::FlushSame => {
                     let line = (cur.wrapping_sub(1) >> 6) << 6;
                     pos += 1;
-                    Self::emit_flush(v, index, tid, x, line);
+                    v.flush(index, tid, flush_kind(x), line);
                 }
                 Hot::Flush => {
                     let Some((d, len)) = varint() else { break };
                     let line = (cur.wrapping_sub(1) >> 6).wrapping_add(unzigzag(d) as u64) << 6;
                     cur = line.wrapping_add(LINE_BYTES);
                     pos += len;
-                    Self::emit_flush(v, index, tid, x, line);
+                    v.flush(index, tid, flush_kind(x), line);
                 }
                 Hot::Fence => {
-                    let kind = match x {
-                        0 => FenceKind::Sfence,
-                        1 => FenceKind::Mfence,
-                        _ => FenceKind::LockedRmw,
-                    };
                     pos += 1;
-                    if V::SPLIT {
-                        v.fence(index, tid, kind);
-                    } else {
-                        v.event(&Record { index, tid, event: Event::Fence { kind } });
-                    }
+                    v.fence(index, tid, FenceKind::from_code(x).expect("the table lets fence codes 0-2 through"));
                 }
                 Hot::Thread => {
                     // Cursors of the ids a tag can carry always exist.
@@ -414,44 +399,14 @@ impl<'a> BlockDecoder<'a> {
                 Hot::Op => {
                     let Some((n, len)) = varint() else { break };
                     let op = OpKind::from_code(x as u64).expect("the table lets codes 0-7 through");
-                    let begin = tag & 15 == K_OP_BEGIN;
                     pos += len;
-                    if V::SPLIT {
-                        v.op(index, tid, op, begin, n);
-                    } else {
-                        let event = if begin { Event::OpBegin { op, arg: n } } else { Event::OpEnd { op, result: n } };
-                        v.event(&Record { index, tid, event });
-                    }
+                    v.op(index, tid, op, tag & 15 == K_OP_BEGIN, n);
                 }
                 Hot::Other => break,
             }
             index += 1;
         }
         (self.pos, self.cur, self.tid, self.next_index) = (pos, cur, tid, index);
-    }
-
-    #[inline(always)]
-    fn emit_store<V: Visit<'a>>(v: &mut V, index: u64, tid: u32, addr: u64, size: u32) {
-        if V::SPLIT {
-            v.store(index, tid, addr, size, None);
-        } else {
-            v.event(&Record { index, tid, event: Event::Store { addr, size, value: None } });
-        }
-    }
-
-    /// A flush whose kind `x & 7` the table checked to be 0, 1 or 2.
-    #[inline(always)]
-    fn emit_flush<V: Visit<'a>>(v: &mut V, index: u64, tid: u32, x: u8, line: u64) {
-        let kind = match x & 7 {
-            0 => FlushKind::Clwb,
-            1 => FlushKind::Clflushopt,
-            _ => FlushKind::Clflush,
-        };
-        if V::SPLIT {
-            v.flush(index, tid, kind, line);
-        } else {
-            v.event(&Record { index, tid, event: Event::Flush { kind, line } });
-        }
     }
 
     /// The next event, or `None` at the end of the payload.

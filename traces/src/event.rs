@@ -14,6 +14,20 @@ pub enum FlushKind {
     Clflush = 2,
 }
 
+impl FlushKind {
+    /// The kind with this code (its discriminant, as the trace's FLUSH tag
+    /// carries it); `None` for codes no flush has.
+    #[inline(always)]
+    pub fn from_code(c: u8) -> Option<FlushKind> {
+        match c {
+            0 => Some(FlushKind::Clwb),
+            1 => Some(FlushKind::Clflushopt),
+            2 => Some(FlushKind::Clflush),
+            _ => None,
+        }
+    }
+}
+
 /// An ordering point. `LockedRmw` is a locked read-modify-write (`lock cmpxchg`,
 /// `xchg`, …), which orders earlier flushes on x86 like `mfence`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -22,6 +36,20 @@ pub enum FenceKind {
     Sfence = 0,
     Mfence = 1,
     LockedRmw = 2,
+}
+
+impl FenceKind {
+    /// The kind with this code (its discriminant, as the trace's FENCE tag
+    /// carries it); `None` for codes no fence has.
+    #[inline(always)]
+    pub fn from_code(c: u8) -> Option<FenceKind> {
+        match c {
+            0 => Some(FenceKind::Sfence),
+            1 => Some(FenceKind::Mfence),
+            2 => Some(FenceKind::LockedRmw),
+            _ => None,
+        }
+    }
 }
 
 /// What a region of the heap holds; every statistic can be broken down by it.

@@ -44,20 +44,29 @@ pub fn get(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
     // Next: up to eight bytes read as one word, without a loop (store address
     // deltas take two or three).
     if let Some(word) = buf.get(*pos..*pos + 8) {
-        let w = u64::from_le_bytes(word.try_into().unwrap());
-        let stops = !w & 0x8080_8080_8080_8080;
-        if stops != 0 {
-            // The bytes up to the first without a continuation bit, their
-            // 7-bit groups packed together pairwise, then by fours, then all.
-            let x = w & (stops ^ (stops - 1)) & 0x7f7f_7f7f_7f7f_7f7f;
-            let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
-            let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
-            let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
-            *pos += (stops.trailing_zeros() / 8 + 1) as usize;
+        if let Some((x, n)) = from_word(u64::from_le_bytes(word.try_into().unwrap())) {
+            *pos += n;
             return Ok(x);
         }
     }
     get_bytewise(buf, pos)
+}
+
+/// The varint at the start of `word` (eight bytes read little-endian) and its
+/// length in bytes, or `None` if it is longer than eight bytes. No loop: the
+/// bytes up to the first without a continuation bit have their 7-bit groups
+/// packed together pairwise, then by fours, then all.
+#[inline(always)]
+pub fn from_word(word: u64) -> Option<(u64, usize)> {
+    let stops = !word & 0x8080_8080_8080_8080;
+    if stops == 0 {
+        return None;
+    }
+    let x = word & (stops ^ (stops - 1)) & 0x7f7f_7f7f_7f7f_7f7f;
+    let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+    let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+    let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+    Some((x, (stops.trailing_zeros() / 8 + 1) as usize))
 }
 
 /// The general case of [`get`]: near the end of the buffer, or more than
