@@ -320,7 +320,9 @@ fn nvalloc_traced_by_valgrind_matches_the_builtin_tracer() {
         b.order.len() - flushes,
         d.store_count
     );
-    assert_eq!(same, b.store_count, "every store of the built-in trace is compared");
+    // `compare` demanded the same stores, epoch by epoch, so the counts are
+    // identical too; what remains to rule out is a comparison of nothing.
+    assert!(same > 1000, "a run too small to compare: {same} stores");
 
     // The comparison can fail: a missing flush, an extra store, a moved fence.
     let mut broken = persistence(&dbi);
