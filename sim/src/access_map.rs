@@ -14,20 +14,32 @@ const CATS: usize = UNMAPPED as usize + 1;
 #[derive(Clone, Debug, Default)]
 pub(crate) struct AccessMap {
     per_category: usize,
+    /// Bit c is set while category c still takes flushes: the one test a
+    /// flush pays once every category is full (or when no map is wanted).
+    open: u8,
     rows: [Vec<(u64, u64, u32)>; CATS],
 }
 
 impl AccessMap {
     pub fn new(per_category: usize) -> Self {
-        AccessMap { per_category, rows: Default::default() }
+        let open = if per_category > 0 { (1u8 << CATS) - 1 } else { 0 };
+        AccessMap { per_category, open, rows: Default::default() }
     }
 
     /// Records a flush of category slot `cat` if that category is not full yet.
     #[inline(always)]
     pub fn offer(&mut self, cat: u8, index: u64, line: u64, region: u32) {
+        if self.open & (1 << cat) != 0 {
+            self.take(cat, index, line, region);
+        }
+    }
+
+    #[inline(never)]
+    fn take(&mut self, cat: u8, index: u64, line: u64, region: u32) {
         let v = &mut self.rows[cat as usize];
-        if v.len() < self.per_category {
-            v.push((index, line, region));
+        v.push((index, line, region));
+        if v.len() >= self.per_category {
+            self.open &= !(1 << cat);
         }
     }
 

@@ -16,9 +16,10 @@
 //! number of distinct lines. When the time counter reaches the bit set's
 //! capacity, the live times (one per line) are renumbered 0..live in order
 //! (each line's new time is the rank of its old one) and the capacity becomes
-//! eight times the number of lines; so memory is O(distinct lines) on billions
-//! of events, and each compaction, O(chunks × 64 + capacity / 64), is paid
-//! for by the 7 × lines flushes since the previous one.
+//! eight times the number of lines (at least the line table's room); so memory
+//! is O(distinct lines) on billions of events, and each compaction,
+//! O(chunks × 64 + capacity / 64), is paid for by the flushes since the
+//! previous one (at least 7 × lines, and at least chunks × 64 − lines).
 
 use crate::line_times::{LineTimes, NEVER};
 
@@ -245,23 +246,28 @@ impl DistanceTracker {
             r += w.count_ones();
         }
         let bits = &self.bits;
-        for t in self.last.times_mut() {
-            let w = (*t / 64) as usize;
-            let below = bits[w] & ((1u64 << (*t % 64)) - 1);
-            *t = rank[w] + below.count_ones();
-        }
+        self.last.renumber(|t| {
+            let w = (t / 64) as usize;
+            let below = bits[w] & ((1u64 << (t % 64)) - 1);
+            rank[w] + below.count_ones()
+        });
         let live = self.live as u64;
         // Eight times the lines: the bit set costs a byte per line, and the
-        // next compaction is 7 × lines flushes away.
-        let cap = (live * 8 + 1).max(self.min_capacity as u64);
+        // next compaction is 7 × lines flushes away. At least the line
+        // table's room, too: renumbering walks all of it, and lines spread
+        // thinly over their chunks would otherwise make that walk longer than
+        // the flushes it is spread over.
+        let cap = (live * 8 + 1).max(self.last.slots() as u64).max(self.min_capacity as u64);
         assert!(cap <= u32::MAX as u64 / 2, "more than 2^30 distinct lines in one reflush scope");
         let words = cap.div_ceil(64) as usize;
         // Times 0..live are marked.
         self.bits.clear();
         self.bits.reserve_exact(words + NEAR_WORDS);
         self.bits.resize(words + NEAR_WORDS, 0);
-        for t in 0..live as usize {
-            self.bits[t / 64] |= 1 << (t % 64);
+        let (full, rest) = (live as usize / 64, live % 64);
+        self.bits[..full].fill(u64::MAX);
+        if rest > 0 {
+            self.bits[full] = (1 << rest) - 1;
         }
         // Fenwick node i covers words (i - lowbit(i), i]: sum their counts,
         // from a prefix-count array (O(words)).

@@ -66,9 +66,21 @@ impl LineTimes {
         pos
     }
 
-    /// Every time set, mutably (in no particular order).
-    pub fn times_mut(&mut self) -> impl Iterator<Item = &mut u32> {
-        self.chunks.iter_mut().flat_map(|c| c.iter_mut()).filter(|t| **t != NEVER)
+    /// Replaces every time set by `f` of it (in no particular order).
+    pub fn renumber(&mut self, mut f: impl FnMut(u32) -> u32) {
+        for chunk in &mut self.chunks {
+            for t in chunk.iter_mut() {
+                if *t != NEVER {
+                    *t = f(*t);
+                }
+            }
+        }
+    }
+
+    /// Lines the table has room for (64 per chunk): what walking
+    /// [`LineTimes::renumber`] costs.
+    pub fn slots(&self) -> usize {
+        self.chunks.len() * CHUNK_LINES
     }
 
     /// Bytes held, for memory accounting.
@@ -100,7 +112,11 @@ mod tests {
             *s = i;
             r.insert(line, i);
         }
-        let mut got: Vec<u32> = t.times_mut().map(|v| *v).collect();
+        let mut got = Vec::new();
+        t.renumber(|v| {
+            got.push(v);
+            v
+        });
         let mut want: Vec<u32> = r.values().copied().collect();
         got.sort_unstable();
         want.sort_unstable();

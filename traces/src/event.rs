@@ -19,13 +19,11 @@ impl FlushKind {
     /// carries it); `None` for codes no flush has.
     #[inline(always)]
     pub fn from_code(c: u8) -> Option<FlushKind> {
-        match c {
-            0 => Some(FlushKind::Clwb),
-            1 => Some(FlushKind::Clflushopt),
-            2 => Some(FlushKind::Clflush),
-            _ => None,
-        }
+        FlushKind::ALL.get(c as usize).copied()
     }
+
+    /// Every kind, by code.
+    pub const ALL: [FlushKind; 3] = [FlushKind::Clwb, FlushKind::Clflushopt, FlushKind::Clflush];
 }
 
 /// An ordering point. `LockedRmw` is a locked read-modify-write (`lock cmpxchg`,
@@ -43,13 +41,11 @@ impl FenceKind {
     /// carries it); `None` for codes no fence has.
     #[inline(always)]
     pub fn from_code(c: u8) -> Option<FenceKind> {
-        match c {
-            0 => Some(FenceKind::Sfence),
-            1 => Some(FenceKind::Mfence),
-            2 => Some(FenceKind::LockedRmw),
-            _ => None,
-        }
+        FenceKind::ALL.get(c as usize).copied()
     }
+
+    /// Every kind, by code.
+    pub const ALL: [FenceKind; 3] = [FenceKind::Sfence, FenceKind::Mfence, FenceKind::LockedRmw];
 }
 
 /// What a region of the heap holds; every statistic can be broken down by it.
