@@ -154,7 +154,7 @@ pub struct Simulator {
     /// Operation per row; row 0 (`None`) is "outside any operation".
     op_kinds: Vec<Option<OpKind>>,
     /// Row of each named operation (codes 0-7) in `op_kinds`, 0 if none yet.
-    op_slot_of_code: [u32; 8],
+    op_row_of_code: [u32; 8],
 
     trackers: Vec<DistanceTracker>,
     tracker_min_capacity: u32,
@@ -215,7 +215,7 @@ impl Simulator {
             ctx_key: Vec::new(),
             region_ctr: vec![Counters::default()],
             op_kinds: vec![None],
-            op_slot_of_code: [0; 8],
+            op_row_of_code: [0; 8],
             trackers: (0..trackers).map(|_| DistanceTracker::new()).collect(),
             tracker_min_capacity: DistanceTracker::DEFAULT_MIN_CAPACITY,
             cache: CpuCache::new(&cache_cfg),
@@ -299,8 +299,11 @@ impl Simulator {
             Event::Fence { .. } => self.fence::<M>(t, x),
             Event::NtStore { addr, size, .. } => self.nt_store::<M>(t, x, addr, size),
             Event::Load { addr, size } => self.load::<M>(x, addr, size),
-            Event::OpBegin { op, .. } => self.op_begin(t, op),
-            Event::OpEnd { op, .. } => self.op_end(t, x, op),
+            Event::OpBegin { op, .. } => {
+                let row = self.op_row_to_begin(op);
+                self.op_begin(t, row);
+            }
+            Event::OpEnd { op, .. } => self.op_end(t, x, self.op_row(op)),
             _ => self.rare(t, x, ev),
         }
     }
@@ -331,6 +334,14 @@ impl Simulator {
             self.switch_thread(tid);
         }
         (tid as usize, self.cur_ctx)
+    }
+
+    /// The current thread and its context, for an event of thread `tid` that
+    /// the decoder announced with [`Visit::thread`] (so it is current).
+    #[inline(always)]
+    fn current(&self, tid: u32) -> (usize, u32) {
+        debug_assert_eq!(tid, self.cur_tid, "the decoder announces every thread switch");
+        (self.cur_tid as usize, self.cur_ctx)
     }
 
     /// Makes `tid` the current thread.
@@ -460,78 +471,105 @@ impl Simulator {
         }
     }
 
+    /// Operation row `row` begins in thread `t`: its context becomes current.
     #[inline(always)]
-    fn op_begin(&mut self, t: usize, op: OpKind) {
-        let slot = match self.op_slot(op) {
-            Some(s) => s,
-            None => {
-                self.op_kinds.push(Some(op));
-                let s = self.op_kinds.len() as u32 - 1;
-                if let Some(e) = self.op_slot_of_code.get_mut(op.code() as usize) {
-                    *e = s;
-                }
-                s
-            }
-        };
-        self.threads[t].ops.push(slot);
-        self.enter_ctx(t);
-        let x = self.threads[t].ctx;
+    fn op_begin(&mut self, t: usize, row: u32) {
+        self.threads[t].ops.push(row);
+        let x = self.enter_ctx(t, row);
         self.ctx_ctr[x as usize].ops += 1;
     }
 
-    /// The operation row of `op`, if it has one yet: named operations by
-    /// table, others by a search of the (few) rows.
+    /// Closes the innermost open operation of row `row` in thread `t` (and
+    /// any left open inside it); an end without a begin (or of row 0, an
+    /// operation that never began anywhere) is only counted.
     #[inline(always)]
-    fn op_slot(&self, op: OpKind) -> Option<u32> {
-        match self.op_slot_of_code.get(op.code() as usize) {
-            Some(&s) => (s != 0).then_some(s),
-            None => self.op_kinds.iter().position(|&k| k == Some(op)).map(|s| s as u32),
-        }
-    }
-
-    /// Closes the innermost open operation of that type (and any left open
-    /// inside it); an end without a begin is ignored.
-    #[inline(always)]
-    fn op_end(&mut self, t: usize, x: u32, op: OpKind) {
+    fn op_end(&mut self, t: usize, x: u32, row: u32) {
         self.ctx_ctr[x as usize].op_ends += 1;
-        let Some(slot) = self.op_slot(op) else { return };
         let stack = &mut self.threads[t].ops;
         // Usually the innermost operation ends.
-        if stack.last() == Some(&slot) {
+        if stack.last() == Some(&row) {
             stack.pop();
-        } else if let Some(i) = stack.iter().rposition(|&s| s == slot) {
+        } else if let Some(i) = stack.iter().rposition(|&s| s == row) {
             stack.truncate(i);
         } else {
             return;
         }
-        self.enter_ctx(t);
+        let o = stack.last().copied().unwrap_or(0);
+        self.enter_ctx(t, o);
     }
 
-    /// Points thread `t` at the context of its innermost open operation,
-    /// creating the context the first time; it becomes the current context
-    /// (`t` is the current thread, or about to become it).
+    /// The row of `op`, or 0 if it has none yet: named operations by table,
+    /// others by a search of the (few) rows.
     #[inline(always)]
-    fn enter_ctx(&mut self, t: usize) {
-        let ts = &mut self.threads[t];
-        let o = ts.ops.last().copied().unwrap_or(0);
-        match ts.ctx_of_op.get(o as usize) {
-            Some(&x) if x != NO_CTX => ts.ctx = x,
-            _ => self.new_ctx(t, o),
+    fn op_row(&self, op: OpKind) -> u32 {
+        match op {
+            OpKind::Other(_) => self.op_kinds.iter().position(|&k| k == Some(op)).map_or(0, |s| s as u32),
+            _ => self.op_row_of_code[op.code() as usize & 7],
         }
-        self.cur_ctx = self.threads[t].ctx;
+    }
+
+    /// The row of `op`, made at its first begin.
+    #[inline(always)]
+    fn op_row_to_begin(&mut self, op: OpKind) -> u32 {
+        match self.op_row(op) {
+            0 => self.new_op_row(op),
+            s => s,
+        }
+    }
+
+    /// The row of the named operation with code `code` (0-7), made at its
+    /// first begin: a table lookup, without turning the code into an
+    /// [`OpKind`] and back.
+    #[inline(always)]
+    fn named_op_row(&mut self, code: u8, begin: bool) -> u32 {
+        match self.op_row_of_code[code as usize & 7] {
+            0 if begin => self.new_op_row(OpKind::NAMED[code as usize & 7]),
+            s => s,
+        }
     }
 
     #[cold]
     #[inline(never)]
-    fn new_ctx(&mut self, t: usize, o: u32) {
+    fn new_op_row(&mut self, op: OpKind) -> u32 {
+        self.op_kinds.push(Some(op));
+        let s = self.op_kinds.len() as u32 - 1;
+        if let Some(e) = self.op_row_of_code.get_mut(op.code() as usize) {
+            *e = s;
+        }
+        s
+    }
+
+    /// Points thread `t` at the context of operation row `o` (its innermost
+    /// open one, 0 if none), creating the context the first time; it becomes
+    /// the current context (`t` is the current thread, or about to become
+    /// it), which is returned.
+    #[inline(always)]
+    fn enter_ctx(&mut self, t: usize, o: u32) -> u32 {
+        let ts = &mut self.threads[t];
+        let x = match ts.ctx_of_op.get(o as usize) {
+            Some(&x) if x != NO_CTX => {
+                ts.ctx = x;
+                x
+            }
+            _ => self.new_ctx(t, o),
+        };
+        self.cur_ctx = x;
+        x
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_ctx(&mut self, t: usize, o: u32) -> u32 {
         let ts = &mut self.threads[t];
         if ts.ctx_of_op.len() <= o as usize {
             ts.ctx_of_op.resize(o as usize + 1, NO_CTX);
         }
-        ts.ctx_of_op[o as usize] = self.ctx_ctr.len() as u32;
+        let x = self.ctx_ctr.len() as u32;
+        ts.ctx_of_op[o as usize] = x;
+        ts.ctx = x;
         self.ctx_ctr.push(Counters::default());
         self.ctx_key.push((t as u32, o));
-        ts.ctx = ts.ctx_of_op[o as usize];
+        x
     }
 
     fn add_region(&mut self, id: u64, category: Category, base: u64, len: u64, name: &str) {
@@ -609,7 +647,7 @@ impl Simulator {
                 self.trackers.resize_with(t + 1, || DistanceTracker::with_min_capacity(min));
             }
         }
-        self.enter_ctx(t);
+        self.enter_ctx(t, 0);
     }
 
     /// Loads or stores the lines of `[addr, addr + size)` in the cache; fills
@@ -828,30 +866,36 @@ impl<'a, const M: u8> Visit<'a> for Replay<'_, M> {
     }
 
     #[inline(always)]
+    fn thread(&mut self, tid: u32) {
+        self.0.begin_event(tid);
+    }
+
+    #[inline(always)]
     fn store(&mut self, _index: u64, tid: u32, addr: u64, size: u32, _value: Option<&'a [u8]>) {
-        let (_, x) = self.0.begin_event(tid);
+        let (_, x) = self.0.current(tid);
         self.0.store::<M>(x, addr, size);
     }
 
     #[inline(always)]
     fn flush(&mut self, index: u64, tid: u32, kind: FlushKind, line: u64) {
-        let (t, x) = self.0.begin_event(tid);
+        let (t, x) = self.0.current(tid);
         self.0.flush::<M>(t, x, index, kind, line);
     }
 
     #[inline(always)]
     fn fence(&mut self, _index: u64, tid: u32, _kind: FenceKind) {
-        let (t, x) = self.0.begin_event(tid);
+        let (t, x) = self.0.current(tid);
         self.0.fence::<M>(t, x);
     }
 
     #[inline(always)]
-    fn op(&mut self, _index: u64, tid: u32, op: OpKind, begin: bool, _n: u64) {
-        let (t, x) = self.0.begin_event(tid);
+    fn named_op(&mut self, _index: u64, tid: u32, code: u8, begin: bool, _n: u64) {
+        let (t, x) = self.0.current(tid);
+        let row = self.0.named_op_row(code, begin);
         if begin {
-            self.0.op_begin(t, op);
+            self.0.op_begin(t, row);
         } else {
-            self.0.op_end(t, x, op);
+            self.0.op_end(t, x, row);
         }
     }
 }

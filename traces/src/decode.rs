@@ -35,10 +35,21 @@ pub trait Visit<'a> {
         self.event(&Record { index, tid, event: Event::Fence { kind } });
     }
 
-    /// An operation begins (`begin`, with its argument `n`) or ends (with its
-    /// result `n`).
+    /// The records that follow, up to the next call, are thread `tid`'s
+    /// (each still names its thread): called as a visit starts and at every
+    /// thread switch, so that a visitor keeping per-thread state can look it
+    /// up once per run of a thread's records rather than once per record.
     #[inline(always)]
-    fn op(&mut self, index: u64, tid: u32, op: OpKind, begin: bool, n: u64) {
+    fn thread(&mut self, tid: u32) {
+        let _ = tid;
+    }
+
+    /// A named operation (code 0-7, [`OpKind::NAMED`]) begins (`begin`, with
+    /// its argument `n`) or ends (with its result `n`). Other operations come
+    /// as events.
+    #[inline(always)]
+    fn named_op(&mut self, index: u64, tid: u32, code: u8, begin: bool, n: u64) {
+        let op = OpKind::NAMED[code as usize & 7];
         let event = if begin { Event::OpBegin { op, arg: n } } else { Event::OpEnd { op, result: n } };
         self.event(&Record { index, tid, event });
     }
@@ -92,7 +103,7 @@ const fn hot_classes(values: bool) -> [Hot; 256] {
             }
             K_FENCE if (x as usize) < FenceKind::ALL.len() => Hot::Fence,
             K_THREAD if x < 15 => Hot::Thread,
-            K_OP_BEGIN | K_OP_END if x < 8 => Hot::Op,
+            K_OP_BEGIN | K_OP_END if (x as usize) < OpKind::NAMED.len() => Hot::Op,
             _ => Hot::Other,
         };
         tag += 1;
@@ -317,6 +328,7 @@ impl<'a> BlockDecoder<'a> {
                     } else {
                         self.switch(x)?;
                     }
+                    v.thread(self.tid);
                     continue;
                 }
                 K_OP_BEGIN => {
@@ -404,13 +416,13 @@ impl<'a> BlockDecoder<'a> {
                     tid = x as u32;
                     cur = self.cursors[x as usize];
                     pos += 1;
+                    v.thread(tid);
                     continue;
                 }
                 Hot::Op => {
                     let Some((n, len)) = varint() else { break };
-                    let op = OpKind::from_code(x as u64).expect("the table lets codes 0-7 through");
                     pos += len;
-                    v.op(index, tid, op, tag & 15 == K_OP_BEGIN, n);
+                    v.named_op(index, tid, x, tag & 15 == K_OP_BEGIN, n);
                 }
                 Hot::Other => break,
             }
@@ -516,6 +528,7 @@ impl<'a> BlockDecoder<'a> {
         if self.failed {
             return Ok(());
         }
+        v.thread(self.tid);
         loop {
             self.fast_run(v);
             if !self.visit_next(v).inspect_err(|_| self.failed = true)? {

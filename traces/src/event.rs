@@ -111,20 +111,25 @@ impl OpKind {
         }
     }
 
+    /// The named operations by code (0-7).
+    pub const NAMED: [OpKind; 8] = [
+        OpKind::Malloc,
+        OpKind::Free,
+        OpKind::Realloc,
+        OpKind::Morph,
+        OpKind::LogGc,
+        OpKind::Recovery,
+        OpKind::Init,
+        OpKind::Close,
+    ];
+
     /// Decodes an operation code; `None` for codes 8–15 that are reserved.
     pub fn from_code(c: u64) -> Option<OpKind> {
-        Some(match c {
-            0 => OpKind::Malloc,
-            1 => OpKind::Free,
-            2 => OpKind::Realloc,
-            3 => OpKind::Morph,
-            4 => OpKind::LogGc,
-            5 => OpKind::Recovery,
-            6 => OpKind::Init,
-            7 => OpKind::Close,
-            8..=15 => return None,
-            c => OpKind::Other(c),
-        })
+        match c {
+            0..=7 => Some(OpKind::NAMED[c as usize]),
+            8..=15 => None,
+            c => Some(OpKind::Other(c)),
+        }
     }
 
     pub fn name(self) -> String {
