@@ -53,11 +53,29 @@ pub fn get(buf: &[u8], pos: &mut usize) -> Result<u64, VarintError> {
 }
 
 /// The varint at the start of `word` (eight bytes read little-endian) and its
-/// length in bytes, or `None` if it is longer than eight bytes. No loop: the
-/// bytes up to the first without a continuation bit have their 7-bit groups
-/// packed together pairwise, then by fours, then all.
+/// length in bytes, or `None` if it is longer than eight bytes. No loop: up to
+/// three bytes (nearly every address delta of a trace), each 7-bit group is
+/// shifted into place; longer ones, the bytes up to the first without a
+/// continuation bit have their groups packed together pairwise, then by
+/// fours, then all.
 #[inline(always)]
 pub fn from_word(word: u64) -> Option<(u64, usize)> {
+    let (g0, g1, g2) = (word & 0x7f, (word >> 1) & 0x3f80, (word >> 2) & 0x1f_c000);
+    if word & 0x80 == 0 {
+        return Some((g0, 1));
+    }
+    if word & 0x8000 == 0 {
+        return Some((g0 | g1, 2));
+    }
+    if word & 0x80_0000 == 0 {
+        return Some((g0 | g1 | g2, 3));
+    }
+    from_long_word(word)
+}
+
+/// [`from_word`] for four bytes and more.
+#[inline(always)]
+fn from_long_word(word: u64) -> Option<(u64, usize)> {
     let stops = !word & 0x8080_8080_8080_8080;
     if stops == 0 {
         return None;
