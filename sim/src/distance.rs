@@ -6,11 +6,12 @@
 //! (Bennett & Kruskal 1975): give every flush a time and mark the time of each
 //! line's *latest* flush; the distance of a flush whose line was last flushed at
 //! time p is the number of marks after p. The marks are a bit set over time,
-//! counted by a Fenwick tree over its 64-bit words: O(log(n / 64)) per flush
-//! instead of a scan of the history, and small enough to stay in L1/L2 (about
-//! 1.5 bytes per line, besides the table of line times, [`LineTimes`]: 4 bytes
-//! per line of a 4 KB chunk touched). Marks close to the present (the reflushes
-//! that matter most) are counted by popcount without the tree at all.
+//! counted by a Fenwick tree over leaves of eight 64-bit words: O(log(n / 512))
+//! per flush instead of a scan of the history, and small enough to stay in
+//! L1/L2 (about 1.1 bytes per line, besides the table of line times,
+//! [`LineTimes`]: 4 bytes per line of a 4 KB chunk touched). Marks close to the
+//! present (the reflushes that matter most) are counted by popcount without the
+//! tree at all, and a mark moving within its leaf leaves the tree alone.
 //!
 //! Bounded memory: times grow with the number of flushes, lines only with the
 //! number of distinct lines. When the time counter reaches the bit set's
@@ -73,8 +74,8 @@ pub struct DistanceTracker {
     /// Bit t is set iff time t is some line's latest flush; then
     /// `NEAR_WORDS` spare words that stay zero.
     bits: Vec<u64>,
-    /// Fenwick tree over the words of `bits`, 1-based: `tree[w + 1]` covers
-    /// word w. (Walks of a fixed number of steps without data-dependent
+    /// Fenwick tree over the leaves of `bits` (LEAF_WORDS words each),
+    /// 1-based: `tree[l + 1]` covers leaf l. (Walks of a fixed number of steps without data-dependent
     /// branches were tried: fewer mispredictions, but as many more
     /// instructions, and no faster.)
     tree: Vec<u32>,
@@ -98,6 +99,13 @@ impl Default for DistanceTracker {
 /// Below this many words between a line's previous flush and now, the marks
 /// are counted by popcount directly (cheaper than the tree's walk).
 const NEAR_WORDS: usize = 4;
+
+/// Words per leaf of the tree. A reflush moves its line's mark from its
+/// previous time to now; within a leaf that costs the tree nothing, so the
+/// wider the leaf, the rarer the tree's walks (a quarter of all flushes
+/// crossed a word, an eighth as many cross a leaf); a far count pays for it
+/// with up to LEAF_WORDS - 1 more popcounts.
+const LEAF_WORDS: usize = 8;
 
 impl DistanceTracker {
     /// Capacity that a tracker starts with and never shrinks below: large enough
@@ -165,15 +173,21 @@ impl DistanceTracker {
         *t = now;
         self.now = now + 1;
         let (wp, wn) = ((p / 64) as usize, (now / 64) as usize);
+        let mark = 1u64 << (now % 64);
         debug_assert!(wn + NEAR_WORDS <= self.bits.len() && (p == FIRST || p < now));
         let bits = self.bits.as_mut_ptr();
         // SAFETY: `now` is below the capacity, so its word and the NEAR_WORDS
         // after it are in `bits` (`compact` sizes it so), and a line's time `p`
         // is always before `now`: every word read or written below is one of
         // those. (Bounds checks here cost a sixth of a flush.)
+        //
+        // The distance is read before this flush changes any word, and a mark
+        // that moves within its word moves in one write: the next flush reads
+        // the words this one writes, so each write on the way is time the
+        // next flush waits (a third of a reflush-only replay, before).
         unsafe {
-            *bits.add(wn) |= 1u64 << (now % 64);
             if p == FIRST {
+                *bits.add(wn) |= mark;
                 self.live += 1;
                 self.add(wn, 1);
                 return FIRST;
@@ -182,22 +196,26 @@ impl DistanceTracker {
                 // A fixed number of words, without a loop whose length varies
                 // from flush to flush: the words after `now`'s hold no marks
                 // (the bit set has NEAR_WORDS spare words that stay zero).
-                // `now`'s own mark, just set, is not one of those wanted.
                 let mut n = ((*bits.add(wp) >> (p % 64)) >> 1).count_ones();
                 for k in 1..NEAR_WORDS {
                     n += (*bits.add(wp + k)).count_ones();
                 }
-                n - 1
+                n
             } else {
-                // The tree does not count `now`'s mark yet.
                 self.marks_after(p)
             };
-            *bits.add(wp) &= !(1u64 << (p % 64));
-            // Moving the mark to another word moves its count in the tree (the
-            // usual short reflush stays in one word).
-            if wp != wn {
-                self.add(wp, u32::MAX);
-                self.add(wn, 1);
+            let old = 1u64 << (p % 64);
+            if wp == wn {
+                // The usual short reflush.
+                *bits.add(wn) = (*bits.add(wn) & !old) | mark;
+            } else {
+                *bits.add(wp) &= !old;
+                *bits.add(wn) |= mark;
+                // Moving the mark to another leaf moves its count in the tree.
+                if wp / LEAF_WORDS != wn / LEAF_WORDS {
+                    self.add(wp, u32::MAX);
+                    self.add(wn, 1);
+                }
             }
             d
         }
@@ -208,9 +226,14 @@ impl DistanceTracker {
     #[inline(never)]
     fn marks_after(&self, p: u32) -> u32 {
         let wp = (p / 64) as usize;
-        // Marks up to p: whole words before p's word, then p's word up to p.
+        let leaf = wp / LEAF_WORDS;
+        // Marks up to p: whole leaves before p's leaf (the tree), p's leaf's
+        // words before p's word, then p's word up to p.
         let mut upto = (self.bits[wp] << (63 - p % 64)).count_ones();
-        let mut i = wp;
+        for w in &self.bits[leaf * LEAF_WORDS..wp] {
+            upto += w.count_ones();
+        }
+        let mut i = leaf;
         while i > 0 {
             upto = upto.wrapping_add(self.tree[i]);
             i &= i - 1;
@@ -218,11 +241,12 @@ impl DistanceTracker {
         self.live - upto
     }
 
-    /// Adds `delta` (wrapping: `u32::MAX` is -1) to word `w`'s count.
+    /// Adds `delta` (wrapping: `u32::MAX` is -1) to the count of word `w`'s
+    /// leaf.
     #[inline(always)]
     fn add(&mut self, w: usize, delta: u32) {
         let n = self.tree.len();
-        let mut i = w + 1;
+        let mut i = w / LEAF_WORDS + 1;
         while i < n {
             self.tree[i] = self.tree[i].wrapping_add(delta);
             i += i & i.wrapping_neg();
@@ -269,17 +293,18 @@ impl DistanceTracker {
         if rest > 0 {
             self.bits[full] = (1 << rest) - 1;
         }
-        // Fenwick node i covers words (i - lowbit(i), i]: sum their counts,
+        // Fenwick node i covers leaves (i - lowbit(i), i]: sum their counts,
         // from a prefix-count array (O(words)).
-        let mut prefix = Vec::with_capacity(words + 1);
+        let leaves = words.div_ceil(LEAF_WORDS);
+        let mut prefix = Vec::with_capacity(leaves + 1);
         prefix.push(0u32);
-        for w in &self.bits[..words] {
-            prefix.push(prefix.last().unwrap() + w.count_ones());
+        for leaf in self.bits[..words].chunks(LEAF_WORDS) {
+            prefix.push(prefix.last().unwrap() + leaf.iter().map(|w| w.count_ones()).sum::<u32>());
         }
         self.tree.clear();
-        self.tree.reserve_exact(words + 1);
+        self.tree.reserve_exact(leaves + 1);
         self.tree.push(0);
-        for i in 1..=words {
+        for i in 1..=leaves {
             self.tree.push(prefix[i] - prefix[i - (i & i.wrapping_neg())]);
         }
         self.now = live as u32;

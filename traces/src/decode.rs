@@ -385,6 +385,7 @@ impl<'a> BlockDecoder<'a> {
                     cur = addr.wrapping_add(size as u64);
                     pos += 1;
                     v.store(index, tid, addr, size, None);
+                    index += 1;
                 }
                 Hot::Store => {
                     let Some((d, len)) = varint() else { break };
@@ -393,11 +394,13 @@ impl<'a> BlockDecoder<'a> {
                     cur = addr.wrapping_add(size as u64);
                     pos += len;
                     v.store(index, tid, addr, size, None);
+                    index += 1;
                 }
                 Hot::FlushSame => {
                     let line = (cur.wrapping_sub(1) >> 6) << 6;
                     pos += 1;
                     v.flush(index, tid, flush_kind(x), line);
+                    index += 1;
                 }
                 Hot::Flush => {
                     let Some((d, len)) = varint() else { break };
@@ -405,10 +408,12 @@ impl<'a> BlockDecoder<'a> {
                     cur = line.wrapping_add(LINE_BYTES);
                     pos += len;
                     v.flush(index, tid, flush_kind(x), line);
+                    index += 1;
                 }
                 Hot::Fence => {
                     pos += 1;
                     v.fence(index, tid, fence_kind(x));
+                    index += 1;
                 }
                 Hot::Thread => {
                     // Cursors of the ids a tag can carry always exist.
@@ -417,16 +422,15 @@ impl<'a> BlockDecoder<'a> {
                     cur = self.cursors[x as usize];
                     pos += 1;
                     v.thread(tid);
-                    continue;
                 }
                 Hot::Op => {
                     let Some((n, len)) = varint() else { break };
                     pos += len;
                     v.named_op(index, tid, x, tag & 15 == K_OP_BEGIN, n);
+                    index += 1;
                 }
                 Hot::Other => break,
             }
-            index += 1;
         }
         (self.pos, self.cur, self.tid, self.next_index) = (pos, cur, tid, index);
     }
