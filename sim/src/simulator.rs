@@ -413,8 +413,6 @@ impl Simulator {
             self.threads[t].pending = Some((cat, r));
         }
         self.bump(x, r, |c| {
-            c.flushes += 1;
-            c.first_flushes += (d == FIRST) as u64;
             c.reflushes += reflush as u64;
             c.hist[b] += 1;
             if M == ADR {

@@ -4,7 +4,7 @@
 //! text printer shows ([`COLUMNS`]), and the report itself ([`Report`]).
 
 use crate::config::{Config, Scope};
-use crate::distance::{bucket_label, HIST_BUCKETS};
+use crate::distance::{bucket_label, FIRST_BUCKET, HIST_BUCKETS};
 use pmsim_traces::Category;
 use serde::Serialize;
 
@@ -32,7 +32,8 @@ macro_rules! counters {
         #[derive(Clone, Debug, PartialEq, Eq)]
         pub struct Counters {
             $($(#[doc = $doc])+ pub $name: u64,)+
-            /// Flushes per reflush-distance bucket (see [`crate::distance::bucket`]).
+            /// Flushes per reflush-distance bucket (see [`crate::distance::bucket`]):
+            /// their sum is the flushes, the last bucket the first flushes.
             pub hist: [u64; HIST_BUCKETS],
             /// Estimated persist time in picoseconds per [`PERSIST_SLOT_NAMES`] slot.
             pub persist_ps: [u64; PERSIST_SLOTS],
@@ -58,7 +59,9 @@ macro_rules! counters {
 
             /// Whether anything at all was counted.
             pub fn is_empty(&self) -> bool {
-                true $(&& self.$name == 0)+ && self.persist_ps.iter().all(|&p| p == 0)
+                true $(&& self.$name == 0)+
+                    && self.hist.iter().all(|&h| h == 0)
+                    && self.persist_ps.iter().all(|&p| p == 0)
             }
         }
     };
@@ -73,10 +76,6 @@ counters! {
     nt_stores,
     /// Loads (only some tracers record them).
     loads,
-    /// Flush instructions.
-    flushes,
-    /// Flushes of a line never flushed before in the scope (infinite distance).
-    first_flushes,
     /// Flushes at a distance below the threshold.
     reflushes,
     /// Flushes that found their line dirty and wrote it to PM.
@@ -101,13 +100,23 @@ counters! {
 }
 
 impl Counters {
+    /// Flush instructions: each is counted once, in its distance's bucket.
+    pub fn flushes(&self) -> u64 {
+        self.hist.iter().sum()
+    }
+
+    /// Flushes of a line never flushed before in the scope (infinite distance).
+    pub fn first_flushes(&self) -> u64 {
+        self.hist[FIRST_BUCKET]
+    }
+
     /// Events counted: every event is counted once, by its kind, so a
     /// thread's events are the sum over its contexts.
     pub fn events(&self) -> u64 {
         self.stores
             + self.nt_stores
             + self.loads
-            + self.flushes
+            + self.flushes()
             + self.fences
             + self.ops
             + self.op_ends
@@ -196,12 +205,13 @@ impl Stats {
         let ns = |s: usize| c.persist_ps[s] as f64 / 1000.0;
         let total = c.persist_ps.iter().sum::<u64>() as f64 / 1000.0;
         let pm = c.pm_writes();
+        let flushes = c.flushes();
         Stats {
-            flushes: c.flushes,
+            flushes,
             reflushes: c.reflushes,
-            regular_flushes: c.flushes - c.reflushes,
-            reflush_ratio: ratio(c.reflushes, c.flushes),
-            first_flushes: c.first_flushes,
+            regular_flushes: flushes - c.reflushes,
+            reflush_ratio: ratio(c.reflushes, flushes),
+            first_flushes: c.first_flushes(),
             histogram: (0..HIST_BUCKETS)
                 .filter(|&b| c.hist[b] > 0)
                 .map(|b| Bucket { distance: bucket_label(b), count: c.hist[b] })
@@ -427,23 +437,16 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::distance::FIRST_BUCKET;
 
     #[test]
     fn derived_figures() {
-        let mut c = Counters {
-            flushes: 4,
-            reflushes: 1,
-            dirty_flushes: 3,
-            evictions: 1,
-            xpbuffer_hits: 2,
-            ..Default::default()
-        };
+        let mut c = Counters { reflushes: 1, dirty_flushes: 3, evictions: 1, xpbuffer_hits: 2, ..Default::default() };
         c.hist[0] = 1;
         c.hist[FIRST_BUCKET] = 3;
         c.persist_ps[0] = 1500;
         c.ops = 2;
         let s = Stats::from_counters(&c);
+        assert_eq!((s.flushes, s.first_flushes), (4, 3));
         assert_eq!(s.regular_flushes, 3);
         assert_eq!(s.reflush_ratio, 0.25);
         assert_eq!(s.pm_writes, 4);
@@ -453,6 +456,9 @@ mod tests {
         assert_eq!(s.persist_ns_per_op, Some(0.75));
         let mut d = Counters::default();
         assert!(d.is_empty());
+        d.hist[2] = 1;
+        assert!(!d.is_empty(), "a flush alone is something");
+        d.hist[2] = 0;
         d.add(&c);
         assert_eq!(d, c);
     }
