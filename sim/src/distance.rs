@@ -181,10 +181,9 @@ impl DistanceTracker {
         // is always before `now`: every word read or written below is one of
         // those. (Bounds checks here cost a sixth of a flush.)
         //
-        // The distance is read before this flush changes any word, and a mark
-        // that moves within its word moves in one write: the next flush reads
-        // the words this one writes, so each write on the way is time the
-        // next flush waits (a third of a reflush-only replay, before).
+        // The distance is read before this flush changes any word (so it
+        // needs no correction for its own mark), and a mark that moves within
+        // its word moves in one write.
         unsafe {
             if p == FIRST {
                 *bits.add(wn) |= mark;
