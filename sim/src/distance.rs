@@ -102,9 +102,9 @@ const NEAR_WORDS: usize = 4;
 
 /// Words per leaf of the tree. A reflush moves its line's mark from its
 /// previous time to now; within a leaf that costs the tree nothing, so the
-/// wider the leaf, the rarer the tree's walks (a quarter of all flushes
-/// crossed a word, an eighth as many cross a leaf); a far count pays for it
-/// with up to LEAF_WORDS - 1 more popcounts.
+/// wider the leaf, the rarer the tree's walks (on a Threadtest trace, 23 % of
+/// the reflushes cross a word and 5.9 % a leaf; on Shbench, 47 % and 13 %); a
+/// far count pays for it with up to LEAF_WORDS - 1 more popcounts.
 const LEAF_WORDS: usize = 8;
 
 impl DistanceTracker {

@@ -263,7 +263,9 @@ fn reflush_only_matches_the_full_model_on_reflush_figures() {
 fn a_trace_file_replays_like_the_stream() {
     let mut evs: Vec<(u32, OwnedEvent)> = Vec::new();
     for i in 0..3000u64 {
-        let t = (i % 4) as u32;
+        // Thread 20 cannot be named in a switch tag: its switches take the
+        // decoder's careful path.
+        let t = [0, 1, 2, 20][(i % 4) as usize];
         if i % 50 == 0 {
             evs.push((t, OwnedEvent::OpBegin { op: OpKind::Free, arg: i }));
         }
