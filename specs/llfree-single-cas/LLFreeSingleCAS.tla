@@ -17,22 +17,27 @@
 (* Persistent state: the child array of a tree (one cache line, as N = 32  *)
 (* two-byte entries are in the paper) and each child's bit field (one      *)
 (* line: 512 bits). With EADR = FALSE the caches are not in the            *)
-(* persistence domain: an operation's CASes reach PM in no particular      *)
-(* order across lines, and it flushes the lines it touched and fences      *)
-(* before it returns. With EADR = TRUE every store is durable at once.     *)
+(* persistence domain and FlushEach says when lines are made durable:      *)
+(* "cas" (what pmsim's LLFree does, model/src/llfree/lower.rs              *)
+(* Lower::commit): every CAS is followed by a flush of its line and a      *)
+(* fence, as a step of its own; "op" (the paper's protocol): an            *)
+(* operation's CASes reach PM in no particular order across lines, and it  *)
+(* flushes the lines it touched and fences before it returns. With         *)
+(* EADR = TRUE every store is durable at once and nothing is flushed.      *)
 (* Recovery rebuilds every counter from its bit field (a huge child keeps  *)
 (* free = 0) and the upper level from the counters.                        *)
 (*                                                                         *)
 (* Names follow the paper and llfree-rs (child entry: free, huge; tree:    *)
-(* free, reserved); pmsim's own LLFree (model/src/llfree) is to implement  *)
-(* the same actions.                                                       *)
+(* free, reserved). The README maps every action to the function of        *)
+(* pmsim's LLFree (model/src/llfree) that performs it.                     *)
 (*                                                                         *)
 (* Variants: "ok"; "dec_after_set": a base allocation sets its bit before  *)
 (* it decrements the counter; "inc_before_clear": a base free increments   *)
 (* the counter before it clears its bit; "skip_all_free": recovery skips children     *)
 (* whose counter reads all free (free = F) without reading their bit       *)
 (* field, the question this model answers; "huge_bits_kept": recovery     *)
-(* trusts a huge child's bit field to be all zero, as the paper does.      *)
+(* trusts a huge child's bit field to be all zero, as the paper does and   *)
+(* as Lower::rebuild does (it rejects the heap when one has bits set).     *)
 (***************************************************************************)
 EXTENDS Naturals, Sequences, FiniteSets, TLC
 
@@ -41,8 +46,10 @@ CONSTANTS CPUs,     \* the CPUs
           N,        \* children per tree
           F,        \* frames per child (512 in LLFree; a huge frame is all of them)
           EADR,     \* caches in the persistence domain
+          FlushEach, \* "cas": flush + fence after every CAS (the code); "op": once per operation (the paper)
           Variant
 
+ASSUME FlushEach \in {"cas", "op"}
 ASSUME Variant \in {"ok", "dec_after_set", "inc_before_clear", "huge_bits_kept", "skip_all_free"}
 
 VARIABLES vol, pend, fl, dur,   \* the persistency model
@@ -72,6 +79,8 @@ upper == <<treeFree, treeRes, local>>
 ghosts == <<owned, lost, crashOps, stuck>>
 
 NoOp == [k |-> "none"]
+\* Every CAS is flushed and fenced right after it (Lower::commit).
+PerCas == FlushEach = "cas" /\ ~EADR
 Amount(o) == IF o = "base" THEN 1 ELSE F
 Entry(img, c) == img[ChildL(TreeOf(c))][c]
 BitField(img, c) == img[BitsL(c)]
@@ -102,13 +111,29 @@ Init ==
 
 SetEntry(c, e) == [vol[ChildL(TreeOf(c))] EXCEPT ![c] = e]
 
+\* After a CAS to line l: the operation record becomes o and the CPU goes on
+\* at next, under PerCas through Commit, which flushes l and fences first.
+Then(p, o, next, l) ==
+    IF PerCas
+    THEN /\ pc' = [pc EXCEPT ![p] = "commit"]
+         /\ opr' = [opr EXCEPT ![p] = [o EXCEPT !.next = next, !.line = l]]
+    ELSE /\ pc' = [pc EXCEPT ![p] = next]
+         /\ opr' = [opr EXCEPT ![p] = o]
+
+\* Lower::commit: the flush of the line the last CAS changed, and a fence.
+Commit(p) ==
+    /\ mode = "run" /\ pc[p] = "commit"
+    /\ PM!Persist({opr[p].line})
+    /\ pc' = [pc EXCEPT ![p] = opr[p].next]
+    /\ UNCHANGED <<upper, opr, mode, ghosts>>
+
 (***************************************************************************)
 (* Allocation (Fig. 14a).                                                  *)
 (***************************************************************************)
 AllocBegin(p, o) ==
     /\ mode = "run" /\ pc[p] = "idle"
     /\ pc' = [pc EXCEPT ![p] = "upper"]
-    /\ opr' = [opr EXCEPT ![p] = [k |-> "alloc", o |-> o, t |-> 0, c |-> 0, a |-> <<>>]]
+    /\ opr' = [opr EXCEPT ![p] = [k |-> "alloc", o |-> o, t |-> 0, c |-> 0, a |-> <<>>, next |-> "", line |-> <<>>]]
     /\ UNCHANGED <<vol, pend, fl, dur, upper, mode, ghosts>>
 
 \* (1) Take 2^o from the CPU's counter c_P; else sync it with the tree's c_U;
@@ -170,10 +195,11 @@ LowerBase(p) ==
        IN IF cands = {} THEN GiveUp(p)
           ELSE \E c \in cands :
                /\ IF Variant = "dec_after_set"
-                  THEN UNCHANGED <<vol, pend, fl, dur>>
-                  ELSE PM!Write(ChildL(TreeOf(c)) :> SetEntry(c, [Entry(vol, c) EXCEPT !.free = @ - 1]))
-               /\ pc' = [pc EXCEPT ![p] = "set_bit"]
-               /\ opr' = [opr EXCEPT ![p].c = c]
+                  THEN /\ UNCHANGED <<vol, pend, fl, dur>>
+                       /\ pc' = [pc EXCEPT ![p] = "set_bit"]
+                       /\ opr' = [opr EXCEPT ![p].c = c]
+                  ELSE /\ PM!Write(ChildL(TreeOf(c)) :> SetEntry(c, [Entry(vol, c) EXCEPT !.free = @ - 1]))
+                       /\ Then(p, [opr[p] EXCEPT !.c = c], "set_bit", ChildL(TreeOf(c)))
                /\ UNCHANGED <<treeFree, treeRes, local>>
     /\ UNCHANGED <<mode, ghosts>>
 
@@ -190,8 +216,8 @@ SetBit(p) ==
                /\ UNCHANGED <<vol, pend, fl, dur, owned, lost, crashOps>>
           ELSE \E b \in zeros :
                /\ PM!Write(BitsL(c) :> (BitField(vol, c) \cup {b}))
-               /\ pc' = [pc EXCEPT ![p] = IF Variant = "dec_after_set" THEN "dec" ELSE "persist"]
-               /\ opr' = [opr EXCEPT ![p].a = <<"base", c, b>>]
+               /\ Then(p, [opr[p] EXCEPT !.a = <<"base", c, b>>],
+                       IF Variant = "dec_after_set" THEN "dec" ELSE "persist", BitsL(c))
                /\ UNCHANGED <<owned, lost, crashOps, stuck>>
     /\ UNCHANGED <<upper, mode>>
 
@@ -199,9 +225,9 @@ SetBit(p) ==
 DecAfterSet(p) ==
     /\ mode = "run" /\ pc[p] = "dec"
     /\ LET c == opr[p].c IN
-       PM!Write(ChildL(TreeOf(c)) :> SetEntry(c, [Entry(vol, c) EXCEPT !.free = @ - 1]))
-    /\ pc' = [pc EXCEPT ![p] = "persist"]
-    /\ UNCHANGED <<upper, opr, mode, ghosts>>
+       /\ PM!Write(ChildL(TreeOf(c)) :> SetEntry(c, [Entry(vol, c) EXCEPT !.free = @ - 1]))
+       /\ Then(p, opr[p], "persist", ChildL(TreeOf(c)))
+    /\ UNCHANGED <<upper, mode, ghosts>>
 
 \* (2b) Huge frame: free = F to free = 0 with the huge flag, one CAS.
 LowerHuge(p) ==
@@ -210,18 +236,18 @@ LowerHuge(p) ==
        IN IF cands = {} THEN GiveUp(p)
           ELSE \E c \in cands :
                /\ PM!Write(ChildL(TreeOf(c)) :> SetEntry(c, [free |-> 0, huge |-> TRUE]))
-               /\ pc' = [pc EXCEPT ![p] = "persist"]
-               /\ opr' = [opr EXCEPT ![p].c = c, ![p].a = <<"huge", c>>]
+               /\ Then(p, [opr[p] EXCEPT !.c = c, !.a = <<"huge", c>>], "persist", ChildL(TreeOf(c)))
                /\ UNCHANGED <<treeFree, treeRes, local>>
     /\ UNCHANGED <<mode, ghosts>>
 
 \* The lines an operation touched.
 Touched(o) == {ChildL(TreeOf(o.c))} \cup (IF o.a # <<>> /\ o.a[1] = "base" THEN {BitsL(o.c)} ELSE {})
 
-\* Flush the touched lines and fence (no-op under EADR), then return.
+\* Return: under FlushEach = "op" flush the touched lines and fence first
+\* (no-op under EADR); under "cas" every line is already durable.
 Return(p) ==
     /\ mode = "run" /\ pc[p] = "persist"
-    /\ PM!Persist(Touched(opr[p]))
+    /\ IF PerCas THEN UNCHANGED <<vol, pend, fl, dur>> ELSE PM!Persist(Touched(opr[p]))
     /\ owned' = IF opr[p].k = "alloc" THEN owned \cup {opr[p].a} ELSE owned
     /\ pc' = [pc EXCEPT ![p] = "idle"]
     /\ opr' = [opr EXCEPT ![p] = NoOp]
@@ -240,16 +266,16 @@ FreeBegin(p, a) ==
     /\ pc' = [pc EXCEPT ![p] = CASE a[1] = "huge" -> "free_huge"
                                   [] Variant = "inc_before_clear" -> "inc"
                                   [] OTHER -> "clear_bit"]
-    /\ opr' = [opr EXCEPT ![p] = [k |-> "free", o |-> a[1], t |-> TreeOf(a[2]), c |-> a[2], a |-> a]]
+    /\ opr' = [opr EXCEPT ![p] = [k |-> "free", o |-> a[1], t |-> TreeOf(a[2]), c |-> a[2], a |-> a, next |-> "", line |-> <<>>]]
     /\ UNCHANGED <<vol, pend, fl, dur, upper, mode, lost, crashOps, stuck>>
 
 \* (2): clear the bit with a CAS.
 ClearBit(p) ==
     /\ mode = "run" /\ pc[p] = "clear_bit"
     /\ LET c == opr[p].c IN
-       PM!Write(BitsL(c) :> (BitField(vol, c) \ {opr[p].a[3]}))
-    /\ pc' = [pc EXCEPT ![p] = IF Variant = "inc_before_clear" THEN "persist" ELSE "inc"]
-    /\ UNCHANGED <<upper, opr, mode, ghosts>>
+       /\ PM!Write(BitsL(c) :> (BitField(vol, c) \ {opr[p].a[3]}))
+       /\ Then(p, opr[p], IF Variant = "inc_before_clear" THEN "persist" ELSE "inc", BitsL(c))
+    /\ UNCHANGED <<upper, mode, ghosts>>
 
 \* (3) + (4): increment the counter with a CAS, then the upper level.
 IncCounter(p) ==
@@ -257,8 +283,8 @@ IncCounter(p) ==
     /\ LET c == opr[p].c IN
        /\ PM!Write(ChildL(TreeOf(c)) :> SetEntry(c, [Entry(vol, c) EXCEPT !.free = @ + 1]))
        /\ CreditUpper(p, TreeOf(c), 1)
-    /\ pc' = [pc EXCEPT ![p] = IF Variant = "inc_before_clear" THEN "clear_bit" ELSE "persist"]
-    /\ UNCHANGED <<treeRes, opr, mode, ghosts>>
+       /\ Then(p, opr[p], IF Variant = "inc_before_clear" THEN "clear_bit" ELSE "persist", ChildL(TreeOf(c)))
+    /\ UNCHANGED <<treeRes, mode, ghosts>>
 
 \* (1b): clear the huge flag and set free = F in one CAS.
 FreeHuge(p) ==
@@ -266,8 +292,8 @@ FreeHuge(p) ==
     /\ LET c == opr[p].c IN
        /\ PM!Write(ChildL(TreeOf(c)) :> SetEntry(c, [free |-> F, huge |-> FALSE]))
        /\ CreditUpper(p, TreeOf(c), F)
-    /\ pc' = [pc EXCEPT ![p] = "persist"]
-    /\ UNCHANGED <<treeRes, opr, mode, ghosts>>
+       /\ Then(p, opr[p], "persist", ChildL(TreeOf(c)))
+    /\ UNCHANGED <<treeRes, mode, ghosts>>
 
 (***************************************************************************)
 (* Crash and recovery. Recovery runs before anything else and, being a     *)
@@ -318,7 +344,7 @@ Resume ==
 Next ==
     \/ \E p \in CPUs :
           \/ \E o \in {"base", "huge"} : AllocBegin(p, o)
-          \/ Upper(p) \/ LowerBase(p) \/ SetBit(p) \/ DecAfterSet(p) \/ LowerHuge(p) \/ Return(p)
+          \/ Upper(p) \/ LowerBase(p) \/ SetBit(p) \/ DecAfterSet(p) \/ LowerHuge(p) \/ Commit(p) \/ Return(p)
           \/ \E a \in owned : FreeBegin(p, a)
           \/ ClearBit(p) \/ IncCounter(p) \/ FreeHuge(p)
     \/ CrashAndRecover \/ Resume
