@@ -11,6 +11,7 @@
 
 pub mod manifest;
 pub mod tlc;
+pub mod validate;
 
 pub use manifest::{Expect, Model, Size};
 pub use tlc::{Report, Tlc, Verdict};
@@ -144,7 +145,7 @@ pub fn judge(model: &Model, verdict: &Verdict) -> (Status, Option<String>) {
 }
 
 /// Copies the `.tla` files of `from` into `to`.
-fn copy_modules(from: &Path, to: &Path) -> Result<(), String> {
+pub(crate) fn copy_modules(from: &Path, to: &Path) -> Result<(), String> {
     let entries = std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))?;
     for entry in entries {
         let path = entry.map_err(|e| format!("{}: {e}", from.display()))?.path();

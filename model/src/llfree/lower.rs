@@ -30,6 +30,7 @@
 
 use super::zone::{Zone, CHILD_FRAMES};
 use super::LlError;
+use crate::mech::mutation::Mutation;
 use crate::mech::pbitmap::PBitmap;
 use crate::mech::stripe::StripeMap;
 use crate::pm::PmThread;
@@ -73,11 +74,18 @@ pub struct Lower {
     bits: PBitmap,
     /// Flush and fence the line of every CAS (off under eADR).
     persist: bool,
+    /// Drop the flush after a base allocation's decrement (checkers' test).
+    mutation: Mutation,
 }
 
 impl Lower {
     pub fn new(zone: Zone, persist: bool) -> Lower {
-        Lower { zone, bits: PBitmap::new(zone.bitfields_off, StripeMap::new(1)), persist }
+        Lower { zone, bits: PBitmap::new(zone.bitfields_off, StripeMap::new(1)), persist, mutation: Mutation::None }
+    }
+
+    /// The same lower level with one flush removed (see [`Mutation::LlCounterFlush`]).
+    pub fn with_mutation(self, mutation: Mutation) -> Lower {
+        Lower { mutation, ..self }
     }
 
     /// Makes the line at `off` durable after a CAS on it (nothing under eADR,
@@ -108,6 +116,18 @@ impl Lower {
     /// gives up when `f` says `None`. Returns the entry it replaced.
     #[inline]
     fn update_child(&self, t: &mut PmThread, c: u64, f: impl Fn(Child) -> Option<Child>) -> Option<Child> {
+        self.update_child_then(t, c, f, Lower::commit)
+    }
+
+    /// [`Lower::update_child`] with `then` in place of [`Lower::commit`].
+    #[inline]
+    fn update_child_then(
+        &self,
+        t: &mut PmThread,
+        c: u64,
+        f: impl Fn(Child) -> Option<Child>,
+        then: impl Fn(&Lower, &mut PmThread, u64),
+    ) -> Option<Child> {
         let (w, sh) = self.child_word(c);
         let mut cur = t.load_u64(w);
         loop {
@@ -116,7 +136,7 @@ impl Lower {
             let next = (cur & !(0xffff << sh)) | (new.0 as u64) << sh;
             match t.cas_u64(w, cur, next) {
                 Ok(_) => {
-                    self.commit(t, w);
+                    then(self, t, w);
                     return Some(old);
                 }
                 Err(now) => cur = now,
@@ -141,7 +161,17 @@ impl Lower {
     /// of its bit field. `None` if the child has no free base frame.
     #[inline]
     pub fn get_base(&self, t: &mut PmThread, c: u64) -> Option<u64> {
-        self.update_child(t, c, |e| (!e.huge() && e.free() > 0).then(|| Child::with_free(e.free() - 1)))?;
+        let dec = |e: Child| (!e.huge() && e.free() > 0).then(|| Child::with_free(e.free() - 1));
+        if self.mutation == Mutation::LlCounterFlush {
+            // The mutation: the fence stays, the flush goes.
+            self.update_child_then(t, c, dec, |l, t, _| {
+                if l.persist {
+                    t.fence()
+                }
+            })?;
+        } else {
+            self.update_child(t, c, dec)?;
+        }
         let first = c * CHILD_FRAMES as u64;
         // The decrement guarantees a zero bit: frees clear theirs before
         // incrementing, and nobody else may take ours.

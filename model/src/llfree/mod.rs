@@ -47,6 +47,7 @@ pub use thread::LlThread;
 
 use crate::alloc::{Footprint, PmAllocator};
 use crate::heap::{Heap, HeapError};
+use crate::mech::mutation::Mutation;
 use crate::params::{set_field, split_override};
 use crate::pm::{Pm, PmThread};
 use lower::{Lower, TREE_CHILDREN};
@@ -73,11 +74,14 @@ pub struct LlConfig {
     pub allocated: f64,
     /// A tree with more free frames than this fraction is *free*.
     pub free: f64,
+    /// A removed flush, for checkers to catch (only `ll-counter-flush`
+    /// concerns LLFree; see [`Mutation`]).
+    pub mutation: Mutation,
 }
 
 impl Default for LlConfig {
     fn default() -> Self {
-        LlConfig { eadr: false, cpus: 64, reserve_on_free: 4, allocated: 0.125, free: 0.875 }
+        LlConfig { eadr: false, cpus: 64, reserve_on_free: 4, allocated: 0.125, free: 0.875, mutation: Mutation::None }
     }
 }
 
@@ -104,6 +108,12 @@ impl LlConfig {
             return Err(LlError::Config(format!(
                 "thresholds allocated = {}, free = {} (need 0 <= allocated <= free <= 1)",
                 self.allocated, self.free
+            )));
+        }
+        if !matches!(self.mutation, Mutation::None | Mutation::LlCounterFlush) {
+            return Err(LlError::Config(format!(
+                "mutation = {} does not concern LLFree (it has ll-counter-flush)",
+                self.mutation.name()
             )));
         }
         Ok(())
@@ -196,7 +206,7 @@ impl LlFree {
         t.op_begin(OpKind::Init, 0);
         let z = Zone::plan(heap.size()).map_err(|e| e.in_file(heap))?;
         regions(&mut t, &z);
-        let lower = Lower::new(z, cfg.persist());
+        let lower = Lower::new(z, cfg.persist()).with_mutation(cfg.mutation);
         lower.format(&mut t);
         z.write(&mut t);
         t.op_end(OpKind::Init, 0);
@@ -215,7 +225,7 @@ impl LlFree {
         let z = Zone::read(&t).map_err(|e| e.in_file(heap))?;
         t.op_begin(OpKind::Recovery, 0);
         regions(&mut t, &z);
-        let lower = Lower::new(z, cfg.persist());
+        let lower = Lower::new(z, cfg.persist()).with_mutation(cfg.mutation);
         let (report, free) = recovery::recover(&mut t, &lower).map_err(|e| e.in_file(heap))?;
         t.op_end(OpKind::Recovery, 0);
         drop(t);

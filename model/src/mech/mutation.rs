@@ -28,16 +28,21 @@ pub enum Mutation {
     /// The flush of the bookkeeping log's `alt` bit when a slow GC flips it
     /// ([`super::bklog::BkLog::slow_gc`]).
     LogAltFlush,
+    /// The flush of the child entry's line after an LLFree base allocation
+    /// decrements its counter ([`crate::llfree::lower::Lower::get_base`]):
+    /// the bit may be set before the decrement is durable.
+    LlCounterFlush,
 }
 
 impl Mutation {
     /// Every mutation but `None`.
-    pub const ALL: [Mutation; 5] = [
+    pub const ALL: [Mutation; 6] = [
         Mutation::WalEntryFlush,
         Mutation::BitmapFlush,
         Mutation::DestFlush,
         Mutation::MorphFlagFlush,
         Mutation::LogAltFlush,
+        Mutation::LlCounterFlush,
     ];
 
     /// The configuration spelling (`wal-entry-flush`, …).
@@ -49,6 +54,7 @@ impl Mutation {
             Mutation::DestFlush => "dest-flush",
             Mutation::MorphFlagFlush => "morph-flag-flush",
             Mutation::LogAltFlush => "log-alt-flush",
+            Mutation::LlCounterFlush => "ll-counter-flush",
         }
     }
 }
