@@ -254,6 +254,11 @@ impl Lower {
     /// (its bit field must be empty); for every other the bit field is, and
     /// `c_L` is recomputed from it. Rewritten entries are persisted. Returns
     /// how many children were corrected.
+    ///
+    /// A huge child with bits set is rejected, not cleared: with every CAS
+    /// flushed and fenced ([`Lower::commit`]) no crash of this code leaves
+    /// one (TLC, `specs/llfree-single-cas` model `huge_bits_kept_cas`), while
+    /// the paper's flush-per-operation protocol can; see that spec's README.
     pub fn rebuild(&self, t: &mut PmThread) -> Result<u64, LlError> {
         let mut fixed = 0;
         for c in 0..self.zone.nhuge {
