@@ -133,16 +133,18 @@ Commit(p) ==
 AllocBegin(p, o) ==
     /\ mode = "run" /\ pc[p] = "idle"
     /\ pc' = [pc EXCEPT ![p] = "upper"]
-    /\ opr' = [opr EXCEPT ![p] = [k |-> "alloc", o |-> o, t |-> 0, c |-> 0, a |-> <<>>, next |-> "", line |-> <<>>]]
+    /\ opr' = [opr EXCEPT ![p] = [k |-> "alloc", o |-> o, t |-> 0, c |-> 0, a |-> <<>>, next |-> "", line |-> <<>>, retry |-> FALSE]]
     /\ UNCHANGED <<vol, pend, fl, dur, upper, mode, ghosts>>
 
 \* (1) Take 2^o from the CPU's counter c_P; else sync it with the tree's c_U;
 \* else reserve another tree, draining (stealing) it from its CPU if needed.
+\* After a GiveUp only the last (reserve) applies: the current tree is never
+\* picked again (LlThread::get, Upper::reserve).
 Upper(p) ==
     /\ mode = "run" /\ pc[p] = "upper"
     /\ LET need == Amount(opr[p].o)
            mine == local[p].tree
-       IN IF mine # 0 /\ local[p].free + treeFree[mine] >= need
+       IN IF mine # 0 /\ ~opr[p].retry /\ local[p].free + treeFree[mine] >= need
           THEN /\ local' = [local EXCEPT ![p].free = local[p].free + treeFree[mine] - need]
                /\ treeFree' = [treeFree EXCEPT ![mine] = 0]
                /\ pc' = [pc EXCEPT ![p] = "lower"]
@@ -179,11 +181,12 @@ CreditUpper(p, t, n) ==
     ELSE /\ treeFree' = [treeFree EXCEPT ![t] = @ + n]
          /\ UNCHANGED local
 
-\* Gives back what the upper level took when the lower level has no room.
+\* Gives back what the upper level took when the lower level has no room
+\* (fragmented for this order), then looks for another tree.
 GiveUp(p) ==
     /\ CreditUpper(p, opr[p].t, Amount(opr[p].o))
-    /\ pc' = [pc EXCEPT ![p] = "idle"]
-    /\ opr' = [opr EXCEPT ![p] = NoOp]
+    /\ pc' = [pc EXCEPT ![p] = "upper"]
+    /\ opr' = [opr EXCEPT ![p].retry = TRUE]
     /\ UNCHANGED <<vol, pend, fl, dur, treeRes>>
 
 \* (2a) Base frame: decrement a child's counter with a CAS (free >= 1, not huge).

@@ -37,9 +37,9 @@ NextExpected == IF i < Len(Trace) THEN ExpectedOf(Trace[i + 1].p) ELSE "nothing"
 Visible(e) ==
     CASE e.a = "AllocBegin" -> AllocBegin(e.p, e.o)
       [] e.a = "SetBit" -> SetBit(e.p) /\ pc'[e.p] # "idle" /\ opr'[e.p].a = <<"base", e.c, e.b>>
-      [] e.a = "DecCounter" -> \/ LowerBase(e.p) /\ pc'[e.p] # "idle" /\ opr'[e.p].c = e.c
+      [] e.a = "DecCounter" -> \/ LowerBase(e.p) /\ pc'[e.p] # "upper" /\ opr'[e.p].c = e.c
                                \/ DecAfterSet(e.p) /\ opr[e.p].c = e.c
-      [] e.a = "LowerHuge" -> LowerHuge(e.p) /\ pc'[e.p] # "idle" /\ opr'[e.p].c = e.c
+      [] e.a = "LowerHuge" -> LowerHuge(e.p) /\ pc'[e.p] # "upper" /\ opr'[e.p].c = e.c
       [] e.a = "Commit" -> Commit(e.p) /\ opr[e.p].line = e.line
       [] e.a = "Return" -> Return(e.p) /\ (e.r = <<>> \/ opr[e.p].a = e.r)
       [] e.a = "Failed" -> pc[e.p] = "idle" /\ UNCHANGED vars
@@ -53,8 +53,8 @@ Visible(e) ==
 Hidden ==
     \E p \in CPUs :
         \/ Upper(p)
-        \/ LowerBase(p) /\ pc'[p] = "idle"
-        \/ LowerHuge(p) /\ pc'[p] = "idle"
+        \/ LowerBase(p) /\ pc'[p] = "upper"
+        \/ LowerHuge(p) /\ pc'[p] = "upper"
 
 TraceInit == Init /\ i = 0 /\ PrintT(<<"pmsim-reached", 0, NextExpected>>)
 
