@@ -339,3 +339,27 @@ fn specs_check_prints_the_table_and_json() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no model matches"), "{}", stderr(&o));
 }
+
+/// A sweep whose allocator parameter is out of range fails while it is
+/// planned: one line naming the parameter and its range, no output directory.
+#[test]
+fn sweep_refuses_a_bad_allocator_parameter_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("d");
+    let o = pmsim(&["sweep", "--set", "alloc=nvalloc-log", "--set", "stripes=100", "--out", out.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(e.contains("stripes = 100 (must be 1..=64)"), "{e}");
+    assert!(!out.exists(), "the sweep made {}", out.display());
+}
+
+/// `--help` lists every registered allocator (from the registry, not a hand-written list).
+#[test]
+fn run_help_lists_every_registered_allocator() {
+    let o = pmsim(&["run", "--help"]);
+    let help = stdout(&o);
+    for name in pmsim_model::registry::names() {
+        assert!(help.contains(name), "--help does not list {name}:\n{help}");
+    }
+}

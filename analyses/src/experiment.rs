@@ -243,7 +243,31 @@ impl Experiment {
             }
         }
         let wl_combos = combos(&wl_keys);
-        let alloc_combos = combos(&alloc_keys);
+        // A bare key reaches the allocators that have the parameter (as
+        // `pmsim run --set` does); one that none of them has is refused.
+        let mut alloc_combos = Vec::with_capacity(allocs.len());
+        let mut used = vec![false; alloc_keys.len()];
+        for a in &allocs {
+            let name = a.split(':').next().unwrap_or("");
+            let spec = AllocSpec::parse(name, []).map_err(|e| format!("'alloc': {e}"))?;
+            let mine: Vec<(&str, &Vec<Value>)> = alloc_keys
+                .iter()
+                .enumerate()
+                .filter(|(_, (k, _))| spec.params().contains_key(*k))
+                .map(|(i, kv)| {
+                    used[i] = true;
+                    *kv
+                })
+                .collect();
+            alloc_combos.push(combos(&mine));
+        }
+        if let Some(i) = used.iter().position(|u| !u) {
+            return Err(format!(
+                "'{}': no allocator of the sweep ({}) has this parameter",
+                alloc_keys[i].0,
+                allocs.join(", ")
+            ));
+        }
         let sim_combos = combos(&sim_keys);
         let mut out = Vec::new();
         for &mode in &modes {
@@ -251,8 +275,8 @@ impl Experiment {
                 for wl in &workloads {
                     for wp in &wl_combos {
                         for &t in &threads {
-                            for alloc in &allocs {
-                                for ap in &alloc_combos {
+                            for (alloc, alloc_combos) in allocs.iter().zip(&alloc_combos) {
+                                for ap in alloc_combos {
                                     for sp in &sim_combos {
                                         for &seed in &seeds {
                                             let p = Point {
@@ -343,6 +367,23 @@ mod tests {
         assert_eq!(pts[1].alloc_params["stripes"], Value::from(4));
         assert_eq!(pts[2].alloc, "nvalloc-log");
         assert_eq!(pts[4].threads, 2);
+    }
+
+    /// A bare key reaches only the allocators that have it (no duplicate
+    /// points for the others); a value out of range is refused at planning,
+    /// naming the parameter and its range; a key no allocator has is refused.
+    #[test]
+    fn allocator_keys_reach_their_allocators_and_are_validated() {
+        let e = Experiment::from_toml("[sweep]\nstripes=[1,4]\nalloc=['llfree','nvalloc-log']\n", "t.toml").unwrap();
+        let pts = e.points().unwrap();
+        assert_eq!(pts.len(), 3, "{pts:?}");
+        assert!(pts[0].alloc == "llfree" && pts[0].alloc_params.is_empty());
+        assert_eq!(pts[2].alloc_params["stripes"], Value::from(4));
+        let e = Experiment::from_toml("[sweep]\nstripes=100\nalloc='nvalloc-log'\n", "s.toml").unwrap_err();
+        assert!(e.contains("stripes = 100 (must be 1..=64)") && !e.contains('\n'), "{e}");
+        let e = Experiment::from_toml("[sweep]\nlog_lines=[1,4]\nalloc=['llfree','nvalloc-log']\n", "l.toml")
+            .unwrap_err();
+        assert!(e.contains("'log_lines': no allocator of the sweep (llfree, nvalloc-log) has this parameter"), "{e}");
     }
 
     #[test]

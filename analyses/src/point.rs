@@ -97,9 +97,8 @@ impl Point {
     /// so every allocator the runner knows can be swept).
     pub fn alloc_spec(&self) -> Result<AllocSpec, String> {
         let mut a = AllocSpec::parse(&self.alloc, std::iter::empty()).map_err(|e| format!("'alloc': {e}"))?;
-        for (k, v) in &self.alloc_params {
-            a.set(k, &value_text(v)).map_err(|e| format!("allocator parameter '{k}' of {}: {e}", self.alloc))?;
-        }
+        let kvs: Vec<String> = self.alloc_params.iter().map(|(k, v)| format!("{k}={}", value_text(v))).collect();
+        a.with_overrides(&kvs).map_err(|e| format!("allocator parameters of {}: {e}", self.alloc))?;
         Ok(a)
     }
 

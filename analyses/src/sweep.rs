@@ -185,7 +185,7 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str) -> Result<DbiS
             p.alloc
         )
     };
-    let (AllocSpec::Pmdk, Params::Threadtest(tp)) = (alloc, wl.params()) else {
+    let (true, Params::Threadtest(tp)) = (alloc.family().family() == "pmdk", wl.params()) else {
         return Ok(DbiSim::Skipped(format!(
             "{}, and the Valgrind tool has a program for Threadtest only",
             not_traced()

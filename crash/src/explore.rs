@@ -336,6 +336,7 @@ fn check_image(heap: &Heap, target: &dyn CrashTarget, objs: &[Obj], ops: &[Op], 
         .collect();
 
     let mut rec: Box<dyn Recovered> = target.recover(heap).map_err(|e| format!("recovery failed: {e}"))?;
+    rec.check().map_err(|e| format!("recovered metadata inconsistent: {e}"))?;
     let live = rec.live_allocations();
     let mut prev_end = HEADER_SIZE;
     for &(o, s) in &live {

@@ -14,7 +14,7 @@
 //! kind (`--during morph`, `log_gc`, `malloc`, …) or only after a marker.
 //! Points inside the allocator's creation (`init`) are left out unless asked
 //! for with `--during init`: the heap is not formatted yet.
-//! The persistency model is the one of DESIGN.md ([`persist`]): each line's
+//! The persistency model is the one of [`persist`]: each line's
 //! not-yet-durable stores form a program-order list, and an image keeps a
 //! prefix of each. The images of a point are enumerated exhaustively while
 //! there are at most `bound` of them (default 1024), else `bound` of them
@@ -54,7 +54,7 @@ pub mod target;
 
 pub use explore::{explore, Options, Progress, Summary, Violation};
 pub use load::CrashTrace;
-pub use target::{target_for, CrashTarget, Recovered};
+pub use target::{target_among, target_for, CrashTarget, Recovered};
 
 /// An error of the explorer: one line for the user.
 #[derive(Debug)]

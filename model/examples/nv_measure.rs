@@ -10,7 +10,7 @@
 //! this run. (A stand-in until the workloads module drives allocators.)
 
 use pmsim_model::heap::Heap as H;
-use pmsim_model::nvalloc::{NvAlloc, NvConfig, NvThread};
+use pmsim_model::nvalloc::{NvAlloc, NvAllocConfig, NvAllocThread};
 use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, Pm, PmAllocator};
 use pmsim_traces::{OpKind, OwnedEvent, Region, RegionMap, VecSink};
 use std::collections::BTreeMap;
@@ -20,7 +20,7 @@ use std::time::Instant;
 
 const PRESETS: [&str; 5] = ["base", "+interleaved", "+log", "nvalloc-log", "nvalloc-gc"];
 
-fn threadtest(t: &mut NvThread, iters: u64, objects: u64) {
+fn threadtest(t: &mut NvAllocThread, iters: u64, objects: u64) {
     let root = H::root_offset(t.tid() as usize);
     let table = t.malloc_to(8 * objects, root).unwrap();
     for _ in 0..iters {
@@ -43,7 +43,7 @@ fn heap(dir: &Path, name: &str) -> Heap {
 fn native(dir: &Path, preset: &str, threads: u32, iters: u64, objects: u64) -> f64 {
     let h = heap(dir, "native.heap");
     let pm = Pm::native(&h, FlushInsn::best()).unwrap();
-    let nv = NvAlloc::create(&h, pm, NvConfig::preset(preset).unwrap()).unwrap();
+    let nv = NvAlloc::create(&h, pm, NvAllocConfig::preset(preset).unwrap()).unwrap();
     let barrier = Arc::new(Barrier::new(threads as usize + 1));
     let handles: Vec<_> = (1..=threads)
         .map(|tid| {
@@ -76,7 +76,7 @@ fn traced(dir: &Path, preset: &str, iters: u64, objects: u64) -> (u64, BTreeMap<
         Ok(VecSink::default())
     })
     .unwrap();
-    let nv = NvAlloc::create(&h, pm, NvConfig::preset(preset).unwrap()).unwrap();
+    let nv = NvAlloc::create(&h, pm, NvAllocConfig::preset(preset).unwrap()).unwrap();
     let mut t = nv.thread(1);
     threadtest(&mut t, iters, objects);
     drop(t);

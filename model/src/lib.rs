@@ -17,7 +17,11 @@
 
 pub mod alloc;
 mod arch;
+pub mod config;
+pub mod error;
+pub mod family;
 pub mod heap;
+pub mod live;
 pub mod llfree;
 pub mod makalu;
 pub mod mech;
@@ -26,11 +30,14 @@ pub mod nvalloc;
 pub mod params;
 pub mod pm;
 pub mod pmdk;
+pub mod registry;
 pub mod runner;
 pub mod tracing;
 pub mod workloads;
 
 pub use alloc::{AllocThread, Footprint, PmAllocator, SlabUtilization};
+pub use config::AllocConfig;
+pub use error::{AllocError, ErrorKind};
 pub use heap::{Heap, HeapError, HeapErrorKind, HeapOptions, PmOff, Pod};
 pub use pm::{CpuFeatures, FlushInsn, Pm, PmError, PmThread};
 pub use pmsim_traces::{Category, OpKind};

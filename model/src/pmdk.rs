@@ -39,12 +39,18 @@
 //! built-in tracer cannot see them: trace PMDK with the DBI tracers instead.
 
 use crate::alloc::{AllocThread, Footprint, PmAllocator};
+use crate::error::AllocError;
+use crate::family::{drive, CrashTarget, Drive, Driven, Family, Params};
+use crate::heap::Heap;
+use crate::live::LiveBytes;
+use crate::pm::Pm;
 use crate::pm::{CpuFeatures, FlushInsn};
+use crate::workloads::Workload;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The layout name of pmsim's pools (PMDK refuses to open a pool under another).
@@ -191,11 +197,6 @@ impl Default for PmdkOptions {
     }
 }
 
-/// A per-thread counter on its own cache line.
-#[repr(align(64))]
-#[derive(Default)]
-struct Padded(AtomicI64);
-
 /// Live-byte counters: threads add to `tid % COUNTERS`.
 const COUNTERS: usize = 64;
 
@@ -209,7 +210,7 @@ pub struct Pmdk {
     path: PathBuf,
     stats: bool,
     is_pmem: bool,
-    live: Box<[Padded]>,
+    live: LiveBytes,
 }
 
 // SAFETY: libpmemobj's pool handle and its allocation, free, persist and ctl
@@ -307,7 +308,7 @@ impl Pmdk {
             path: path.to_path_buf(),
             stats,
             is_pmem,
-            live: (0..COUNTERS).map(|_| Padded::default()).collect(),
+            live: LiveBytes::new(0, COUNTERS),
         }))
     }
 
@@ -382,7 +383,7 @@ impl Pmdk {
 
     #[inline]
     fn account(&self, tid: u32, delta: i64) {
-        self.live[tid as usize % COUNTERS].0.fetch_add(delta, Ordering::Relaxed);
+        self.live.add(tid, delta);
     }
 
     fn usable(&self, off: u64) -> u64 {
@@ -434,7 +435,6 @@ impl PmAllocator for Pmdk {
     }
 
     fn footprint(&self) -> Footprint {
-        let live: i64 = self.live.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
         let mapped = if self.stats {
             let curr = self.ctl_u64("stats.heap.curr_allocated").unwrap_or(0);
             let run_alloc = self.ctl_u64("stats.heap.run_allocated").unwrap_or(0);
@@ -443,7 +443,7 @@ impl PmAllocator for Pmdk {
         } else {
             0
         };
-        Footprint { live_bytes: live.max(0) as u64, mapped_bytes: mapped }
+        Footprint { live_bytes: self.live.get(), mapped_bytes: mapped }
     }
 }
 
@@ -564,5 +564,70 @@ impl AllocThread for PmdkThread {
     fn root(&self, slot: usize) -> u64 {
         assert!(slot < ROOT_SLOTS, "root slot {slot} out of range");
         self.read_u64(self.p.root_off + 8 * slot as u64)
+    }
+}
+
+/// PMDK's line in the registry: it runs on a pool of its own (libpmemobj
+/// maps and flushes it), has no parameters, and its writes happen inside
+/// the library, out of sight of pmsim's built-in tracer.
+pub struct PmdkFamily;
+
+/// The registry's entry for PMDK.
+pub static PMDK: PmdkFamily = PmdkFamily;
+
+impl Family for PmdkFamily {
+    fn family(&self) -> &'static str {
+        "pmdk"
+    }
+
+    fn presets(&self) -> &'static [&'static str] {
+        &["pmdk"]
+    }
+
+    fn about(&self) -> &'static str {
+        "PMDK's libpmemobj through FFI (native runs; trace it with the Valgrind tool in pintools/)"
+    }
+
+    fn configure(&self, _name: &str, overrides: &[&str]) -> Result<Params, AllocError> {
+        match overrides.first() {
+            None => Ok(Params::new()),
+            Some(kv) => Err(AllocError::config("PMDK", format!("pmdk takes no parameters (got '{kv}')"))),
+        }
+    }
+
+    fn traceable(&self) -> bool {
+        false
+    }
+
+    fn heap_size(&self, _params: &Params, wl: &Workload, threads: u32) -> u64 {
+        wl.heap_size_hint(threads)
+    }
+
+    fn header(&self, _params: &Params, _threads: u32) -> Result<(String, Params), AllocError> {
+        Ok((String::new(), Params::new()))
+    }
+
+    fn run_on_pm(&self, _params: &Params, _heap: &Heap, _pm: Pm, _d: &Drive) -> Result<(Driven, Pm), AllocError> {
+        Err(AllocError::config("PMDK", "PMDK runs on a pool of its own, not on a pmsim heap"))
+    }
+
+    fn run_on_pool(
+        &self,
+        path: &Path,
+        size: u64,
+        overwrite: bool,
+        d: &Drive,
+    ) -> Option<Result<(Driven, String), Box<dyn std::error::Error + Send + Sync>>> {
+        Some((|| {
+            let pool = Pmdk::create(path, size, &PmdkOptions { overwrite, ..PmdkOptions::default() })?;
+            let driven = drive(&pool, d);
+            let flush = pool.flush().to_string();
+            pool.close()?;
+            Ok((driven, flush))
+        })())
+    }
+
+    fn crash_target(&self, _params: &Params) -> Result<Box<dyn CrashTarget>, String> {
+        Err("no crash recovery for allocator 'pmdk' (its crash states come from the Valgrind tool's images)".into())
     }
 }

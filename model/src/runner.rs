@@ -9,50 +9,41 @@
 //! fills the trace header with the allocator, the workload and every
 //! parameter, so that a trace describes its run completely.
 
-use crate::alloc::PmAllocator;
+use crate::family::{Drive, Driven, Family, Params};
 use crate::heap::{Heap, HeapOptions};
-use crate::llfree::{LlConfig, LlFree};
-use crate::makalu::{Makalu, MakaluConfig};
-use crate::metall::{Metall, MetallConfig};
-use crate::nvalloc::{NvAlloc, NvConfig};
-use crate::params::{as_map, split_override};
+use crate::params::split_override;
 use crate::pm::{FlushInsn, Pm};
-use crate::pmdk::{Pmdk, PmdkOptions};
+use crate::registry;
 use crate::tracing::{Finished, TraceConfig};
-use crate::workloads::{self, Progress, RunOptions, RunReport, Workload};
+use crate::workloads::{Progress, RunOptions, RunReport, Workload};
 use pmsim_traces::{Component, EventSink, TraceHeader};
 use serde::Serialize;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// The error of a run: one line for the user, sendable across the threads of a sweep.
 pub type RunError = Box<dyn std::error::Error + Send + Sync>;
 
-/// One allocator to run, with every parameter settled.
-#[derive(Clone, Debug)]
-pub enum AllocSpec {
-    /// An NVAlloc preset with its overrides; `label` is the spec as written.
-    NvAlloc { label: String, cfg: NvConfig },
-    /// PMDK's libpmemobj through FFI (not traceable by the built-in tracer).
-    Pmdk,
-    /// LLFree in persistent mode (`llfree[:eadr=true:…]`).
-    LlFree { label: String, cfg: LlConfig },
-    /// The Makalu-style allocator with its parameters; `label` is the spec as written.
-    Makalu { label: String, cfg: MakaluConfig },
-    /// The Metall-style allocator with its parameters; `label` is the spec as written.
-    Metall { label: String, cfg: MetallConfig },
+/// One allocator to run, with every parameter settled and validated.
+#[derive(Clone)]
+pub struct AllocSpec {
+    /// The spec as written (`nvalloc-log:stripes=4`): the row label of tables.
+    label: String,
+    family: &'static dyn Family,
+    /// Every parameter, as the allocator's configuration serializes.
+    params: Params,
+}
+
+impl std::fmt::Debug for AllocSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllocSpec").field("label", &self.label).field("params", &self.params).finish()
+    }
 }
 
 impl AllocSpec {
-    /// Every allocator name a spec may start with.
+    /// Every allocator name a spec may start with (the registry's).
     pub fn names() -> Vec<&'static str> {
-        let mut v: Vec<&'static str> = NvConfig::PRESETS.to_vec();
-        v.push("pmdk");
-        v.push("llfree");
-        v.push("makalu");
-        v.push("metall");
-        v
+        registry::names()
     }
 
     /// Parses `NAME[:key=value:…]`. `overrides` (`key=value`, e.g. from a
@@ -60,36 +51,25 @@ impl AllocSpec {
     /// label stays as written. Every override must name a parameter of this
     /// allocator; [`AllocSpec::parse_all`] spreads shared overrides instead.
     pub fn parse<'a>(spec: &str, overrides: impl IntoIterator<Item = &'a str>) -> Result<AllocSpec, RunError> {
+        Self::parse_among(spec, overrides, &[])
+    }
+
+    /// [`AllocSpec::parse`] among the registered allocators and `extra` ones
+    /// (a test registers an allocator of its own this way).
+    pub fn parse_among<'a>(
+        spec: &str,
+        overrides: impl IntoIterator<Item = &'a str>,
+        extra: &[&'static dyn Family],
+    ) -> Result<AllocSpec, RunError> {
         let mut parts = spec.split(':');
         let name = parts.next().unwrap_or("").trim();
-        if name == "pmdk" {
-            if parts.next().is_some() {
-                return Err(format!("allocator '{spec}': pmdk takes no parameters").into());
-            }
-            return Ok(AllocSpec::Pmdk);
-        }
-        if name == "llfree" {
-            let cfg = LlConfig::default().with_overrides(overrides)?.with_overrides(parts)?;
-            cfg.validate()?;
-            return Ok(AllocSpec::LlFree { label: spec.to_string(), cfg });
-        }
-        if name == "makalu" {
-            let cfg = MakaluConfig::default().with_overrides(overrides)?.with_overrides(parts)?;
-            return Ok(AllocSpec::Makalu { label: spec.to_string(), cfg });
-        }
-        if name == "metall" {
-            let cfg = MetallConfig::default().with_overrides(overrides)?.with_overrides(parts)?;
-            return Ok(AllocSpec::Metall { label: spec.to_string(), cfg });
-        }
-        if !NvConfig::PRESETS.contains(&name) {
-            return Err(format!(
-                "unknown allocator '{name}' in '{spec}' (expected one of: {})",
-                Self::names().join(", ")
-            )
-            .into());
-        }
-        let cfg = NvConfig::preset(name)?.with_overrides(overrides)?.with_overrides(parts)?;
-        Ok(AllocSpec::NvAlloc { label: spec.to_string(), cfg })
+        let family = registry::find(name, extra).filter(|f| f.presets().contains(&name)).ok_or_else(|| {
+            format!("unknown allocator '{name}' in '{spec}' (expected one of: {})", Self::names().join(", "))
+        })?;
+        let mut all: Vec<&str> = overrides.into_iter().collect();
+        all.extend(parts);
+        let params = family.configure(name, &all)?;
+        Ok(AllocSpec { label: spec.to_string(), family, params })
     }
 
     /// Parses several specs that share `overrides` (a command line's
@@ -102,7 +82,7 @@ impl AllocSpec {
         let mut out = Vec::with_capacity(specs.len());
         for spec in specs {
             let name = spec.split(':').next().unwrap_or("");
-            let keys = AllocSpec::parse(name, [])?.params();
+            let keys = AllocSpec::parse(name, [])?.params;
             let mut mine = Vec::new();
             for (i, kv) in overrides.iter().enumerate() {
                 if keys.contains_key(split_override(kv)?.0) {
@@ -120,58 +100,46 @@ impl AllocSpec {
     }
 
     /// Every parameter of the spec with its value (PMDK has none).
-    pub fn params(&self) -> serde_json::Map<String, serde_json::Value> {
-        match self {
-            AllocSpec::NvAlloc { cfg, .. } => as_map(cfg),
-            AllocSpec::LlFree { cfg, .. } => as_map(cfg),
-            AllocSpec::Makalu { cfg, .. } => as_map(cfg),
-            AllocSpec::Metall { cfg, .. } => as_map(cfg),
-            AllocSpec::Pmdk => serde_json::Map::new(),
-        }
+    pub fn params(&self) -> &Params {
+        &self.params
     }
 
     /// The spec as the user wrote it (the row label of tables).
     pub fn label(&self) -> &str {
-        match self {
-            AllocSpec::NvAlloc { label, .. } | AllocSpec::LlFree { label, .. } => label,
-            AllocSpec::Pmdk => "pmdk",
-            AllocSpec::Makalu { label, .. } | AllocSpec::Metall { label, .. } => label,
-        }
+        &self.label
+    }
+
+    /// The allocator's registry entry.
+    pub fn family(&self) -> &'static dyn Family {
+        self.family
     }
 
     /// Whether pmsim's built-in tracer sees this allocator's persistent
     /// writes (PMDK's happen inside libpmemobj: trace it with the DBI tool).
     pub fn traceable(&self) -> bool {
-        !matches!(self, AllocSpec::Pmdk)
+        self.family.traceable()
     }
 
-    /// Sets a parameter of the allocator (`stripes`, `su`, …), as a sweep does.
+    /// Applies `key=value` overrides (a sweep point's allocator parameters)
+    /// and validates the result; a key the allocator lacks is an error.
+    pub fn with_overrides(&mut self, kvs: &[String]) -> Result<(), RunError> {
+        let name = self.label.split(':').next().unwrap_or("");
+        let mut all: Vec<String> = self.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        all.extend(kvs.iter().cloned());
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        self.params = self.family.configure(name, &refs)?;
+        Ok(())
+    }
+
+    /// Sets one parameter of the allocator (`stripes`, `su`, …), validated.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), RunError> {
-        match self {
-            AllocSpec::NvAlloc { cfg, .. } => Ok(cfg.set(key, value)?),
-            AllocSpec::LlFree { cfg, .. } => Ok(cfg.set(key, value)?),
-            AllocSpec::Pmdk => Err(format!("pmdk has no parameter '{key}'").into()),
-            AllocSpec::Makalu { cfg, .. } => Ok(cfg.set(key, value).and_then(|_| cfg.validate())?),
-            AllocSpec::Metall { cfg, .. } => Ok(cfg.set(key, value).and_then(|_| cfg.validate())?),
-        }
+        self.with_overrides(&[format!("{key}={value}")])
     }
 
     /// The heap size (bytes, a multiple of 2 MiB) this allocator needs for
-    /// `wl` with `threads` threads: the workload's hint, except for LLFree,
-    /// which hands out a whole frame per object (4 KiB, or 2 MiB above that)
-    /// and wants a tree (64 MiB) per thread to reserve.
+    /// `wl` with `threads` threads.
     pub fn heap_size(&self, wl: &Workload, threads: u32) -> u64 {
-        match self {
-            AllocSpec::LlFree { .. } => {
-                let frame = if wl.max_object_size() <= 4096 { 4096 } else { 2 << 20 };
-                // The workload's objects plus its own arrays, a quarter
-                // extra for the trees' fill levels, a tree per thread and one more.
-                let frames = wl.peak_objects(threads).saturating_add(64).saturating_mul(frame);
-                let want = (frames + frames / 4 + (16 << 20)).max((threads as u64 + 1) * (64 << 20));
-                want.div_ceil(2 << 20) * (2 << 20)
-            }
-            _ => wl.heap_size_hint(threads),
-        }
+        self.family.heap_size(&self.params, wl, threads)
     }
 }
 
@@ -244,17 +212,20 @@ pub struct Outcome {
 
 /// Runs natively: real flush instructions, no tracing.
 pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
-    match spec.alloc {
-        AllocSpec::Pmdk => run_pmdk(spec),
-        _ => {
-            let heap = create_heap(spec.heap)?;
-            let pm = Pm::native(&heap, spec.flush)?;
-            let (run, alloc, pm) = run_on_pm(spec, &heap, pm)?;
-            drop(pm);
-            heap.close()?;
-            Ok(Outcome { run: run?, alloc, flush_insn: spec.flush.name().into() })
-        }
+    let d = Drive { workload: spec.workload, opts: spec.opts, progress: spec.progress };
+    let hs = spec.heap;
+    if let Some(r) = spec.alloc.family.run_on_pool(&hs.path, hs.size, hs.overwrite, &d) {
+        let (driven, flush_insn) = r?;
+        let alloc = info(spec.alloc, &driven);
+        return Ok(Outcome { run: driven.run?, alloc, flush_insn });
     }
+    let heap = create_heap(spec.heap)?;
+    let pm = Pm::native(&heap, spec.flush)?;
+    let (driven, pm) = spec.alloc.family.run_on_pm(&spec.alloc.params, &heap, pm, &d)?;
+    drop(pm);
+    heap.close()?;
+    let alloc = info(spec.alloc, &driven);
+    Ok(Outcome { run: driven.run?, alloc, flush_insn: spec.flush.name().into() })
 }
 
 /// Runs with every event going, in global order, to the sink `make_sink`
@@ -274,14 +245,17 @@ where
         .into());
     }
     let heap = create_heap(spec.heap)?;
-    let (alloc_name, variant, params) = header_alloc(spec.alloc, spec.opts);
+    let family = spec.alloc.family;
+    let (variant, params) = family.header(&spec.alloc.params, spec.opts.threads)?;
     let (pm, collector) = Pm::traced(&heap, spec.flush, tcfg, |mut h| {
-        fill_header(&mut h, (alloc_name, &variant, params), spec.workload, spec.opts);
+        fill_header(&mut h, (family.family(), &variant, params), spec.workload, spec.opts);
         make_sink(h)
     })?;
-    let (run, alloc, pm) = run_on_pm(spec, &heap, pm)?;
+    let d = Drive { workload: spec.workload, opts: spec.opts, progress: spec.progress };
+    let (driven, pm) = family.run_on_pm(&spec.alloc.params, &heap, pm, &d)?;
     let finished = collector.finish(pm)?;
-    let run = run?;
+    let alloc = info(spec.alloc, &driven);
+    let run = driven.run?;
     heap.close()?;
     Ok((Outcome { run, alloc, flush_insn: spec.flush.name().into() }, finished))
 }
@@ -290,79 +264,8 @@ fn create_heap(hs: &HeapSpec) -> Result<Heap, RunError> {
     Ok(Heap::create_with(&hs.path, hs.size, &HeapOptions { overwrite: hs.overwrite, ..HeapOptions::default() })?)
 }
 
-/// Builds the allocator on `pm`, runs the workload, closes the allocator and
-/// gives the `Pm` back (a traced one must be handed to its collector). The
-/// workload's own error comes back inside, after the allocator is closed, so
-/// that a trace still ends cleanly.
-type OnPm = (Result<RunReport, workloads::WorkloadError>, AllocInfo, Pm);
-
-fn run_on_pm(spec: &RunSpec, heap: &Heap, pm: Pm) -> Result<OnPm, RunError> {
-    match spec.alloc {
-        AllocSpec::NvAlloc { label, cfg } => {
-            let nv = NvAlloc::create(heap, pm, sized_config(cfg, spec.opts))?;
-            let (r, info) = drive(&nv, label, spec);
-            Ok((r, info, nv.close()?))
-        }
-        AllocSpec::LlFree { label, cfg } => {
-            let ll = LlFree::create(heap, pm, cfg.clone())?;
-            let (r, info) = drive(&ll, label, spec);
-            Ok((r, info, ll.close()?))
-        }
-        AllocSpec::Pmdk => unreachable!("PMDK runs on its own pool, not on a pmsim Pm"),
-        AllocSpec::Makalu { label, cfg } => {
-            let mk = Makalu::create(heap, pm, cfg.clone())?;
-            let (r, info) = drive(&mk, label, spec);
-            Ok((r, info, mk.close()?))
-        }
-        AllocSpec::Metall { label, cfg } => {
-            let mt = Metall::create(heap, pm, cfg.clone())?;
-            let (r, info) = drive(&mt, label, spec);
-            Ok((r, info, mt.close(heap)?))
-        }
-    }
-}
-
-fn drive<A: PmAllocator>(
-    a: &Arc<A>,
-    label: &str,
-    spec: &RunSpec,
-) -> (Result<RunReport, workloads::WorkloadError>, AllocInfo) {
-    let r = workloads::run(a, spec.workload, spec.opts, spec.progress);
-    (r, AllocInfo { spec: label.into(), name: a.name(), params: a.params() })
-}
-
-fn run_pmdk(spec: &RunSpec) -> Result<Outcome, RunError> {
-    let hs = spec.heap;
-    let pool = Pmdk::create(&hs.path, hs.size, &PmdkOptions { overwrite: hs.overwrite, ..PmdkOptions::default() })?;
-    let (r, alloc) = drive(&pool, "pmdk", spec);
-    let flush_insn = pool.flush().to_string();
-    pool.close()?;
-    Ok(Outcome { run: r?, alloc, flush_insn })
-}
-
-/// NVAlloc's configuration for a run of `opts.threads` threads.
-fn sized_config(cfg: &NvConfig, opts: &RunOptions) -> NvConfig {
-    let mut cfg = cfg.clone();
-    cfg.max_threads = cfg.max_threads.max(opts.threads);
-    cfg
-}
-
-/// The allocator part of a trace header, known before the instance exists.
-fn header_alloc(
-    a: &AllocSpec,
-    opts: &RunOptions,
-) -> (&'static str, String, serde_json::Map<String, serde_json::Value>) {
-    match a {
-        AllocSpec::NvAlloc { cfg, .. } => {
-            let mut c = sized_config(cfg, opts);
-            c.arenas = c.arena_count() as u32;
-            ("nvalloc", cfg.preset.clone(), as_map(&c))
-        }
-        AllocSpec::LlFree { cfg, .. } => ("llfree", if cfg.eadr { "eadr" } else { "adr" }.into(), as_map(cfg)),
-        AllocSpec::Pmdk => ("pmdk", String::new(), serde_json::Map::new()),
-        AllocSpec::Makalu { cfg, .. } => ("makalu", String::new(), as_map(cfg)),
-        AllocSpec::Metall { cfg, .. } => ("metall", String::new(), as_map(cfg)),
-    }
+fn info(spec: &AllocSpec, d: &Driven) -> AllocInfo {
+    AllocInfo { spec: spec.label.clone(), name: d.name.clone(), params: d.params.clone() }
 }
 
 /// The trace header's components: the allocator and the workload with every

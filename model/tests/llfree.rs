@@ -7,8 +7,10 @@
 mod common;
 
 use common::{open_heap, pending, retry_locked, slot, tmpdir, Rng, Victim, CHILD_THREADS, SLOTS, TABLE_BYTES};
+use pmsim_model::error::ErrorKind;
 use pmsim_model::heap::Heap as H;
-use pmsim_model::llfree::{LlConfig, LlError, LlFree};
+use pmsim_model::llfree::{LlFree, LlFreeConfig};
+use pmsim_model::AllocConfig;
 use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, OpKind, Pm, PmAllocator, TraceConfig};
 use pmsim_traces::{FenceKind, OwnedEvent, VecSink};
 use std::collections::BTreeSet;
@@ -19,7 +21,7 @@ use std::time::Instant;
 const KIB4: u64 = 4096;
 const MIB2: u64 = 2 << 20;
 
-fn create_with(path: &Path, size: u64, cfg: LlConfig) -> (Heap, Arc<LlFree>) {
+fn create_with(path: &Path, size: u64, cfg: LlFreeConfig) -> (Heap, Arc<LlFree>) {
     let opts = HeapOptions { overwrite: true, ..Default::default() };
     let heap = retry_locked(|| Heap::create_with(path, size, &opts));
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
@@ -28,13 +30,13 @@ fn create_with(path: &Path, size: u64, cfg: LlConfig) -> (Heap, Arc<LlFree>) {
 }
 
 fn create(path: &Path, size: u64) -> (Heap, Arc<LlFree>) {
-    create_with(path, size, LlConfig::default())
+    create_with(path, size, LlFreeConfig::default())
 }
 
 fn open(path: &Path) -> (Heap, Arc<LlFree>) {
     let heap = open_heap(path);
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
-    let ll = LlFree::open(&heap, pm, LlConfig::default()).unwrap_or_else(|e| panic!("open failed: {e}"));
+    let ll = LlFree::open(&heap, pm, LlFreeConfig::default()).unwrap_or_else(|e| panic!("open failed: {e}"));
     (heap, ll)
 }
 
@@ -192,11 +194,11 @@ fn errors_are_one_clear_line() {
     // Too small for one huge frame after the metadata.
     let heap = Heap::create(d.path().join("small"), 2 << 20).unwrap();
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
-    let e = LlFree::create(&heap, pm, LlConfig::default()).err().unwrap().to_string();
+    let e = LlFree::create(&heap, pm, LlFreeConfig::default()).err().unwrap().to_string();
     assert!(e.contains("small") && e.contains("holds no 2 MiB frame"), "{e}");
     // Not an LLFree heap.
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
-    let e = LlFree::open(&heap, pm, LlConfig::default()).err().unwrap().to_string();
+    let e = LlFree::open(&heap, pm, LlFreeConfig::default()).err().unwrap().to_string();
     assert!(e.contains("not an LLFree heap"), "{e}");
     drop(heap);
     // Already one; bad configuration; a huge child with bits set.
@@ -211,19 +213,19 @@ fn errors_are_one_clear_line() {
     crash(heap, ll);
     let heap = open_heap(&path);
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
-    assert!(matches!(LlFree::create(&heap, pm, LlConfig::default()), Err(LlError::Exists(_))));
+    assert!(matches!(LlFree::create(&heap, pm, LlFreeConfig::default()), Err(e) if e.kind == ErrorKind::Exists));
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
-    let e = LlFree::open(&heap, pm, LlConfig::default()).err().unwrap().to_string();
+    let e = LlFree::open(&heap, pm, LlFreeConfig::default()).err().unwrap().to_string();
     assert!(e.contains("corrupt LLFree heap") && e.contains("allocated huge frame but its bit field"), "{e}");
     assert!(!e.contains('\n'));
-    let e = LlConfig::default().with_overrides(["cpus=0"]).unwrap().validate().unwrap_err().to_string();
+    let e = LlFreeConfig::default().with_overrides(["cpus=0"]).unwrap_err().to_string();
     assert!(e.contains("cpus = 0"), "{e}");
-    let e = LlConfig::default().with_overrides(["stripes=4"]).unwrap_err().to_string();
+    let e = LlFreeConfig::default().with_overrides(["stripes=4"]).unwrap_err().to_string();
     assert!(e.contains("unknown LLFree parameter 'stripes'"), "{e}");
 }
 
 /// Runs `body` traced on a fresh zone and returns thread 1's events.
-fn traced(cfg: LlConfig, body: impl FnOnce(&mut pmsim_model::llfree::LlThread)) -> (Vec<OwnedEvent>, [u64; 2]) {
+fn traced(cfg: LlFreeConfig, body: impl FnOnce(&mut pmsim_model::llfree::LlFreeThread)) -> (Vec<OwnedEvent>, [u64; 2]) {
     let d = tmpdir();
     let heap = Heap::create(d.path().join("t"), 160 << 20).unwrap();
     let base = heap.base() as u64;
@@ -241,7 +243,7 @@ fn traced(cfg: LlConfig, body: impl FnOnce(&mut pmsim_model::llfree::LlThread)) 
     (events.into_iter().filter(|(tid, _)| *tid == 1).map(|(_, e)| e).collect(), meta)
 }
 
-fn churn(t: &mut pmsim_model::llfree::LlThread) {
+fn churn(t: &mut pmsim_model::llfree::LlFreeThread) {
     let mut v: Vec<u64> = (0..600).map(|_| t.malloc(KIB4).unwrap()).collect();
     v.push(t.malloc(MIB2).unwrap());
     for o in v {
@@ -251,7 +253,7 @@ fn churn(t: &mut pmsim_model::llfree::LlThread) {
 
 #[test]
 fn every_lower_level_cas_is_flushed_and_fenced_unless_eadr() {
-    let (events, [meta, end]) = traced(LlConfig::default(), churn);
+    let (events, [meta, end]) = traced(LlFreeConfig::default(), churn);
     let in_meta = |a: u64| a >= meta && a < end;
     let (mut cases, mut in_op) = (0, false);
     for (i, e) in events.iter().enumerate() {
@@ -277,7 +279,7 @@ fn every_lower_level_cas_is_flushed_and_fenced_unless_eadr() {
     // 600 base frames: two CASes each way; the huge frame one each way.
     assert_eq!(cases, 600 * 4 + 2, "lower-level CASes");
     // Under eADR the same operations flush nothing.
-    let (events, _) = traced(LlConfig { eadr: true, ..LlConfig::default() }, churn);
+    let (events, _) = traced(LlFreeConfig { eadr: true, ..LlFreeConfig::default() }, churn);
     let cas = events.iter().filter(|e| matches!(e, OwnedEvent::Fence { kind: FenceKind::LockedRmw })).count();
     assert!(cas >= 600 * 4, "eADR: {cas} CASes");
     assert!(events.iter().all(|e| !matches!(e, OwnedEvent::Flush { .. })), "eADR: flushes during operations");
@@ -300,7 +302,7 @@ fn crash_child_role() {
     let seed: u64 = seed.parse().unwrap();
     let heap = Heap::open(path).unwrap();
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
-    let ll = LlFree::open(&heap, pm, LlConfig::default()).unwrap();
+    let ll = LlFree::open(&heap, pm, LlFreeConfig::default()).unwrap();
     println!("{READY}");
     let handles: Vec<_> = (0..CHILD_THREADS)
         .map(|th| {

@@ -56,8 +56,7 @@ fn every_workload_at_tiny_scale() {
 #[test]
 fn parameters_are_checked() {
     let spec = AllocSpec::parse("makalu:small_max=256:freelist_max=64", []).unwrap();
-    let AllocSpec::Makalu { cfg, .. } = spec else { panic!("not makalu") };
-    assert_eq!((cfg.small_max, cfg.freelist_max), (256, 64));
+    assert_eq!((&spec.params()["small_max"], &spec.params()["freelist_max"]), (&256.into(), &64.into()));
     let e = AllocSpec::parse("makalu:stripes=4", []).unwrap_err().to_string();
     assert!(e.contains("unknown Makalu parameter 'stripes'"), "{e}");
     let e = AllocSpec::parse("makalu:small_max=4096", []).unwrap_err().to_string();

@@ -8,8 +8,9 @@ mod common;
 
 use common::{assert_disjoint, check_obj, every_workload, mixed_size, tmpdir, write_obj, Rng, Victim};
 use pmsim_model::heap::Heap as H;
-use pmsim_model::metall::{store, CopyKind, Metall, MetallConfig, MtError};
+use pmsim_model::metall::{store, CopyKind, Metall, MetallConfig};
 use pmsim_model::runner::AllocSpec;
+use pmsim_model::AllocError;
 use pmsim_model::{AllocThread, FlushInsn, Heap, Pm, PmAllocator};
 use std::collections::HashSet;
 use std::path::Path;
@@ -33,7 +34,7 @@ impl<A, B> Swap<A, B> for (A, B) {
 
 /// Opens the heap file (a SIGKILLed process's lock may linger for a moment)
 /// and then the store on it.
-fn try_open(path: &Path) -> (Heap, Result<Arc<Metall>, MtError>) {
+fn try_open(path: &Path) -> (Heap, Result<Arc<Metall>, AllocError>) {
     let start = Instant::now();
     let heap = loop {
         match Heap::open(path) {
@@ -66,10 +67,8 @@ fn every_workload_at_tiny_scale() {
 
 #[test]
 fn parameters_are_checked() {
-    let AllocSpec::Metall { cfg, .. } = AllocSpec::parse("metall:chunk_size=1048576", []).unwrap() else {
-        panic!("not metall")
-    };
-    assert_eq!(cfg.chunk_size, 1 << 20);
+    let spec = AllocSpec::parse("metall:chunk_size=1048576", []).unwrap();
+    assert_eq!(spec.params()["chunk_size"], 1 << 20);
     let e = AllocSpec::parse("metall:chunk_size=3000", []).unwrap_err().to_string();
     assert!(e.contains("chunk_size = 3000"), "{e}");
 }

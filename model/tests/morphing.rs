@@ -8,7 +8,8 @@
 use pmsim_model::heap::Heap as H;
 use pmsim_model::mech::wal::{Wal, WalEntry};
 use pmsim_model::nvalloc::thread::op;
-use pmsim_model::nvalloc::{NvAlloc, NvConfig, NvThread};
+use pmsim_model::nvalloc::{NvAlloc, NvAllocConfig, NvAllocThread};
+use pmsim_model::AllocConfig;
 use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, Pm, PmAllocator};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -38,19 +39,19 @@ fn tmpdir() -> tempfile::TempDir {
     }
 }
 
-fn cfg(preset: &str, morphing: bool) -> NvConfig {
+fn cfg(preset: &str, morphing: bool) -> NvAllocConfig {
     let m = format!("morphing={morphing}");
-    NvConfig::preset(preset).unwrap().with_overrides(["arenas=1", m.as_str()]).unwrap()
+    NvAllocConfig::preset(preset).unwrap().with_overrides(["arenas=1", m.as_str()]).unwrap()
 }
 
-fn create(path: &Path, size: u64, c: NvConfig) -> (Heap, Arc<NvAlloc>) {
+fn create(path: &Path, size: u64, c: NvAllocConfig) -> (Heap, Arc<NvAlloc>) {
     let heap = Heap::create_with(path, size, &HeapOptions { overwrite: true, ..Default::default() }).unwrap();
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
     let nv = NvAlloc::create(&heap, pm, c).unwrap();
     (heap, nv)
 }
 
-fn open(path: &Path, c: NvConfig) -> (Heap, Arc<NvAlloc>) {
+fn open(path: &Path, c: NvAllocConfig) -> (Heap, Arc<NvAlloc>) {
     let heap = Heap::open(path).unwrap();
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
     let nv = NvAlloc::open(&heap, pm, c).unwrap_or_else(|e| panic!("open failed: {e}"));
@@ -63,7 +64,7 @@ struct Shadow(BTreeMap<u64, (u64, u64)>);
 
 impl Shadow {
     /// Records a new allocation, checking it overlaps no live one, and tags it.
-    fn add(&mut self, t: &mut NvThread, off: u64, tag: u64) {
+    fn add(&mut self, t: &mut NvAllocThread, off: u64, tag: u64) {
         let size = t.usable_size(off).expect("a fresh allocation is live");
         if let Some((&p, &(ps, _))) = self.0.range(..off).next_back() {
             assert!(p + ps <= off, "{off:#x}+{size} overlaps live {p:#x}+{ps}");
@@ -76,14 +77,14 @@ impl Shadow {
         self.0.insert(off, (size, tag));
     }
 
-    fn remove(&mut self, t: &mut NvThread, off: u64) {
+    fn remove(&mut self, t: &mut NvAllocThread, off: u64) {
         self.0.remove(&off).expect("freeing a live allocation");
         t.free(off);
     }
 
     /// Every allocation is live with its usable size and its tags intact,
     /// and nothing else is live.
-    fn check(&self, t: &NvThread) {
+    fn check(&self, t: &NvAllocThread) {
         let live: Vec<(u64, u64)> = t.live_allocations();
         let mine: Vec<(u64, u64)> = self.0.iter().map(|(&o, &(s, _))| (o, s)).collect();
         if live != mine {
@@ -107,7 +108,7 @@ const SMALL: u64 = 100;
 
 /// Fragbench-like: `n` 100 B objects, 90 % freed at random, then 130 B and
 /// 1000–2000 B objects. Returns the shadow set.
-fn fragbench(t: &mut NvThread, n: u64, seed: u64) -> Shadow {
+fn fragbench(t: &mut NvAllocThread, n: u64, seed: u64) -> Shadow {
     let mut sh = Shadow::default();
     let mut r = Rng::new(seed);
     let mut offs = Vec::new();

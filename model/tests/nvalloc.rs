@@ -15,7 +15,9 @@ use common::{
 use pmsim_model::heap::Heap as H;
 use pmsim_model::mech::wal::{Wal, WalEntry};
 use pmsim_model::nvalloc::thread::op;
-use pmsim_model::nvalloc::{NvAlloc, NvConfig, NvError, NvThread};
+use pmsim_model::nvalloc::{NvAlloc, NvAllocConfig, NvAllocThread};
+use pmsim_model::AllocConfig;
+use pmsim_model::AllocError;
 use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, Pm, PmAllocator};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -29,18 +31,18 @@ const LOG_PRESETS: [&str; 4] = ["base", "+interleaved", "+log", "nvalloc-log"];
 
 // ----- helpers -----------------------------------------------------------------
 
-fn cfg(preset: &str) -> NvConfig {
+fn cfg(preset: &str) -> NvAllocConfig {
     // Four arenas whatever the machine, so that threads share and cross arenas.
-    NvConfig::preset(preset).unwrap().with_overrides(["arenas=4"]).unwrap()
+    NvAllocConfig::preset(preset).unwrap().with_overrides(["arenas=4"]).unwrap()
 }
 
 /// For the crash tests: log GC after every few frees, slow GC whenever half
 /// the log is garbage, so that kills also land inside GCs.
-fn crash_cfg(preset: &str) -> NvConfig {
+fn crash_cfg(preset: &str) -> NvAllocConfig {
     cfg(preset).with_overrides(["gc_interval=4", "usage_pmem=0.00001"]).unwrap()
 }
 
-fn create_with(path: &Path, size: u64, c: NvConfig) -> (Heap, Arc<NvAlloc>) {
+fn create_with(path: &Path, size: u64, c: NvAllocConfig) -> (Heap, Arc<NvAlloc>) {
     let opts = HeapOptions { overwrite: true, ..Default::default() };
     let heap = retry_locked(|| Heap::create_with(path, size, &opts));
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
@@ -52,7 +54,7 @@ fn create(path: &Path, size: u64, preset: &str) -> (Heap, Arc<NvAlloc>) {
     create_with(path, size, cfg(preset))
 }
 
-fn open_with(path: &Path, c: NvConfig) -> (Heap, Arc<NvAlloc>) {
+fn open_with(path: &Path, c: NvAllocConfig) -> (Heap, Arc<NvAlloc>) {
     let heap = open_heap(path);
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
     let nv = NvAlloc::open(&heap, pm, c).unwrap_or_else(|e| panic!("open failed: {e}"));
@@ -197,7 +199,7 @@ fn heap_full_returns_none_and_recovers_after_frees() {
 fn errors_are_one_clear_line() {
     let d = tmpdir();
     let path = d.path().join("h");
-    let err = |r: Result<Arc<NvAlloc>, NvError>| r.err().expect("must fail").to_string();
+    let err = |r: Result<Arc<NvAlloc>, AllocError>| r.err().expect("must fail").to_string();
 
     let heap = Heap::create(&path, 16 << 20).unwrap();
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
@@ -347,7 +349,7 @@ struct FlushCounts {
 
 /// Runs `body` on one traced thread of a fresh heap and counts its flushes;
 /// also checks that every store and flush lands in a registered region.
-fn traced_run(preset: &str, body: impl FnOnce(&mut NvThread)) -> FlushCounts {
+fn traced_run(preset: &str, body: impl FnOnce(&mut NvAllocThread)) -> FlushCounts {
     use pmsim_traces::{Category, OpKind, OwnedEvent, Region, RegionMap, VecSink};
     let d = tmpdir();
     let heap = Heap::create(d.path().join("t.heap"), 64 << 20).unwrap();
@@ -402,8 +404,8 @@ fn traced_run(preset: &str, body: impl FnOnce(&mut NvThread)) -> FlushCounts {
 
 /// Threadtest-like: one thread allocates `n` 64 B objects into a table with
 /// `malloc_to`, then frees them all with `free_from`.
-fn threadtest_body(n: u64) -> impl FnOnce(&mut NvThread) {
-    move |t: &mut NvThread| {
+fn threadtest_body(n: u64) -> impl FnOnce(&mut NvAllocThread) {
+    move |t: &mut NvAllocThread| {
         let table = t.malloc_to(8 * n, H::root_offset(0)).unwrap();
         for round in 0..2 {
             for i in 0..n {
@@ -444,7 +446,7 @@ fn traced_runs_tag_every_write_and_interleaving_removes_reflushes() {
 
 /// One thread's run: random mallocs and frees of mixed sizes, every object
 /// checked when freed. Returns the live objects and the offsets it freed.
-fn stress_thread(mut t: NvThread, seed: u64, ops: usize) -> (Vec<(u64, u64, u64)>, Vec<u64>) {
+fn stress_thread(mut t: NvAllocThread, seed: u64, ops: usize) -> (Vec<(u64, u64, u64)>, Vec<u64>) {
     let mut r = Rng::new(seed);
     let mut live: Vec<(u64, u64, u64)> = Vec::new();
     let mut freed = Vec::new();

@@ -7,11 +7,13 @@
 //! Also: a one-thread traced run is reproducible event for event, and the
 //! self-checks do fail on a deliberately broken allocator.
 
-use pmsim_model::llfree::{LlConfig, LlFree};
-use pmsim_model::nvalloc::{NvAlloc, NvConfig, NvError};
+use pmsim_model::error::ErrorKind;
+use pmsim_model::llfree::{LlFree, LlFreeConfig};
+use pmsim_model::nvalloc::{NvAlloc, NvAllocConfig};
 use pmsim_model::pmdk::{Pmdk, PmdkOptions};
 use pmsim_model::runner::AllocSpec;
 use pmsim_model::workloads::{self, Progress, RunOptions, RunReport, Scale, Workload, WorkloadError};
+use pmsim_model::AllocConfig;
 use pmsim_model::{AllocThread, FlushInsn, Footprint, Heap, HeapOptions, Pm, PmAllocator, TraceConfig};
 use pmsim_traces::{OwnedEvent, VecSink};
 use std::collections::HashMap;
@@ -31,8 +33,8 @@ fn workload(name: &str) -> Workload {
     Workload::preset(name, Scale::Tiny).unwrap()
 }
 
-fn nv_config(preset: &str) -> NvConfig {
-    NvConfig::preset(preset).unwrap().with_overrides(["arenas=2"]).unwrap()
+fn nv_config(preset: &str) -> NvAllocConfig {
+    NvAllocConfig::preset(preset).unwrap().with_overrides(["arenas=2"]).unwrap()
 }
 
 /// Runs `wl` on a fresh NVAlloc heap; `Ok(None)` if NVAlloc does not
@@ -44,8 +46,8 @@ fn run_nvalloc(preset: &str, wl: &Workload, threads: u32) -> Result<Option<RunRe
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
     let nv = match NvAlloc::create(&heap, pm, nv_config(preset)) {
         Ok(nv) => nv,
-        Err(NvError::NotYet(m)) => {
-            eprintln!("skipping NVAlloc preset {preset}: {m}");
+        Err(e) if e.kind == ErrorKind::NotYet => {
+            eprintln!("skipping NVAlloc preset {preset}: {e}");
             return Ok(None);
         }
         Err(e) => return Err(format!("{preset}: {e}")),
@@ -74,7 +76,7 @@ fn run_llfree(wl: &Workload, threads: u32) -> Result<RunReport, String> {
     let size = AllocSpec::parse("llfree", []).unwrap().heap_size(wl, threads);
     let heap = Heap::create_with(&path, size, &HeapOptions::default()).unwrap();
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
-    let ll = LlFree::create(&heap, pm, LlConfig::default()).map_err(|e| e.to_string())?;
+    let ll = LlFree::create(&heap, pm, LlFreeConfig::default()).map_err(|e| e.to_string())?;
     let r = workloads::run(&ll, wl, &RunOptions { threads, seed: 7 }, &Progress::default());
     let mut t = ll.thread(0);
     ll.check(t.pm()).map_err(|e| format!("llfree after {}: {e}", wl.name()))?;
@@ -105,7 +107,7 @@ fn every_allocator(name: &str) {
         let r = run_pmdk(&wl, threads).unwrap_or_else(|e| panic!("{name}, {threads} thread(s): {e}"));
         check_report(&r, &format!("{name} on pmdk"));
         assert!(r.peak.mapped_bytes > 0, "{name}: PMDK's statistics gave no mapped bytes");
-        for preset in NvConfig::PRESETS {
+        for preset in NvAllocConfig::PRESETS {
             match run_nvalloc(preset, &wl, threads) {
                 Ok(Some(r)) => {
                     check_report(&r, &format!("{name} on {preset}"));

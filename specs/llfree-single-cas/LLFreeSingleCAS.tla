@@ -139,7 +139,7 @@ AllocBegin(p, o) ==
 \* (1) Take 2^o from the CPU's counter c_P; else sync it with the tree's c_U;
 \* else reserve another tree, draining (stealing) it from its CPU if needed.
 \* After a GiveUp only the last (reserve) applies: the current tree is never
-\* picked again (LlThread::get, Upper::reserve).
+\* picked again (LlFreeThread::get, Upper::reserve).
 Upper(p) ==
     /\ mode = "run" /\ pc[p] = "upper"
     /\ LET need == Amount(opr[p].o)

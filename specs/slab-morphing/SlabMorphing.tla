@@ -138,7 +138,7 @@ Idle == mode = "run" /\ op = NoOp /\ morphPc = "idle"
 (* by a crash is resolved by the WAL under NVAlloc-LOG; Resume below       *)
 (* models that by giving the block to the user iff it is allocated.       *)
 (*                                                                         *)
-(* malloc of a block of the slab's current class (NvThread::malloc_small): *)
+(* malloc of a block of the slab's current class (NvAllocThread::malloc_small): *)
 (* its bit set and persisted, then the block is the user's.                *)
 (***************************************************************************)
 Malloc(b) ==
@@ -151,7 +151,7 @@ Malloc(b) ==
     /\ UNCHANGED <<cntSlab, cntBlock, op, morphPc, recPc, mode, phase, preLive, crashPhase, crashImg>>
 
 \* free of a block of the current class: its bit cleared and persisted
-\* (NvThread::free_small).
+\* (NvAllocThread::free_small).
 Free(b) ==
     /\ Idle
     /\ <<vol.hdr.cls, b>> \in owned

@@ -22,11 +22,8 @@ use std::time::{Duration, Instant};
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Allocator(s): nvalloc-log, nvalloc-gc, base, +interleaved, +log (NVAlloc presets), llfree, pmdk,
-    /// makalu (Makalu-style) or metall (Metall-style).
-    /// `NAME:key=value:…` overrides parameters for that one allocator (e.g. llfree:eadr=true); a comma
-    /// list runs each.
-    #[arg(long, value_delimiter = ',', required = true)]
+    // The list of allocators comes from the registry, so a registered allocator is listed.
+    #[arg(long, value_delimiter = ',', required = true, help = pmsim_model::registry::help())]
     alloc: Vec<String>,
     /// Workload(s): threadtest, prodcon, shbench, larson-small, larson-large, dbmstest,
     /// fragbench-w1 … fragbench-w4, fptree, llfree-bulk, llfree-random, llfree-repeat; `fragbench` (W1–W4),
@@ -268,7 +265,7 @@ pub fn run(a: RunArgs) -> CmdResult {
             .into());
         }
     }
-    if allocs.iter().any(|s| matches!(s, AllocSpec::Pmdk)) {
+    if allocs.iter().any(|s| s.family().family() == "pmdk") {
         if let Some(f) = flush {
             f.check(&pmsim_model::CpuFeatures::detect())?;
         }

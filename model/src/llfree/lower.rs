@@ -29,7 +29,8 @@
 //! told from the bit field after a restart; see [`super`].
 
 use super::zone::{Zone, CHILD_FRAMES};
-use super::LlError;
+use super::NAME;
+use crate::error::AllocError;
 use crate::mech::mutation::Mutation;
 use crate::mech::pbitmap::PBitmap;
 use crate::mech::stripe::StripeMap;
@@ -259,16 +260,17 @@ impl Lower {
     /// flushed and fenced ([`Lower::commit`]) no crash of this code leaves
     /// one (TLC, `specs/llfree-single-cas` model `huge_bits_kept_cas`), while
     /// the paper's flush-per-operation protocol can; see that spec's README.
-    pub fn rebuild(&self, t: &mut PmThread) -> Result<u64, LlError> {
+    pub fn rebuild(&self, t: &mut PmThread) -> Result<u64, AllocError> {
         let mut fixed = 0;
         for c in 0..self.zone.nhuge {
             let e = self.child(t, c);
             let taken = self.taken(t, c);
             let want = if e.huge() {
                 if taken != 0 {
-                    return Err(LlError::Corrupt(format!(
-                        "child {c} is an allocated huge frame but its bit field has {taken} bits set"
-                    )));
+                    return Err(AllocError::corrupt(
+                        NAME,
+                        format!("child {c} is an allocated huge frame but its bit field has {taken} bits set"),
+                    ));
                 }
                 Child::HUGE
             } else {

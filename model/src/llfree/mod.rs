@@ -43,26 +43,32 @@ pub mod upper;
 pub mod zone;
 
 pub use recovery::RecoveryReport;
-pub use thread::LlThread;
+pub use thread::LlFreeThread;
 
 use crate::alloc::{Footprint, PmAllocator};
-use crate::heap::{Heap, HeapError};
+use crate::config::AllocConfig;
+use crate::error::AllocError;
+use crate::family::Allocator;
+use crate::heap::Heap;
+use crate::live::LiveBytes;
 use crate::mech::mutation::Mutation;
-use crate::params::{set_field, split_override};
 use crate::pm::{Pm, PmThread};
+use crate::workloads::Workload;
 use lower::{Lower, TREE_CHILDREN};
 use pmsim_traces::{Category, OpKind};
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::sync::atomic::{AtomicI64, Ordering};
+
 use std::sync::Arc;
 use upper::Upper;
 use zone::{Marker, Zone, CHILD_FRAMES, FRAME};
 
+/// The allocator's name in messages and the registry's `--help`.
+pub const NAME: &str = "LLFree";
+
 /// Every parameter of an LLFree instance.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct LlConfig {
+pub struct LlFreeConfig {
     /// eADR: no flush or fence after the lower level's CASes (the caches
     /// are persistent).
     pub eadr: bool,
@@ -79,110 +85,53 @@ pub struct LlConfig {
     pub mutation: Mutation,
 }
 
-impl Default for LlConfig {
+impl Default for LlFreeConfig {
     fn default() -> Self {
-        LlConfig { eadr: false, cpus: 64, reserve_on_free: 4, allocated: 0.125, free: 0.875, mutation: Mutation::None }
+        LlFreeConfig { eadr: false, cpus: 64, reserve_on_free: 4, allocated: 0.125, free: 0.875, mutation: Mutation::None }
     }
 }
 
-impl LlConfig {
-    /// Sets parameter `key` from its text (`eadr=true`, `cpus=8`, …).
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), LlError> {
-        set_field(self, "LLFree parameter", key, value).map_err(LlError::Config)
-    }
+impl AllocConfig for LlFreeConfig {
+    const ALLOC: &'static str = NAME;
 
-    /// Applies `key=value` overrides in order.
-    pub fn with_overrides<'a>(mut self, kvs: impl IntoIterator<Item = &'a str>) -> Result<LlConfig, LlError> {
-        for kv in kvs {
-            let (k, v) = split_override(kv).map_err(LlError::Config)?;
-            self.set(k, v)?;
-        }
-        Ok(self)
-    }
-
-    pub fn validate(&self) -> Result<(), LlError> {
+    fn validate(&self) -> Result<(), AllocError> {
         if self.cpus == 0 || self.cpus > 4096 {
-            return Err(LlError::Config(format!("cpus = {} (must be 1..=4096)", self.cpus)));
+            return Err(AllocError::config(NAME, format!("cpus = {} (must be 1..=4096)", self.cpus)));
         }
         if !(0.0..=1.0).contains(&self.allocated) || !(self.allocated..=1.0).contains(&self.free) {
-            return Err(LlError::Config(format!(
-                "thresholds allocated = {}, free = {} (need 0 <= allocated <= free <= 1)",
-                self.allocated, self.free
-            )));
+            return Err(AllocError::config(
+                NAME,
+                format!(
+                    "thresholds allocated = {}, free = {} (need 0 <= allocated <= free <= 1)",
+                    self.allocated, self.free
+                ),
+            ));
         }
         if !matches!(self.mutation, Mutation::None | Mutation::LlCounterFlush) {
-            return Err(LlError::Config(format!(
+            return Err(AllocError::config(NAME, format!(
                 "mutation = {} does not concern LLFree (it has ll-counter-flush)",
                 self.mutation.name()
             )));
         }
         Ok(())
     }
+}
 
+impl LlFreeConfig {
     /// Whether the lower level flushes and fences its CASes.
     pub fn persist(&self) -> bool {
         !self.eadr
     }
 }
 
-/// Why an LLFree heap could not be created, opened or closed. One line.
-#[derive(Debug)]
-pub enum LlError {
-    Config(String),
-    TooSmall(String),
-    Corrupt(String),
-    Exists(String),
-    InUse(String),
-    Heap(HeapError),
-}
-
-impl fmt::Display for LlError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LlError::Config(m) => write!(f, "LLFree configuration: {m}"),
-            LlError::Corrupt(m) => write!(f, "corrupt LLFree heap: {m}"),
-            LlError::TooSmall(m) | LlError::Exists(m) | LlError::InUse(m) => f.write_str(m),
-            LlError::Heap(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for LlError {}
-
-impl From<HeapError> for LlError {
-    fn from(e: HeapError) -> Self {
-        LlError::Heap(e)
-    }
-}
-
-impl LlError {
-    /// The same error with the heap file named in front.
-    fn in_file(self, heap: &Heap) -> LlError {
-        let p = heap.path().display();
-        match self {
-            LlError::TooSmall(m) => LlError::TooSmall(format!("{p}: {m}")),
-            LlError::Corrupt(m) => LlError::Corrupt(format!("{p}: {m}")),
-            LlError::Exists(m) => LlError::Exists(format!("{p}: {m}")),
-            e => e,
-        }
-    }
-}
-
-/// A per-thread counter on its own cache line.
-#[repr(align(64))]
-#[derive(Default)]
-struct Padded(AtomicI64);
-
 /// An LLFree instance on one heap, shared by all threads of a run.
 pub struct LlFree {
-    cfg: LlConfig,
+    cfg: LlFreeConfig,
     pm: Pm,
     lower: Lower,
     upper: Upper,
-    /// Frame bytes allocated minus freed, per thread slot.
-    live: Box<[Padded]>,
-    /// Frame bytes allocated when the heap was opened.
-    live_base: u64,
+    /// Frame bytes allocated, counted per thread slot over those allocated at open.
+    live: LiveBytes,
     report: RecoveryReport,
 }
 
@@ -197,11 +146,11 @@ fn regions(t: &mut PmThread, z: &Zone) {
 impl LlFree {
     /// Formats a new LLFree zone on `heap` (which must not hold one) and
     /// returns the allocator, which does all persistence through `pm`.
-    pub fn create(heap: &Heap, pm: Pm, cfg: LlConfig) -> Result<Arc<LlFree>, LlError> {
+    pub fn create(heap: &Heap, pm: Pm, cfg: LlFreeConfig) -> Result<Arc<LlFree>, AllocError> {
         cfg.validate()?;
         let mut t = pm.thread(0);
         if Zone::read(&t).is_ok() {
-            return Err(LlError::Exists("already holds an LLFree zone (open it instead)".into()).in_file(heap));
+            return Err(AllocError::exists(NAME, "already holds an LLFree zone (open it instead)").in_file(heap));
         }
         t.op_begin(OpKind::Init, 0);
         let z = Zone::plan(heap.size()).map_err(|e| e.in_file(heap))?;
@@ -219,7 +168,7 @@ impl LlFree {
 
     /// Opens the LLFree zone on `heap`, recovering the counters if it was
     /// not shut down cleanly (see [`recovery`]).
-    pub fn open(heap: &Heap, pm: Pm, cfg: LlConfig) -> Result<Arc<LlFree>, LlError> {
+    pub fn open(heap: &Heap, pm: Pm, cfg: LlFreeConfig) -> Result<Arc<LlFree>, AllocError> {
         cfg.validate()?;
         let mut t = pm.thread(0);
         let z = Zone::read(&t).map_err(|e| e.in_file(heap))?;
@@ -232,20 +181,23 @@ impl LlFree {
         Ok(LlFree::assemble(cfg, pm, lower, &free, report))
     }
 
-    fn assemble(cfg: LlConfig, pm: Pm, lower: Lower, free: &[u32], report: RecoveryReport) -> Arc<LlFree> {
+    fn assemble(cfg: LlFreeConfig, pm: Pm, lower: Lower, free: &[u32], report: RecoveryReport) -> Arc<LlFree> {
         let upper = Upper::new(lower.zone.nhuge, free, cfg.cpus as usize, cfg.allocated, cfg.free);
-        let live = (0..cfg.cpus).map(|_| Padded::default()).collect();
-        Arc::new(LlFree { live_base: report.frames_allocated * FRAME, cfg, pm, lower, upper, live, report })
+        let live = LiveBytes::new(report.frames_allocated * FRAME, cfg.cpus as usize);
+        Arc::new(LlFree { cfg, pm, lower, upper, live, report })
     }
 
     /// Shuts down cleanly: marks the zone *shutdown* durably (the counters
     /// are exact: no thread handle is alive) and gives the `Pm` back.
-    pub fn close(self: Arc<Self>) -> Result<Pm, LlError> {
+    pub fn close(self: Arc<Self>) -> Result<Pm, AllocError> {
         let ll = Arc::try_unwrap(self).map_err(|a| {
-            LlError::InUse(format!(
-                "cannot close LLFree: {} thread handle(s) still use it (drop them first)",
-                Arc::strong_count(&a) - 1
-            ))
+            AllocError::in_use(
+                NAME,
+                format!(
+                    "cannot close LLFree: {} thread handle(s) still use it (drop them first)",
+                    Arc::strong_count(&a) - 1
+                ),
+            )
         })?;
         let mut t = ll.pm.thread(0);
         t.op_begin(OpKind::Close, 0);
@@ -257,7 +209,7 @@ impl LlFree {
         Ok(ll.pm)
     }
 
-    pub fn config(&self) -> &LlConfig {
+    pub fn config(&self) -> &LlFreeConfig {
         &self.cfg
     }
 
@@ -303,17 +255,50 @@ impl LlFree {
     }
 
     fn account(&self, tid: u32, bytes: i64) {
-        self.live[tid as usize % self.live.len()].0.fetch_add(bytes, Ordering::Relaxed);
+        self.live.add(tid, bytes);
     }
 
     fn live_bytes(&self) -> u64 {
-        let d: i64 = self.live.iter().map(|p| p.0.load(Ordering::Relaxed)).sum();
-        (self.live_base as i64 + d).max(0) as u64
+        self.live.get()
+    }
+}
+
+impl Allocator for LlFree {
+    type Config = LlFreeConfig;
+    const FAMILY: &'static str = "llfree";
+    const PRESETS: &'static [&'static str] = &["llfree"];
+    const ABOUT: &'static str = "LLFree, the lock- and log-free page-frame allocator, in persistent mode";
+
+    fn create(heap: &Heap, pm: Pm, cfg: LlFreeConfig) -> Result<Arc<Self>, AllocError> {
+        LlFree::create(heap, pm, cfg)
+    }
+
+    fn open(heap: &Heap, pm: Pm, cfg: LlFreeConfig) -> Result<Arc<Self>, AllocError> {
+        LlFree::open(heap, pm, cfg)
+    }
+
+    fn close(self: Arc<Self>, _heap: &Heap) -> Result<Pm, AllocError> {
+        LlFree::close(self)
+    }
+
+    fn variant(cfg: &LlFreeConfig) -> String {
+        if cfg.eadr { "eadr" } else { "adr" }.into()
+    }
+
+    /// A whole frame per object (4 KiB, or 2 MiB above that) and a tree
+    /// (64 MiB) per thread to reserve, not the workload's byte-sized hint.
+    fn heap_size(_cfg: &LlFreeConfig, wl: &Workload, threads: u32) -> u64 {
+        let frame = if wl.max_object_size() <= 4096 { 4096 } else { 2 << 20 };
+        // The workload's objects plus its own arrays, a quarter extra for
+        // the trees' fill levels, a tree per thread and one more.
+        let frames = wl.peak_objects(threads).saturating_add(64).saturating_mul(frame);
+        let want = (frames + frames / 4 + (16 << 20)).max((threads as u64 + 1) * (64 << 20));
+        want.div_ceil(2 << 20) * (2 << 20)
     }
 }
 
 impl PmAllocator for LlFree {
-    type Thread = LlThread;
+    type Thread = LlFreeThread;
 
     fn name(&self) -> String {
         if self.cfg.eadr { "llfree-eadr" } else { "llfree" }.into()
@@ -326,8 +311,8 @@ impl PmAllocator for LlFree {
         }
     }
 
-    fn thread(self: &Arc<Self>, tid: u32) -> LlThread {
-        LlThread::new(self.clone(), tid)
+    fn thread(self: &Arc<Self>, tid: u32) -> LlFreeThread {
+        LlFreeThread::new(self.clone(), tid)
     }
 
     fn footprint(&self) -> Footprint {

@@ -14,7 +14,8 @@
 
 use super::lower::{Lower, TREE_CHILDREN};
 use super::zone::{Marker, Zone};
-use super::LlError;
+use super::NAME;
+use crate::error::AllocError;
 use crate::pm::PmThread;
 use serde::Serialize;
 
@@ -33,13 +34,13 @@ pub struct RecoveryReport {
 
 /// Recovers the lower level if the zone was not shut down cleanly, marks it
 /// running, and returns the free frames per tree (for the upper level).
-pub fn recover(t: &mut PmThread, lower: &Lower) -> Result<(RecoveryReport, Vec<u32>), LlError> {
+pub fn recover(t: &mut PmThread, lower: &Lower) -> Result<(RecoveryReport, Vec<u32>), AllocError> {
     let zone: Zone = lower.zone;
     let marker = Zone::marker(t);
     let crashed = match marker {
         m if m == Marker::Shutdown as u64 => false,
         m if m == Marker::Running as u64 => true,
-        m => return Err(LlError::Corrupt(format!("zone page: unknown startup/shutdown marker {m}"))),
+        m => return Err(AllocError::corrupt(NAME, format!("zone page: unknown startup/shutdown marker {m}"))),
     };
     let mut rep = RecoveryReport { crashed, ..Default::default() };
     if crashed {

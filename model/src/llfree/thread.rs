@@ -43,7 +43,7 @@ pub fn order_of(size: u64) -> Option<u32> {
 }
 
 /// One thread's handle (see [`crate::PmAllocator::thread`]).
-pub struct LlThread {
+pub struct LlFreeThread {
     ll: Arc<LlFree>,
     t: PmThread,
     /// The CPU whose local data this thread uses.
@@ -53,11 +53,11 @@ pub struct LlThread {
     free_run: u32,
 }
 
-impl LlThread {
-    pub(super) fn new(ll: Arc<LlFree>, tid: u32) -> LlThread {
+impl LlFreeThread {
+    pub(super) fn new(ll: Arc<LlFree>, tid: u32) -> LlFreeThread {
         let t = ll.pm.thread(tid);
         let cpu = tid as usize % ll.upper.locals.len();
-        LlThread { ll, t, cpu, free_tree: u64::MAX, free_run: 0 }
+        LlFreeThread { ll, t, cpu, free_tree: u64::MAX, free_run: 0 }
     }
 
     /// The allocator this handle belongs to.
@@ -83,7 +83,7 @@ impl LlThread {
     /// Allocates a frame of `order` (0 or 9); its frame number.
     pub fn get(&mut self, order: u32) -> Option<u64> {
         debug_assert!(ORDERS.contains(&order));
-        let LlThread { ll, t, cpu, .. } = self;
+        let LlFreeThread { ll, t, cpu, .. } = self;
         let (ll, up, cpu) = (&**ll, &ll.upper, *cpu);
         let n = 1u32 << order;
         // Every round either allocates, or takes frames from sync, or moves
@@ -181,7 +181,7 @@ impl LlThread {
     }
 }
 
-impl AllocThread for LlThread {
+impl AllocThread for LlFreeThread {
     fn malloc(&mut self, size: u64) -> Option<u64> {
         self.malloc_impl(size, None)
     }

@@ -32,7 +32,7 @@ pub(super) const NEIGHBOURHOOD: usize = 32;
 /// How a tree's free count classifies it (paper §3.2.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
-    /// Fewer than `allocated` of its frames free (thresholds: [`super::LlConfig`]).
+    /// Fewer than `allocated` of its frames free (thresholds: [`super::LlFreeConfig`]).
     Allocated,
     Partial,
     /// More than `free` of its frames free.

@@ -16,7 +16,8 @@
 //! 0x2000  children array, then bit fields, then frames up to the heap end
 //! ```
 
-use super::LlError;
+use super::NAME;
+use crate::error::AllocError;
 use crate::heap::HEADER_SIZE;
 use crate::pm::PmThread;
 
@@ -62,7 +63,7 @@ pub struct Zone {
 impl Zone {
     /// The layout for a heap of `heap_size` bytes: as many huge frames as
     /// fit after the metadata they need.
-    pub fn plan(heap_size: u64) -> Result<Zone, LlError> {
+    pub fn plan(heap_size: u64) -> Result<Zone, AllocError> {
         let children_off = ZONE + ZONE_BYTES;
         let place = |n: u64| {
             let bitfields_off = children_off + (2 * n).next_multiple_of(64);
@@ -73,10 +74,13 @@ impl Zone {
         let (_, frames_off) = place(heap_size / HUGE);
         let nhuge = heap_size.saturating_sub(frames_off) / HUGE;
         if nhuge == 0 {
-            return Err(LlError::TooSmall(format!(
-                "heap of {heap_size} bytes holds no 2 MiB frame after LLFree's metadata (needs at least {} bytes)",
-                frames_off + HUGE
-            )));
+            return Err(AllocError::too_small(
+                NAME,
+                format!(
+                    "heap of {heap_size} bytes holds no 2 MiB frame after LLFree's metadata (needs at least {} bytes)",
+                    frames_off + HUGE
+                ),
+            ));
         }
         let (bitfields_off, frames_off) = place(nhuge);
         Ok(Zone { heap_size, nhuge, children_off, bitfields_off, frames_off })
@@ -120,9 +124,9 @@ impl Zone {
     }
 
     /// Reads and checks the zone page of an existing heap.
-    pub fn read(t: &PmThread) -> Result<Zone, LlError> {
+    pub fn read(t: &PmThread) -> Result<Zone, AllocError> {
         if t.heap_size() < ZONE + ZONE_BYTES || t.load_u64(ZONE) != MAGIC {
-            return Err(LlError::Corrupt("not an LLFree heap (no LLFree zone page)".into()));
+            return Err(AllocError::corrupt(NAME, "not an LLFree heap (no LLFree zone page)"));
         }
         let z = Zone {
             heap_size: t.load_u64(ZONE + OFF_SIZE),
@@ -132,15 +136,17 @@ impl Zone {
             frames_off: t.load_u64(ZONE + OFF_FRAMES),
         };
         if z.heap_size != t.heap_size() {
-            return Err(LlError::Corrupt(format!(
-                "zone page: size {} but the heap file has {}",
-                z.heap_size,
-                t.heap_size()
-            )));
+            return Err(AllocError::corrupt(
+                NAME,
+                format!("zone page: size {} but the heap file has {}", z.heap_size, t.heap_size()),
+            ));
         }
         let planned = Zone::plan(z.heap_size)?;
         if z != planned {
-            return Err(LlError::Corrupt(format!("zone page: impossible layout {z:?} (expected {planned:?})")));
+            return Err(AllocError::corrupt(
+                NAME,
+                format!("zone page: impossible layout {z:?} (expected {planned:?})"),
+            ));
         }
         Ok(z)
     }

@@ -24,7 +24,8 @@
 //! Core fields change only inside an undo-logged section; the mark bits and
 //! their count are auxiliary: written lazily, rebuilt by the GC after a crash.
 
-use super::MkError;
+use super::NAME;
+use crate::error::AllocError;
 use crate::heap::HEADER_SIZE;
 use crate::mech::undo::UndoLog;
 use crate::pm::PmThread;
@@ -88,7 +89,7 @@ pub struct Layout {
 
 impl Layout {
     /// The largest layout that fits a heap of `size` bytes.
-    pub fn plan(size: u64) -> Result<Layout, MkError> {
+    pub fn plan(size: u64) -> Result<Layout, AllocError> {
         let log = BASE + 4096;
         let hdrs = log + 4096;
         let mut n = size.saturating_sub(hdrs) / (BLOCK + HDR);
@@ -96,7 +97,7 @@ impl Layout {
             n -= 1;
         }
         if n < 4 {
-            return Err(MkError::TooSmall(format!("heap of {size} bytes holds fewer than 4 Makalu blocks")));
+            return Err(AllocError::too_small(NAME, format!("heap of {size} bytes holds fewer than 4 Makalu blocks")));
         }
         Ok(Layout { log, hdrs, data: hdrs + (n * HDR).next_multiple_of(4096), nblocks: n })
     }
@@ -114,18 +115,21 @@ impl Layout {
     }
 
     /// Reads the layout of an existing heap of `size` bytes.
-    pub fn read(t: &PmThread, size: u64) -> Result<Layout, MkError> {
+    pub fn read(t: &PmThread, size: u64) -> Result<Layout, AllocError> {
         if t.load_u64(BASE + M_MAGIC) != MAGIC {
-            return Err(MkError::Corrupt("no Makalu heap here (bad magic in the base metadata)".into()));
+            return Err(AllocError::corrupt(NAME, "no Makalu heap here (bad magic in the base metadata)"));
         }
         let v = t.load_u64(BASE + M_VERSION);
         if v != VERSION {
-            return Err(MkError::Corrupt(format!("Makalu layout version {v}, expected {VERSION}")));
+            return Err(AllocError::corrupt(NAME, format!("Makalu layout version {v}, expected {VERSION}")));
         }
         let l = Layout::plan(size)?;
         let n = t.load_u64(BASE + M_NBLOCKS);
         if n != l.nblocks {
-            return Err(MkError::Corrupt(format!("{n} blocks recorded, but a heap of {size} bytes has {}", l.nblocks)));
+            return Err(AllocError::corrupt(
+                NAME,
+                format!("{n} blocks recorded, but a heap of {size} bytes has {}", l.nblocks),
+            ));
         }
         Ok(l)
     }

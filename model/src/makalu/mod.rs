@@ -41,17 +41,24 @@ pub use recovery::RecoveryReport;
 pub use thread::MakaluThread;
 
 use crate::alloc::{Footprint, PmAllocator};
-use crate::heap::{Heap, HeapError};
+use crate::config::AllocConfig;
+use crate::error::AllocError;
+use crate::family::Allocator;
+use crate::heap::Heap;
+use crate::live::LiveBytes;
 use crate::mech::dirty::DirtyLines;
-use crate::params::{as_map, set_field, split_override};
+use crate::params::as_map;
 use crate::pm::{Pm, PmThread};
 use chunks::Chunks;
 use layout::{flag, objs_per_block, state, Layout, BLOCK, GRANULE, H_FLAG, H_MARKS, H_NMARKS, H_SZ, MEDIUM_MAX};
 use pmsim_traces::{Category, OpKind};
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// The allocator's name in messages and the registry's `--help`.
+pub const NAME: &str = "Makalu";
 
 /// The parameters of a Makalu-style heap (`makalu:key=value`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -75,22 +82,11 @@ impl Default for MakaluConfig {
     }
 }
 
-impl MakaluConfig {
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), MkError> {
-        set_field(self, "Makalu parameter", key, value).map_err(MkError::Config)
-    }
+impl AllocConfig for MakaluConfig {
+    const ALLOC: &'static str = NAME;
 
-    pub fn with_overrides<'a>(mut self, kvs: impl IntoIterator<Item = &'a str>) -> Result<Self, MkError> {
-        for kv in kvs {
-            let (k, v) = split_override(kv).map_err(MkError::Config)?;
-            self.set(k, v)?;
-        }
-        self.validate()?;
-        Ok(self)
-    }
-
-    pub fn validate(&self) -> Result<(), MkError> {
-        let bad = |m: String| Err(MkError::Config(m));
+    fn validate(&self) -> Result<(), AllocError> {
+        let bad = |m: String| Err(AllocError::config(NAME, m));
         if self.small_max > MEDIUM_MAX {
             return bad(format!("small_max = {} (at most {MEDIUM_MAX})", self.small_max));
         }
@@ -107,52 +103,12 @@ impl MakaluConfig {
     }
 }
 
-/// Why a Makalu heap could not be created, opened or closed. One line.
-#[derive(Debug)]
-pub enum MkError {
-    Config(String),
-    TooSmall(String),
-    Corrupt(String),
-    Exists(String),
-    InUse(String),
-    Heap(HeapError),
-}
-
-impl fmt::Display for MkError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            MkError::Config(m) => write!(f, "Makalu configuration: {m}"),
-            MkError::Corrupt(m) => write!(f, "corrupt Makalu heap: {m}"),
-            MkError::TooSmall(m) | MkError::Exists(m) | MkError::InUse(m) => f.write_str(m),
-            MkError::Heap(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for MkError {}
-
-impl MkError {
-    fn in_file(self, heap: &Heap) -> MkError {
-        let p = heap.path().display();
-        match self {
-            MkError::TooSmall(m) => MkError::TooSmall(format!("{p}: {m}")),
-            MkError::Corrupt(m) => MkError::Corrupt(format!("{p}: {m}")),
-            MkError::Exists(m) => MkError::Exists(format!("{p}: {m}")),
-            e => e,
-        }
-    }
-}
-
 /// Number of granule size classes (class g serves g granules).
 const CLASSES: usize = (MEDIUM_MAX / GRANULE) as usize + 1;
 /// Block-header locks (mark bits of the blocks `b` with `b % STRIPES == i`).
 const STRIPES: usize = 256;
 /// Per-thread live-byte counters (by thread id modulo).
 const LIVE_SLOTS: usize = 64;
-
-#[repr(align(64))]
-#[derive(Default)]
-struct Padded(AtomicI64);
 
 /// A Makalu-style heap, shared by all threads of a run.
 pub struct Makalu {
@@ -170,18 +126,17 @@ pub struct Makalu {
     reclaim: Box<[Mutex<Vec<u64>>]>,
     /// Per medium size class: the global free list.
     medium: Box<[Mutex<Vec<u64>>]>,
-    live: Box<[Padded]>,
-    live_base: u64,
+    live: LiveBytes,
     report: RecoveryReport,
 }
 
 impl Makalu {
     /// Formats a new Makalu heap on `heap`.
-    pub fn create(heap: &Heap, pm: Pm, cfg: MakaluConfig) -> Result<Arc<Makalu>, MkError> {
+    pub fn create(heap: &Heap, pm: Pm, cfg: MakaluConfig) -> Result<Arc<Makalu>, AllocError> {
         cfg.validate()?;
         let mut t = pm.thread(0);
         if Layout::present(&t) {
-            return Err(MkError::Exists("already holds a Makalu heap (open it instead)".into()).in_file(heap));
+            return Err(AllocError::exists(NAME, "already holds a Makalu heap (open it instead)").in_file(heap));
         }
         t.op_begin(OpKind::Init, 0);
         let lay = Layout::plan(heap.size()).map_err(|e| e.in_file(heap))?;
@@ -194,7 +149,7 @@ impl Makalu {
 
     /// Opens the Makalu heap on `heap`: restarts from the persistent headers
     /// after a graceful shutdown, or recovers offline (undo + GC) after a crash.
-    pub fn open(heap: &Heap, pm: Pm, cfg: MakaluConfig) -> Result<Arc<Makalu>, MkError> {
+    pub fn open(heap: &Heap, pm: Pm, cfg: MakaluConfig) -> Result<Arc<Makalu>, AllocError> {
         cfg.validate()?;
         let mut t = pm.thread(0);
         let lay = Layout::read(&t, heap.size()).map_err(|e| e.in_file(heap))?;
@@ -223,7 +178,6 @@ impl Makalu {
             lists[(sz / GRANULE) as usize].lock().unwrap().push(b);
         }
         Arc::new(Makalu {
-            live_base: report.live_bytes,
             cfg,
             pm,
             lay,
@@ -232,7 +186,7 @@ impl Makalu {
             on_reclaim,
             reclaim: lists,
             medium: (0..CLASSES).map(|_| Mutex::new(Vec::new())).collect(),
-            live: (0..LIVE_SLOTS).map(|_| Padded::default()).collect(),
+            live: LiveBytes::new(report.live_bytes, LIVE_SLOTS),
             report,
         })
     }
@@ -240,12 +194,15 @@ impl Makalu {
     /// Shuts down gracefully: gives the global free lists back to their
     /// blocks, makes every mark bit durable, marks the heap shut down, and
     /// gives the `Pm` back.
-    pub fn close(self: Arc<Self>) -> Result<Pm, MkError> {
+    pub fn close(self: Arc<Self>) -> Result<Pm, AllocError> {
         let mk = Arc::try_unwrap(self).map_err(|a| {
-            MkError::InUse(format!(
-                "cannot close Makalu: {} thread handle(s) still use it (drop them first)",
-                Arc::strong_count(&a) - 1
-            ))
+            AllocError::in_use(
+                NAME,
+                format!(
+                    "cannot close Makalu: {} thread handle(s) still use it (drop them first)",
+                    Arc::strong_count(&a) - 1
+                ),
+            )
         })?;
         let mut t = mk.pm.thread(0);
         t.op_begin(OpKind::Close, 0);
@@ -321,7 +278,7 @@ impl Makalu {
     }
 
     fn add_live(&self, tid: u32, bytes: i64) {
-        self.live[tid as usize % LIVE_SLOTS].0.fetch_add(bytes, Ordering::Relaxed);
+        self.live.add(tid, bytes);
     }
 
     fn stripe(&self, b: u64) -> std::sync::MutexGuard<'_, ()> {
@@ -424,6 +381,25 @@ fn register_regions(t: &mut PmThread, lay: &Layout) {
     t.add_region("makalu blocks", Category::Data, lay.data, lay.nblocks * BLOCK);
 }
 
+impl Allocator for Makalu {
+    type Config = MakaluConfig;
+    const FAMILY: &'static str = "makalu";
+    const PRESETS: &'static [&'static str] = &["makalu"];
+    const ABOUT: &'static str = "Makalu-style allocator (lazy persistence, recovery by conservative mark)";
+
+    fn create(heap: &Heap, pm: Pm, cfg: MakaluConfig) -> Result<Arc<Self>, AllocError> {
+        Makalu::create(heap, pm, cfg)
+    }
+
+    fn open(heap: &Heap, pm: Pm, cfg: MakaluConfig) -> Result<Arc<Self>, AllocError> {
+        Makalu::open(heap, pm, cfg)
+    }
+
+    fn close(self: Arc<Self>, _heap: &Heap) -> Result<Pm, AllocError> {
+        Makalu::close(self)
+    }
+}
+
 impl PmAllocator for Makalu {
     type Thread = MakaluThread;
 
@@ -440,11 +416,7 @@ impl PmAllocator for Makalu {
     }
 
     fn footprint(&self) -> Footprint {
-        let live: i64 = self.live.iter().map(|p| p.0.load(Ordering::Relaxed)).sum();
         let top = self.chunks.lock().unwrap().top();
-        Footprint {
-            live_bytes: (self.live_base as i64 + live).max(0) as u64,
-            mapped_bytes: self.lay.data + top * BLOCK,
-        }
+        Footprint { live_bytes: self.live.get(), mapped_bytes: self.lay.data + top * BLOCK }
     }
 }

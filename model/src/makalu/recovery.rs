@@ -18,7 +18,8 @@ use super::chunks::Chunks;
 use super::layout::{
     flag, objs_per_block, Layout, BLOCK, GRANULE, H_BLOCK, H_FLAG, H_MARKS, H_NMARKS, H_SZ, MEDIUM_MAX,
 };
-use super::MkError;
+use super::NAME;
+use crate::error::AllocError;
 use crate::mech::mark;
 use crate::pm::PmThread;
 use serde::Serialize;
@@ -56,11 +57,11 @@ enum Kind {
     Large(u64),
 }
 
-fn corrupt(m: String) -> MkError {
-    MkError::Corrupt(m)
+fn corrupt(m: String) -> AllocError {
+    AllocError::corrupt(NAME, m)
 }
 
-pub(super) fn recover(t: &mut PmThread, lay: &Layout, crashed: bool) -> Result<Recovered, MkError> {
+pub(super) fn recover(t: &mut PmThread, lay: &Layout, crashed: bool) -> Result<Recovered, AllocError> {
     let mut report = RecoveryReport { crashed, ..Default::default() };
     report.undone = lay.log().recover(t).undone;
     let top = t.load_u64(lay.rgn_curr_off());

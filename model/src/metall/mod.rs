@@ -33,19 +33,26 @@ pub mod chunk_dir;
 pub mod store;
 
 use crate::alloc::{AllocThread, Footprint, PmAllocator};
-use crate::heap::{Heap, HeapError, HEADER_SIZE};
+use crate::config::AllocConfig;
+use crate::error::AllocError;
+use crate::family::Allocator;
+use crate::heap::{Heap, HEADER_SIZE};
+use crate::live::LiveBytes;
 use crate::mech::sizeclass::SizeClasses;
-use crate::params::{as_map, set_field, split_override};
+use crate::params::as_map;
 use crate::pm::{Pm, PmThread};
 use bin_dir::Bin;
 use chunk_dir::{ChunkDirectory, ChunkKind};
 use pmsim_traces::{Category, OpKind};
 use serde::{Deserialize, Serialize};
-use std::fmt;
+
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+
 use std::sync::{Arc, Mutex};
 pub use store::CopyKind;
+
+/// The allocator's name in messages and the registry's `--help`.
+pub const NAME: &str = "Metall";
 
 /// The smallest internal allocation size (Metall: 8 B).
 pub const MIN_SIZE: u32 = 8;
@@ -67,67 +74,19 @@ impl Default for MetallConfig {
     }
 }
 
-impl MetallConfig {
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), MtError> {
-        set_field(self, "Metall parameter", key, value).map_err(MtError::Config)
-    }
+impl AllocConfig for MetallConfig {
+    const ALLOC: &'static str = NAME;
 
-    pub fn with_overrides<'a>(mut self, kvs: impl IntoIterator<Item = &'a str>) -> Result<Self, MtError> {
-        for kv in kvs {
-            let (k, v) = split_override(kv).map_err(MtError::Config)?;
-            self.set(k, v)?;
-        }
-        self.validate()?;
-        Ok(self)
-    }
-
-    pub fn validate(&self) -> Result<(), MtError> {
+    fn validate(&self) -> Result<(), AllocError> {
         let c = self.chunk_size;
         if !c.is_power_of_two() || !(64 << 10..=2 << 20).contains(&c) {
-            return Err(MtError::Config(format!("chunk_size = {c} (a power of two from 65536 to 2097152)")));
+            return Err(AllocError::config(NAME, format!("chunk_size = {c} (a power of two from 65536 to 2097152)")));
         }
         Ok(())
     }
 }
 
-/// Why a Metall store could not be created, opened, closed or copied. One line.
-#[derive(Debug)]
-pub enum MtError {
-    Config(String),
-    /// The store was not closed properly (or is no Metall store).
-    NotClosed(String),
-    Corrupt(String),
-    TooSmall(String),
-    /// A file of the datastore could not be read or written.
-    Store(String),
-    InUse(String),
-    Heap(HeapError),
-}
-
-impl fmt::Display for MtError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            MtError::Config(m) => write!(f, "Metall configuration: {m}"),
-            MtError::Corrupt(m) => write!(f, "corrupt Metall datastore: {m}"),
-            MtError::NotClosed(m) | MtError::TooSmall(m) | MtError::Store(m) | MtError::InUse(m) => f.write_str(m),
-            MtError::Heap(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for MtError {}
-
-impl From<HeapError> for MtError {
-    fn from(e: HeapError) -> Self {
-        MtError::Heap(e)
-    }
-}
-
 const LIVE_SLOTS: usize = 64;
-
-#[repr(align(64))]
-#[derive(Default)]
-struct Padded(AtomicI64);
 
 /// A Metall-style store open on one heap, shared by all threads of a run.
 pub struct Metall {
@@ -140,23 +99,25 @@ pub struct Metall {
     chunks: ChunkDirectory,
     dir_lock: Mutex<()>,
     bins: Box<[Mutex<Bin>]>,
-    live: Box<[Padded]>,
-    live_base: u64,
+    live: LiveBytes,
 }
 
 fn classes(cfg: &MetallConfig) -> SizeClasses {
     SizeClasses::jemalloc(MIN_SIZE, (cfg.chunk_size / 2) as u32 + 1)
 }
 
-fn chunk_count(heap: &Heap, cfg: &MetallConfig) -> Result<u64, MtError> {
+fn chunk_count(heap: &Heap, cfg: &MetallConfig) -> Result<u64, AllocError> {
     let n = (heap.size() - SEGMENT) / cfg.chunk_size;
     if n == 0 {
-        return Err(MtError::TooSmall(format!(
-            "{}: heap of {} bytes holds no chunk of {} bytes",
-            heap.path().display(),
-            heap.size(),
-            cfg.chunk_size
-        )));
+        return Err(AllocError::too_small(
+            NAME,
+            format!(
+                "{}: heap of {} bytes holds no chunk of {} bytes",
+                heap.path().display(),
+                heap.size(),
+                cfg.chunk_size
+            ),
+        ));
     }
     Ok(n)
 }
@@ -164,7 +125,7 @@ fn chunk_count(heap: &Heap, cfg: &MetallConfig) -> Result<u64, MtError> {
 impl Metall {
     /// Creates a new datastore: the heap `heap` as its data segment and a
     /// fresh management directory beside it (see [`store`]).
-    pub fn create(heap: &Heap, pm: Pm, cfg: MetallConfig) -> Result<Arc<Metall>, MtError> {
+    pub fn create(heap: &Heap, pm: Pm, cfg: MetallConfig) -> Result<Arc<Metall>, AllocError> {
         cfg.validate()?;
         let n = chunk_count(heap, &cfg)?;
         let dir = store::store_dir(heap.path());
@@ -176,7 +137,7 @@ impl Metall {
 
     /// Opens a properly closed datastore (refused otherwise, with one line
     /// saying so) and removes its mark until the next close.
-    pub fn open(heap: &Heap, pm: Pm, cfg: MetallConfig) -> Result<Arc<Metall>, MtError> {
+    pub fn open(heap: &Heap, pm: Pm, cfg: MetallConfig) -> Result<Arc<Metall>, AllocError> {
         cfg.validate()?;
         let dir = store::store_dir(heap.path());
         store::check_properly_closed(heap.path(), &dir)?;
@@ -220,19 +181,21 @@ impl Metall {
             chunks,
             dir_lock: Mutex::new(()),
             bins: bins.into_iter().map(Mutex::new).collect(),
-            live: (0..LIVE_SLOTS).map(|_| Padded::default()).collect(),
-            live_base,
+            live: LiveBytes::new(live_base, LIVE_SLOTS),
         })
     }
 
     /// Writes the management data, syncs the heap, then marks the datastore
     /// properly closed; gives the `Pm` back (then close the heap).
-    pub fn close(self: Arc<Self>, heap: &Heap) -> Result<Pm, MtError> {
+    pub fn close(self: Arc<Self>, heap: &Heap) -> Result<Pm, AllocError> {
         let mt = Arc::try_unwrap(self).map_err(|a| {
-            MtError::InUse(format!(
-                "cannot close Metall: {} thread handle(s) still use it (drop them first)",
-                Arc::strong_count(&a) - 1
-            ))
+            AllocError::in_use(
+                NAME,
+                format!(
+                    "cannot close Metall: {} thread handle(s) still use it (drop them first)",
+                    Arc::strong_count(&a) - 1
+                ),
+            )
         })?;
         let bins: Vec<Bin> = mt.bins.into_vec().into_iter().map(|m| m.into_inner().unwrap()).collect();
         store::save(&mt.dir, mt.cfg.chunk_size, &mt.chunks, &bins)?;
@@ -246,7 +209,7 @@ impl Metall {
     /// full copy), writes the management data beside the copy and marks the
     /// copy properly closed. Call it while no thread is allocating or writing
     /// (allocation is blocked meanwhile; user stores are not).
-    pub fn snapshot(&self, heap: &Heap, dst: &Path) -> Result<CopyKind, MtError> {
+    pub fn snapshot(&self, heap: &Heap, dst: &Path) -> Result<CopyKind, AllocError> {
         // Bins before the directory: the order allocation takes them in.
         let guards: Vec<_> = self.bins.iter().map(|b| b.lock().unwrap()).collect();
         let _dir = self.dir_lock.lock().unwrap();
@@ -315,7 +278,7 @@ impl Metall {
     }
 
     fn add_live(&self, tid: u32, bytes: i64) {
-        self.live[tid as usize % LIVE_SLOTS].0.fetch_add(bytes, Ordering::Relaxed);
+        self.live.add(tid, bytes);
     }
 
     fn alloc(&self, size: u64) -> Option<(u64, u64)> {
@@ -367,6 +330,25 @@ impl Metall {
     }
 }
 
+impl Allocator for Metall {
+    type Config = MetallConfig;
+    const FAMILY: &'static str = "metall";
+    const PRESETS: &'static [&'static str] = &["metall"];
+    const ABOUT: &'static str = "Metall-style store (DRAM management data written out at close)";
+
+    fn create(heap: &Heap, pm: Pm, cfg: MetallConfig) -> Result<Arc<Self>, AllocError> {
+        Metall::create(heap, pm, cfg)
+    }
+
+    fn open(heap: &Heap, pm: Pm, cfg: MetallConfig) -> Result<Arc<Self>, AllocError> {
+        Metall::open(heap, pm, cfg)
+    }
+
+    fn close(self: Arc<Self>, heap: &Heap) -> Result<Pm, AllocError> {
+        Metall::close(self, heap)
+    }
+}
+
 impl PmAllocator for Metall {
     type Thread = MetallThread;
 
@@ -383,9 +365,8 @@ impl PmAllocator for Metall {
     }
 
     fn footprint(&self) -> Footprint {
-        let live: i64 = self.live.iter().map(|p| p.0.load(Ordering::Relaxed)).sum();
         Footprint {
-            live_bytes: (self.live_base as i64 + live).max(0) as u64,
+            live_bytes: self.live.get(),
             mapped_bytes: SEGMENT + self.chunks.high_water() * self.cfg.chunk_size,
         }
     }

@@ -24,7 +24,8 @@
 use super::bin_dir::{Bin, SmallChunk};
 use super::bitset::MultiLayerBitset;
 use super::chunk_dir::{ChunkDirectory, ChunkKind};
-use super::MtError;
+use super::NAME;
+use crate::error::AllocError;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::io::AsRawFd;
@@ -44,12 +45,12 @@ pub fn store_dir(heap: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-fn io_err(path: &Path, what: &str, e: io::Error) -> MtError {
-    MtError::Store(format!("{}: {what}: {e}", path.display()))
+fn io_err(path: &Path, what: &str, e: io::Error) -> AllocError {
+    AllocError::store(NAME, format!("{}: {what}: {e}", path.display()))
 }
 
 /// Makes an empty management directory (replacing a stale one).
-pub fn create_dir(dir: &Path) -> Result<(), MtError> {
+pub fn create_dir(dir: &Path) -> Result<(), AllocError> {
     if dir.exists() {
         fs::remove_dir_all(dir).map_err(|e| io_err(dir, "cannot remove the old management directory", e))?;
     }
@@ -57,38 +58,40 @@ pub fn create_dir(dir: &Path) -> Result<(), MtError> {
 }
 
 /// Refuses a store that was not closed properly (one clear line).
-pub fn check_properly_closed(heap: &Path, dir: &Path) -> Result<(), MtError> {
+pub fn check_properly_closed(heap: &Path, dir: &Path) -> Result<(), AllocError> {
     if !dir.is_dir() {
-        return Err(MtError::NotClosed(format!(
-            "{}: not a Metall datastore (no management directory {})",
-            heap.display(),
-            dir.display()
-        )));
+        return Err(AllocError::not_closed(
+            NAME,
+            format!("{}: not a Metall datastore (no management directory {})", heap.display(), dir.display()),
+        ));
     }
     if !dir.join(MARK_FILE).exists() {
-        return Err(MtError::NotClosed(format!(
-            "{}: Metall datastore was not closed properly (no {MARK_FILE} in {}); its management data does not \
+        return Err(AllocError::not_closed(
+            NAME,
+            format!(
+                "{}: Metall datastore was not closed properly (no {MARK_FILE} in {}); its management data does not \
              match the heap: open a snapshot instead",
-            heap.display(),
-            dir.display()
-        )));
+                heap.display(),
+                dir.display()
+            ),
+        ));
     }
     Ok(())
 }
 
-fn sync_dir(dir: &Path) -> Result<(), MtError> {
+fn sync_dir(dir: &Path) -> Result<(), AllocError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_err(dir, "cannot sync the directory", e))
 }
 
 /// Removes the mark (durably): from now on a crash leaves the store refused.
-pub fn remove_mark(dir: &Path) -> Result<(), MtError> {
+pub fn remove_mark(dir: &Path) -> Result<(), AllocError> {
     let m = dir.join(MARK_FILE);
     fs::remove_file(&m).map_err(|e| io_err(&m, "cannot remove the properly-closed mark", e))?;
     sync_dir(dir)
 }
 
 /// Creates the mark (durably), after everything else is written.
-pub fn write_mark(dir: &Path) -> Result<(), MtError> {
+pub fn write_mark(dir: &Path) -> Result<(), AllocError> {
     let m = dir.join(MARK_FILE);
     File::create(&m).and_then(|f| f.sync_all()).map_err(|e| io_err(&m, "cannot write the properly-closed mark", e))?;
     sync_dir(dir)
@@ -104,7 +107,7 @@ fn fnv(words: &[u64]) -> u64 {
     h
 }
 
-fn write_words(path: &Path, mut words: Vec<u64>) -> Result<(), MtError> {
+fn write_words(path: &Path, mut words: Vec<u64>) -> Result<(), AllocError> {
     words.push(fnv(&words));
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     let tmp = path.with_extension("tmp");
@@ -121,9 +124,9 @@ struct Words<'a> {
 }
 
 impl<'a> Words<'a> {
-    fn open(path: &'a Path, magic: u64) -> Result<Words<'a>, MtError> {
+    fn open(path: &'a Path, magic: u64) -> Result<Words<'a>, AllocError> {
         let b = fs::read(path).map_err(|e| io_err(path, "cannot read", e))?;
-        let bad = |m: String| MtError::Corrupt(format!("{}: {m}", path.display()));
+        let bad = |m: String| AllocError::corrupt(NAME, format!("{}: {m}", path.display()));
         if b.len() % 8 != 0 || b.len() < 24 {
             return Err(bad(format!("{} bytes is not a management file", b.len())));
         }
@@ -141,19 +144,19 @@ impl<'a> Words<'a> {
         Ok(Words { path, w, at: 2 })
     }
 
-    fn next(&mut self) -> Result<u64, MtError> {
+    fn next(&mut self) -> Result<u64, AllocError> {
         let v = self.w.get(self.at).copied().ok_or_else(|| self.bad("truncated"))?;
         self.at += 1;
         Ok(v)
     }
 
-    fn bad(&self, m: &str) -> MtError {
-        MtError::Corrupt(format!("{}: word {}: {m}", self.path.display(), self.at))
+    fn bad(&self, m: &str) -> AllocError {
+        AllocError::corrupt(NAME, format!("{}: word {}: {m}", self.path.display(), self.at))
     }
 }
 
 /// Writes the chunk directory (with the bitsets of small chunks) and the bin directory.
-pub fn save(dir: &Path, chunk_size: u64, cd: &ChunkDirectory, bins: &[Bin]) -> Result<(), MtError> {
+pub fn save(dir: &Path, chunk_size: u64, cd: &ChunkDirectory, bins: &[Bin]) -> Result<(), AllocError> {
     let high = cd.high_water();
     let mut w = vec![MAGIC_CD, VERSION, chunk_size, cd.len(), high];
     for c in 0..high {
@@ -182,7 +185,7 @@ pub fn load(
     nchunks: u64,
     nbins: usize,
     slots: impl Fn(usize) -> u64,
-) -> Result<(ChunkDirectory, Vec<Bin>), MtError> {
+) -> Result<(ChunkDirectory, Vec<Bin>), AllocError> {
     let p = dir.join(CHUNK_DIR_FILE);
     let mut r = Words::open(&p, MAGIC_CD)?;
     let cs = r.next()?;
@@ -261,7 +264,7 @@ pub enum CopyKind {
 
 /// Copies `src` to a new file `dst`: a reflink where the filesystem supports
 /// it (XFS, Btrfs, …), else a plain copy (tmpfs, ext4).
-pub fn clone_file(src: &Path, dst: &Path) -> Result<CopyKind, MtError> {
+pub fn clone_file(src: &Path, dst: &Path) -> Result<CopyKind, AllocError> {
     let s = File::open(src).map_err(|e| io_err(src, "cannot open", e))?;
     let d = fs::OpenOptions::new()
         .write(true)

@@ -4,7 +4,7 @@
 //! One serde struct, so the exact configuration goes into trace headers and
 //! result rows ([`crate::PmAllocator::params`]) and can be read back. Presets
 //! are starting points; any field can be overridden by name
-//! ([`NvConfig::set`]), e.g. `stripes=4` for the stripe sweep of Fig. 16a.
+//! ([`NvAllocConfig::set`]), e.g. `stripes=4` for the stripe sweep of Fig. 16a.
 //!
 //! | preset | stripes | int. tcache | int. WAL | bookkeeping log | int. log | morphing |
 //! |---|---|---|---|---|---|---|
@@ -22,9 +22,9 @@
 //! paper, not the artifact's extra conditions (idle > 1000 ticks, LRU searched
 //! only when candidates exceed 10 %).
 
-use super::NvError;
+use crate::config::AllocConfig;
+use crate::error::AllocError;
 pub use crate::mech::mutation::Mutation;
-use crate::params::{set_field, split_override};
 use serde::{Deserialize, Serialize};
 
 /// How small-allocation metadata is kept consistent across crashes.
@@ -38,13 +38,17 @@ pub enum Consistency {
     Gc,
 }
 
+/// Arenas at most: the superblock holds one state flag per arena (see
+/// `layout`), so the layout is sized by this bound.
+pub const MAX_ARENAS: usize = 64;
+
 /// The stripe count of NVAlloc (the artifact's `NBANKS`, the paper's choice in §6.5).
 pub const DEFAULT_STRIPES: u32 = 6;
 
 /// Every parameter of an NVAlloc instance.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct NvConfig {
+pub struct NvAllocConfig {
     /// The preset this configuration started from (the allocator's name).
     pub preset: String,
     pub consistency: Consistency,
@@ -105,9 +109,9 @@ pub struct NvConfig {
     pub mutation: Mutation,
 }
 
-impl Default for NvConfig {
+impl Default for NvAllocConfig {
     fn default() -> Self {
-        NvConfig {
+        NvAllocConfig {
             preset: "nvalloc-log".into(),
             consistency: Consistency::Log,
             stripes: DEFAULT_STRIPES,
@@ -132,14 +136,14 @@ impl Default for NvConfig {
     }
 }
 
-impl NvConfig {
+impl NvAllocConfig {
     /// Names of the presets.
     pub const PRESETS: [&'static str; 5] = ["base", "+interleaved", "+log", "nvalloc-log", "nvalloc-gc"];
 
     /// The configuration of a preset.
-    pub fn preset(name: &str) -> Result<NvConfig, NvError> {
-        let full = NvConfig { preset: name.to_string(), ..NvConfig::default() };
-        let base = NvConfig {
+    pub fn preset(name: &str) -> Result<NvAllocConfig, AllocError> {
+        let full = NvAllocConfig { preset: name.to_string(), ..NvAllocConfig::default() };
+        let base = NvAllocConfig {
             stripes: 1,
             interleaved_tcache: false,
             interleaved_wal: false,
@@ -150,65 +154,17 @@ impl NvConfig {
         };
         Ok(match name {
             "base" => base,
-            "+interleaved" => NvConfig { interleaved_tcache: true, ..base },
-            "+log" => NvConfig { bookkeeping_log: true, ..base },
+            "+interleaved" => NvAllocConfig { interleaved_tcache: true, ..base },
+            "+log" => NvAllocConfig { bookkeeping_log: true, ..base },
             "nvalloc-log" => full,
-            "nvalloc-gc" => NvConfig { consistency: Consistency::Gc, ..full },
+            "nvalloc-gc" => NvAllocConfig { consistency: Consistency::Gc, ..full },
             _ => {
-                return Err(NvError::Config(format!(
-                    "unknown NVAlloc preset '{name}' (expected one of: {})",
-                    NvConfig::PRESETS.join(", ")
-                )))
+                return Err(AllocError::config(
+                    super::NAME,
+                    format!("unknown NVAlloc preset '{name}' (expected one of: {})", NvAllocConfig::PRESETS.join(", ")),
+                ))
             }
         })
-    }
-
-    /// Overrides field `key` with `value` (JSON, or a bare string), e.g.
-    /// `set("stripes", "4")`, `set("consistency", "gc")`.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), NvError> {
-        set_field(self, "NVAlloc parameter", key, value).map_err(NvError::Config)
-    }
-
-    /// Applies `key=value` overrides in order.
-    pub fn with_overrides<'a>(mut self, kvs: impl IntoIterator<Item = &'a str>) -> Result<NvConfig, NvError> {
-        for kv in kvs {
-            let (k, v) = split_override(kv).map_err(NvError::Config)?;
-            self.set(k, v)?;
-        }
-        Ok(self)
-    }
-
-    /// Refuses impossible or not-yet-implemented settings, naming the field.
-    pub fn validate(&self) -> Result<(), NvError> {
-        let bad = |m: String| Err(NvError::Config(m));
-        if !(1..=64).contains(&self.stripes) {
-            return bad(format!("stripes = {} (must be 1..=64)", self.stripes));
-        }
-        if !(self.su > 0.0 && self.su < 1.0) {
-            return bad(format!("su = {} (must be between 0 and 1)", self.su));
-        }
-        if !(0.0..1.0).contains(&self.morph_candidates) {
-            return bad(format!("morph_candidates = {} (must be in [0, 1))", self.morph_candidates));
-        }
-        if !(1..=4096).contains(&self.max_threads) {
-            return bad(format!("max_threads = {} (must be 1..=4096)", self.max_threads));
-        }
-        if self.arenas as usize > super::layout::MAX_ARENAS {
-            return bad(format!("arenas = {} (at most {})", self.arenas, super::layout::MAX_ARENAS));
-        }
-        if !(1..=4096).contains(&self.tcache_max) {
-            return bad(format!("tcache_max = {} (must be 1..=4096)", self.tcache_max));
-        }
-        if !(1..=64).contains(&self.wal_lines) {
-            return bad(format!("wal_lines = {} (must be 1..=64)", self.wal_lines));
-        }
-        if !(self.usage_pmem > 0.0 && self.usage_pmem <= 1.0) {
-            return bad(format!("usage_pmem = {} (must be in (0, 1])", self.usage_pmem));
-        }
-        if self.gc_interval == 0 {
-            return bad("gc_interval = 0 (must be at least 1)".into());
-        }
-        Ok(())
     }
 
     /// Sub-tcaches per tcache bin (1 = a plain LIFO bin).
@@ -226,12 +182,12 @@ impl NvConfig {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n as usize,
         };
-        n.clamp(1, super::layout::MAX_ARENAS)
+        n.clamp(1, MAX_ARENAS)
     }
 
     /// The fields that shape the persistent layout and so must match the
     /// heap's: the first difference, described, or `None`.
-    pub fn layout_mismatch(&self, heap: &NvConfig) -> Option<String> {
+    pub fn layout_mismatch(&self, heap: &NvAllocConfig) -> Option<String> {
         let diff = |name: &str, mine: String, theirs: String| {
             (mine != theirs)
                 .then(|| format!("the heap was created with {name} = {theirs}, the configuration says {mine}"))
@@ -244,33 +200,72 @@ impl NvConfig {
     }
 }
 
+impl AllocConfig for NvAllocConfig {
+    const ALLOC: &'static str = super::NAME;
+
+    fn validate(&self) -> Result<(), AllocError> {
+        let bad = |m: String| Err(AllocError::config(Self::ALLOC, m));
+        if !(1..=64).contains(&self.stripes) {
+            return bad(format!("stripes = {} (must be 1..=64)", self.stripes));
+        }
+        if !(self.su > 0.0 && self.su < 1.0) {
+            return bad(format!("su = {} (must be between 0 and 1)", self.su));
+        }
+        if !(0.0..1.0).contains(&self.morph_candidates) {
+            return bad(format!("morph_candidates = {} (must be in [0, 1))", self.morph_candidates));
+        }
+        if !(1..=4096).contains(&self.max_threads) {
+            return bad(format!("max_threads = {} (must be 1..=4096)", self.max_threads));
+        }
+        if self.arenas as usize > MAX_ARENAS {
+            return bad(format!("arenas = {} (at most {})", self.arenas, MAX_ARENAS));
+        }
+        if !(1..=4096).contains(&self.tcache_max) {
+            return bad(format!("tcache_max = {} (must be 1..=4096)", self.tcache_max));
+        }
+        if !(1..=64).contains(&self.wal_lines) {
+            return bad(format!("wal_lines = {} (must be 1..=64)", self.wal_lines));
+        }
+        if !(self.usage_pmem > 0.0 && self.usage_pmem <= 1.0) {
+            return bad(format!("usage_pmem = {} (must be in (0, 1])", self.usage_pmem));
+        }
+        if self.gc_interval == 0 {
+            return bad("gc_interval = 0 (must be at least 1)".into());
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn presets_and_overrides() {
-        for name in NvConfig::PRESETS {
-            let c = NvConfig::preset(name).unwrap();
+        for name in NvAllocConfig::PRESETS {
+            let c = NvAllocConfig::preset(name).unwrap();
             assert_eq!(c.preset, name);
             c.validate().unwrap();
         }
-        assert!(NvConfig::preset("nope").unwrap_err().to_string().contains("unknown NVAlloc preset 'nope'"));
-        let base = NvConfig::preset("base").unwrap();
+        assert!(NvAllocConfig::preset("nope").unwrap_err().to_string().contains("unknown NVAlloc preset 'nope'"));
+        let base = NvAllocConfig::preset("base").unwrap();
         assert_eq!((base.stripes, base.tcache_stripes(), base.morphing), (1, 1, false));
-        assert!(NvConfig::preset("nvalloc-log").unwrap().morphing && NvConfig::preset("nvalloc-gc").unwrap().morphing);
-        let il = NvConfig::preset("+interleaved").unwrap();
+        assert!(
+            NvAllocConfig::preset("nvalloc-log").unwrap().morphing
+                && NvAllocConfig::preset("nvalloc-gc").unwrap().morphing
+        );
+        let il = NvAllocConfig::preset("+interleaved").unwrap();
         assert_eq!((il.stripes, il.tcache_stripes(), il.bookkeeping_log), (1, 6, false));
-        let c = NvConfig::preset("nvalloc-log").unwrap().with_overrides(["stripes=4", "su = 0.3"]).unwrap();
+        let c = NvAllocConfig::preset("nvalloc-log").unwrap().with_overrides(["stripes=4", "su = 0.3"]).unwrap();
         assert_eq!((c.stripes, c.su, c.tcache_stripes()), (4, 0.3, 4));
-        let mut c = NvConfig::default();
+        let mut c = NvAllocConfig::default();
         c.set("consistency", "gc").unwrap();
         assert_eq!(c.consistency, Consistency::Gc);
         assert!(c.set("stripe", "4").unwrap_err().to_string().contains("unknown NVAlloc parameter 'stripe'"));
         assert!(c.set("stripes", "many").is_err());
-        let c = NvConfig { stripes: 0, ..NvConfig::default() };
+        let c = NvAllocConfig { stripes: 0, ..NvAllocConfig::default() };
         assert!(c.validate().unwrap_err().to_string().contains("stripes = 0"));
-        let json = serde_json::to_string(&NvConfig::default()).unwrap();
-        assert_eq!(serde_json::from_str::<NvConfig>(&json).unwrap(), NvConfig::default());
+        let json = serde_json::to_string(&NvAllocConfig::default()).unwrap();
+        assert_eq!(serde_json::from_str::<NvAllocConfig>(&json).unwrap(), NvAllocConfig::default());
     }
 }

@@ -20,8 +20,10 @@
 //! them. Every offset the allocator needs later is stored in the superblock,
 //! so changing a default never reinterprets an existing heap.
 
-use super::config::NvConfig;
-use super::NvError;
+use super::config::NvAllocConfig;
+pub use super::config::MAX_ARENAS;
+use super::NAME;
+use crate::error::AllocError;
 use crate::heap::HEADER_SIZE;
 use crate::mech::wal::Wal;
 use crate::pm::PmThread;
@@ -29,8 +31,6 @@ use crate::pm::PmThread;
 /// The superblock's offset.
 pub const SUPERBLOCK: u64 = HEADER_SIZE;
 const SUPERBLOCK_BYTES: u64 = 4096;
-/// Arena state flags the superblock holds.
-pub const MAX_ARENAS: usize = 64;
 /// The unit carved from the heap for slabs and large extents.
 pub const CHUNK: u64 = 4 << 20;
 /// Size (and alignment) of a slab.
@@ -81,7 +81,7 @@ pub struct Layout {
 
 impl Layout {
     /// Plans the layout of a new heap of `heap_size` bytes.
-    pub fn plan(heap_size: u64, cfg: &NvConfig) -> Result<Layout, NvError> {
+    pub fn plan(heap_size: u64, cfg: &NvAllocConfig) -> Result<Layout, AllocError> {
         let wal_off = SUPERBLOCK + SUPERBLOCK_BYTES;
         let wal_bytes = Wal::area_bytes(cfg.wal_lines, cfg.max_threads).next_multiple_of(4096);
         let log_off = wal_off + wal_bytes;
@@ -93,7 +93,7 @@ impl Layout {
         let chunk_base = (log_off + log_bytes).next_multiple_of(SLAB);
         let nchunks = heap_size.saturating_sub(chunk_base) / CHUNK;
         if nchunks == 0 {
-            return Err(NvError::TooSmall(format!(
+            return Err(AllocError::too_small(NAME, format!(
                 "a heap of {heap_size} bytes is too small for NVAlloc with this configuration (needs at least {} bytes)",
                 chunk_base + CHUNK
             )));
@@ -126,10 +126,13 @@ impl Layout {
 
     /// Writes a new superblock durably, the magic last (a crash before it
     /// leaves a heap that `open` refuses rather than half-initialized).
-    pub fn write(&self, t: &mut PmThread, cfg: &NvConfig) -> Result<(), NvError> {
+    pub fn write(&self, t: &mut PmThread, cfg: &NvAllocConfig) -> Result<(), AllocError> {
         let json = serde_json::to_vec(cfg).expect("config serializes");
         if json.len() as u64 > CONFIG_MAX {
-            return Err(NvError::Config(format!("configuration JSON of {} bytes exceeds {CONFIG_MAX}", json.len())));
+            return Err(AllocError::config(
+                NAME,
+                format!("configuration JSON of {} bytes exceeds {CONFIG_MAX}", json.len()),
+            ));
         }
         let s = SUPERBLOCK;
         t.store_u64(s + OFF_VERSION, LAYOUT_VERSION as u64);
@@ -150,11 +153,11 @@ impl Layout {
 
     /// Reads and checks the superblock of an existing heap; returns the layout
     /// and the configuration the heap was created with.
-    pub fn read(t: &PmThread) -> Result<(Layout, NvConfig), NvError> {
+    pub fn read(t: &PmThread) -> Result<(Layout, NvAllocConfig), AllocError> {
         let s = SUPERBLOCK;
-        let corrupt = |m: String| NvError::Corrupt(format!("superblock: {m}"));
+        let corrupt = |m: String| AllocError::corrupt(NAME, format!("superblock: {m}"));
         if t.heap_size() < SUPERBLOCK + SUPERBLOCK_BYTES || t.load_u64(s) != MAGIC {
-            return Err(NvError::Corrupt("not an NVAlloc heap (no NVAlloc superblock)".into()));
+            return Err(AllocError::corrupt(NAME, "not an NVAlloc heap (no NVAlloc superblock)"));
         }
         let version = t.load_u64(s + OFF_VERSION);
         if version != LAYOUT_VERSION as u64 {
@@ -182,7 +185,7 @@ impl Layout {
         }
         let mut json = vec![0u8; len as usize];
         t.load_bytes(s + OFF_CONFIG, &mut json);
-        let cfg: NvConfig =
+        let cfg: NvAllocConfig =
             serde_json::from_slice(&json).map_err(|e| corrupt(format!("stored configuration unreadable: {e}")))?;
         let top = l.top(t);
         if top < l.chunk_base || top > l.chunk_end() || (top - l.chunk_base) & (CHUNK - 1) != 0 {

@@ -1,6 +1,6 @@
 //! NVAlloc (Dang et al., ASPLOS '22) on a pmsim heap: the allocator every
 //! later measurement is about, with each of its techniques behind its own
-//! switch ([`NvConfig`]).
+//! switch ([`NvAllocConfig`]).
 //!
 //! * Small requests (< 16 KiB) are rounded to a size class ([`crate::mech::sizeclass`])
 //!   and served from 64 KiB slabs ([`slab`]) through a per-thread LIFO
@@ -26,10 +26,10 @@
 //!
 //! ```no_run
 //! # use pmsim_model::{Heap, Pm, FlushInsn, PmAllocator, AllocThread};
-//! # use pmsim_model::nvalloc::{NvAlloc, NvConfig};
+//! # use pmsim_model::nvalloc::{NvAlloc, NvAllocConfig};
 //! let heap = Heap::create("/dev/shm/x.heap", 256 << 20)?;
 //! let pm = Pm::native(&heap, FlushInsn::best())?;
-//! let nv = NvAlloc::create(&heap, pm, NvConfig::preset("nvalloc-log")?)?;
+//! let nv = NvAlloc::create(&heap, pm, NvAllocConfig::preset("nvalloc-log")?)?;
 //! let mut t = nv.thread(0);
 //! let obj = t.malloc_to(100, pmsim_model::heap::Heap::root_offset(0)).unwrap();
 //! t.write(obj, b"hello");
@@ -52,92 +52,43 @@ pub mod slab;
 pub mod tcache;
 pub mod thread;
 
-pub use config::{Consistency, Mutation, NvConfig};
+pub use config::{Consistency, Mutation, NvAllocConfig};
 pub use recovery::RecoveryReport;
-pub use thread::NvThread;
+pub use thread::NvAllocThread;
 
 use crate::alloc::{Footprint, PmAllocator, SlabUtilization};
-use crate::heap::{Heap, HeapError};
+use crate::config::AllocConfig;
+use crate::error::AllocError;
+use crate::family::{recovery_target, Allocator, CrashTarget, Params, Recoverable};
+use crate::heap::Heap;
+use crate::live::LiveBytes;
 use crate::mech::bklog::BkLog;
 use crate::mech::exthdr::ExtentHeaders;
 use crate::mech::sizeclass::SizeClasses;
 use crate::mech::stripe::StripeMap;
 use crate::mech::wal::Wal;
+use crate::params::as_map;
 use crate::pm::{Pm, PmThread};
 use arena::Arena;
 use large::{Bookkeeping, LargeAlloc, LargeParams, LargeStats};
 use layout::{ArenaState, Layout, CHUNK, SLAB};
 use pmsim_traces::OpKind;
 use slab::{SlabGeom, SlabTable};
-use std::fmt;
-use std::sync::atomic::{AtomicI64, Ordering};
+
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+/// The allocator's name in messages and the registry's `--help`.
+pub const NAME: &str = "NVAlloc";
 
 /// Small requests are those below this (the paper's 16 KB boundary).
 pub const SMALL_LIMIT: u32 = 16 << 10;
 /// The size-class quantum: requests are rounded up to a cache line first.
 pub const QUANTUM: u32 = 64;
 
-/// Why an NVAlloc heap could not be created, opened or closed. Displays as one line.
-#[derive(Debug)]
-pub enum NvError {
-    /// An impossible configuration, or one that does not match the heap.
-    Config(String),
-    /// A feature that is configured but not implemented yet.
-    NotYet(String),
-    /// The heap is too small for the layout.
-    TooSmall(String),
-    /// The heap's persistent state is inconsistent.
-    Corrupt(String),
-    /// `create` on a heap that already holds an NVAlloc heap.
-    Exists(String),
-    /// `close` while thread handles are alive.
-    InUse(String),
-    Heap(HeapError),
-}
-
-impl fmt::Display for NvError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NvError::Config(m) => write!(f, "NVAlloc configuration: {m}"),
-            NvError::NotYet(m) => write!(f, "not implemented yet in pmsim's NVAlloc: {m}"),
-            NvError::TooSmall(m) | NvError::Exists(m) | NvError::InUse(m) => f.write_str(m),
-            NvError::Corrupt(m) => write!(f, "corrupt NVAlloc heap: {m}"),
-            NvError::Heap(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for NvError {}
-
-impl From<HeapError> for NvError {
-    fn from(e: HeapError) -> Self {
-        NvError::Heap(e)
-    }
-}
-
-impl NvError {
-    /// The same error with the heap file named in front.
-    fn in_file(self, heap: &Heap) -> NvError {
-        let p = heap.path().display();
-        match self {
-            NvError::Config(m) => NvError::Config(format!("{p}: {m}")),
-            NvError::TooSmall(m) => NvError::TooSmall(format!("{p}: {m}")),
-            NvError::Corrupt(m) => NvError::Corrupt(format!("{p}: {m}")),
-            NvError::Exists(m) => NvError::Exists(format!("{p}: {m}")),
-            e => e,
-        }
-    }
-}
-
-/// A per-thread counter on its own cache line.
-#[repr(align(64))]
-#[derive(Default)]
-struct Padded(AtomicI64);
-
 /// An NVAlloc instance on one heap, shared by all threads of a run.
 pub struct NvAlloc {
-    cfg: NvConfig,
+    cfg: NvAllocConfig,
     pm: Pm,
     layout: Layout,
     classes: SizeClasses,
@@ -148,10 +99,8 @@ pub struct NvAlloc {
     arenas: Vec<Arena>,
     large: LargeAlloc,
     wal: Wal,
-    /// Usable bytes allocated minus freed, per thread id.
-    live: Box<[Padded]>,
-    /// Usable bytes live when the heap was opened.
-    live_base: u64,
+    /// Usable bytes live: those at open plus a counter per thread id.
+    live: LiveBytes,
     report: RecoveryReport,
     /// Test hook: a morph stops after this step (1..=3; 0 = never), as if
     /// the process died there.
@@ -180,7 +129,7 @@ struct Statics {
 }
 
 impl Statics {
-    fn new(cfg: &NvConfig) -> Statics {
+    fn new(cfg: &NvAllocConfig) -> Statics {
         let classes = SizeClasses::jemalloc(QUANTUM, SMALL_LIMIT);
         let map = StripeMap::new(cfg.stripes);
         let geoms: Vec<SlabGeom> = classes.sizes().iter().map(|&s| SlabGeom::regular(s, map)).collect();
@@ -189,7 +138,7 @@ impl Statics {
     }
 }
 
-fn large_params(cfg: &NvConfig, heap_size: u64) -> LargeParams {
+fn large_params(cfg: &NvAllocConfig, heap_size: u64) -> LargeParams {
     LargeParams {
         gc_interval: cfg.gc_interval,
         slow_gc_bytes: (cfg.usage_pmem * heap_size as f64) as u64,
@@ -200,12 +149,12 @@ fn large_params(cfg: &NvConfig, heap_size: u64) -> LargeParams {
 impl NvAlloc {
     /// Formats a new NVAlloc heap on `heap` (which must not hold one yet) and
     /// returns the allocator, which does all persistence through `pm`.
-    pub fn create(heap: &Heap, pm: Pm, cfg: NvConfig) -> Result<Arc<NvAlloc>, NvError> {
+    pub fn create(heap: &Heap, pm: Pm, cfg: NvAllocConfig) -> Result<Arc<NvAlloc>, AllocError> {
         cfg.validate()?;
         let st = Statics::new(&cfg);
         let mut t = pm.thread(0);
         if Layout::read(&t).is_ok() {
-            return Err(NvError::Exists("already holds an NVAlloc heap (open it instead)".into()).in_file(heap));
+            return Err(AllocError::exists(NAME, "already holds an NVAlloc heap (open it instead)").in_file(heap));
         }
         t.op_begin(OpKind::Init, 0);
         let layout = Layout::plan(heap.size(), &cfg).map_err(|e| e.in_file(heap))?;
@@ -213,7 +162,7 @@ impl NvAlloc {
         layout.write(&mut t, &cfg)?;
         let book = if cfg.bookkeeping_log {
             let mut log = BkLog::format(&mut t, layout.log_off, layout.log_bytes, cfg.interleaved_log)
-                .map_err(|m| NvError::TooSmall(m).in_file(heap))?;
+                .map_err(|m| AllocError::too_small(NAME, m).in_file(heap))?;
             log.set_mutation(cfg.mutation);
             Bookkeeping::Log(log)
         } else {
@@ -221,7 +170,7 @@ impl NvAlloc {
         };
         let params = large_params(&cfg, heap.size());
         let large = LargeAlloc::new(&mut t, layout, layout.chunk_base, book, &[], &[], params, tiler)
-            .map_err(NvError::Corrupt)?;
+            .map_err(|m| AllocError::corrupt(NAME, m))?;
         let narenas = cfg.arena_count();
         layout.set_arena_states(&mut t, narenas, ArenaState::Running);
         t.op_end(OpKind::Init, 0);
@@ -234,13 +183,13 @@ impl NvAlloc {
     /// [`recovery`]). `cfg` must agree with the heap's layout fields
     /// (stripes, bookkeeping log, WAL shape); the rest (tcache, GC policy,
     /// arenas, interleaving of new WAL entries and log records) may differ.
-    pub fn open(heap: &Heap, pm: Pm, cfg: NvConfig) -> Result<Arc<NvAlloc>, NvError> {
+    pub fn open(heap: &Heap, pm: Pm, cfg: NvAllocConfig) -> Result<Arc<NvAlloc>, AllocError> {
         cfg.validate()?;
         let st = Statics::new(&cfg);
         let mut t = pm.thread(0);
         let (layout, stored) = Layout::read(&t).map_err(|e| e.in_file(heap))?;
         if let Some(m) = cfg.layout_mismatch(&stored) {
-            return Err(NvError::Config(m).in_file(heap));
+            return Err(AllocError::config(NAME, m).in_file(heap));
         }
         t.op_begin(OpKind::Recovery, 0);
         let tiler = large::static_regions(&mut t, &layout);
@@ -260,7 +209,7 @@ impl NvAlloc {
     }
 
     fn assemble(
-        cfg: NvConfig,
+        cfg: NvAllocConfig,
         pm: Pm,
         layout: Layout,
         st: Statics,
@@ -279,9 +228,8 @@ impl NvAlloc {
         }
         let wal =
             Wal::new(layout.wal_off, cfg.wal_lines, cfg.max_threads, cfg.interleaved_wal).with_mutation(cfg.mutation);
-        let live = (0..cfg.max_threads).map(|_| Padded::default()).collect();
+        let live = LiveBytes::new(report.live_bytes, cfg.max_threads as usize);
         Arc::new(NvAlloc {
-            live_base: report.live_bytes,
             cfg,
             pm,
             layout,
@@ -301,12 +249,15 @@ impl NvAlloc {
 
     /// Shuts down cleanly: marks every arena *normal shutdown* durably and
     /// gives the `Pm` back (to finish a trace; then close the heap).
-    pub fn close(self: Arc<Self>) -> Result<Pm, NvError> {
+    pub fn close(self: Arc<Self>) -> Result<Pm, AllocError> {
         let nv = Arc::try_unwrap(self).map_err(|a| {
-            NvError::InUse(format!(
-                "cannot close NVAlloc: {} thread handle(s) still use it (drop them first)",
-                Arc::strong_count(&a) - 1
-            ))
+            AllocError::in_use(
+                NAME,
+                format!(
+                    "cannot close NVAlloc: {} thread handle(s) still use it (drop them first)",
+                    Arc::strong_count(&a) - 1
+                ),
+            )
         })?;
         let mut t = nv.pm.thread(0);
         t.op_begin(OpKind::Close, 0);
@@ -328,7 +279,7 @@ impl NvAlloc {
         Ok(nv.pm)
     }
 
-    pub fn config(&self) -> &NvConfig {
+    pub fn config(&self) -> &NvAllocConfig {
         &self.cfg
     }
 
@@ -437,12 +388,79 @@ impl NvAlloc {
 
     #[inline(always)]
     fn account(&self, tid: u32, delta: i64) {
-        self.live[tid as usize].0.fetch_add(delta, Ordering::Relaxed);
+        self.live.add(tid, delta);
+    }
+}
+
+/// Blocks NVAlloc-GC's conservative mark may keep alive after a crash: a
+/// stale word (a deleted slot, uninitialised bytes of a reused block) that
+/// happens to point at a block keeps it (a bound measured on the crash
+/// tests' workloads, not a figure of the paper).
+pub const GC_LEAKS: u64 = 16;
+
+impl Allocator for NvAlloc {
+    type Config = NvAllocConfig;
+    const FAMILY: &'static str = "nvalloc";
+    const PRESETS: &'static [&'static str] = &NvAllocConfig::PRESETS;
+    const ABOUT: &'static str = "NVAlloc presets: the full LOG and GC variants and the ablation steps of Fig. 11";
+
+    fn preset(name: &str) -> Result<NvAllocConfig, AllocError> {
+        NvAllocConfig::preset(name)
+    }
+
+    fn create(heap: &Heap, pm: Pm, cfg: NvAllocConfig) -> Result<Arc<Self>, AllocError> {
+        NvAlloc::create(heap, pm, cfg)
+    }
+
+    fn open(heap: &Heap, pm: Pm, cfg: NvAllocConfig) -> Result<Arc<Self>, AllocError> {
+        NvAlloc::open(heap, pm, cfg)
+    }
+
+    fn close(self: Arc<Self>, _heap: &Heap) -> Result<Pm, AllocError> {
+        NvAlloc::close(self)
+    }
+
+    /// Every thread id of the run owns a WAL area.
+    fn for_run(cfg: &NvAllocConfig, threads: u32) -> NvAllocConfig {
+        NvAllocConfig { max_threads: cfg.max_threads.max(threads), ..cfg.clone() }
+    }
+
+    fn variant(cfg: &NvAllocConfig) -> String {
+        cfg.preset.clone()
+    }
+
+    /// With the arena count resolved (0 means one per core of the tracing machine).
+    fn header_params(cfg: &NvAllocConfig) -> Params {
+        as_map(&NvAllocConfig { arenas: cfg.arena_count() as u32, ..cfg.clone() })
+    }
+
+    fn crash_target(cfg: NvAllocConfig) -> Option<Box<dyn CrashTarget>> {
+        Some(recovery_target::<Self>(cfg))
+    }
+}
+
+impl Recoverable for NvAlloc {
+    /// Under NVAlloc-LOG the WAL makes every operation durable in the call.
+    fn plain_mallocs_durable(cfg: &NvAllocConfig) -> bool {
+        cfg.consistency == Consistency::Log
+    }
+
+    /// None under NVAlloc-LOG (the WAL makes every operation atomic); a few
+    /// under NVAlloc-GC ([`GC_LEAKS`]).
+    fn leak_allowance(cfg: &NvAllocConfig) -> u64 {
+        match cfg.consistency {
+            Consistency::Log => 0,
+            Consistency::Gc => GC_LEAKS,
+        }
+    }
+
+    fn live_blocks(&self, t: &mut NvAllocThread) -> Vec<(u64, u64)> {
+        self.live_allocations(t.pm())
     }
 }
 
 impl PmAllocator for NvAlloc {
-    type Thread = NvThread;
+    type Thread = NvAllocThread;
 
     fn name(&self) -> String {
         self.cfg.preset.clone()
@@ -456,13 +474,12 @@ impl PmAllocator for NvAlloc {
 
     /// # Panics
     /// If `tid >= max_threads` or a handle with this id is alive.
-    fn thread(self: &Arc<Self>, tid: u32) -> NvThread {
-        NvThread::new(self.clone(), tid)
+    fn thread(self: &Arc<Self>, tid: u32) -> NvAllocThread {
+        NvAllocThread::new(self.clone(), tid)
     }
 
     fn footprint(&self) -> Footprint {
-        let delta: i64 = self.live.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
-        Footprint { live_bytes: (self.live_base as i64 + delta).max(0) as u64, mapped_bytes: self.large.top() }
+        Footprint { live_bytes: self.live.get(), mapped_bytes: self.large.top() }
     }
 
     /// Slabs by the fraction of blocks taken (allocated, or cached in a tcache).

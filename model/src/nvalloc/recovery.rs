@@ -41,12 +41,13 @@
 //! Recovery writes only idempotent updates, so a crash during recovery is
 //! recovered from by running it again (the arena flags say *recovery*).
 
-use super::config::{Consistency, NvConfig};
+use super::config::{Consistency, NvAllocConfig};
 use super::large::{paint_heap, Bookkeeping, LargeAlloc, LargeParams, LiveExtent};
 use super::layout::{Layout, CHUNK, SLAB};
 use super::slab::{self, Morph, SlabGeom, SlabHeader, VSlab, INDEX_LIVE};
 use super::thread::op;
-use super::NvError;
+use super::NAME;
+use crate::error::AllocError;
 use crate::mech::bklog::BkLog;
 use crate::mech::exthdr::ExtentHeaders;
 use crate::mech::mark;
@@ -99,8 +100,8 @@ pub struct Recovered {
 /// The live extents by start: size, kind and log position.
 type Extents = BTreeMap<u64, LiveExtent>;
 
-fn corrupt(m: impl Into<String>) -> NvError {
-    NvError::Corrupt(m.into())
+fn corrupt(m: impl Into<String>) -> AllocError {
+    AllocError::corrupt(NAME, m.into())
 }
 
 /// Runs recovery on the heap `t` maps (see the module documentation).
@@ -108,14 +109,14 @@ fn corrupt(m: impl Into<String>) -> NvError {
 pub fn recover(
     t: &mut PmThread,
     layout: Layout,
-    cfg: &NvConfig,
+    cfg: &NvAllocConfig,
     crashed: bool,
     geoms: &[SlabGeom],
     map: StripeMap,
     wal: &Wal,
     params: LargeParams,
     mut tiler: RegionTiler,
-) -> Result<Recovered, NvError> {
+) -> Result<Recovered, AllocError> {
     let mut report = RecoveryReport { crashed, ..Default::default() };
     let top = layout.top(t);
     let (mut book, mut extents) = if layout.log_bytes > 0 {
@@ -260,7 +261,7 @@ fn old_entry(t: &PmThread, slab: u64, h: &SlabHeader, geoms: &[SlabGeom], off: u
 }
 
 /// The extents recorded in the header areas of the chunks below `top`.
-fn scan_headers(t: &PmThread, h: &ExtentHeaders, layout: &Layout, top: u64) -> Result<Extents, NvError> {
+fn scan_headers(t: &PmThread, h: &ExtentHeaders, layout: &Layout, top: u64) -> Result<Extents, AllocError> {
     let mut ex = Extents::new();
     let mut c = layout.chunk_base;
     while c < top {
@@ -287,7 +288,7 @@ fn replay_wal(
     geoms: &[SlabGeom],
     map: StripeMap,
     report: &mut RecoveryReport,
-) -> Result<(), NvError> {
+) -> Result<(), AllocError> {
     let entries = wal.scan(t);
     for &(_, e) in &entries {
         let bad = |why: &str| corrupt(format!("WAL entry {e:?}: {why}"));
@@ -406,7 +407,7 @@ fn mark_from_roots(
     geoms: &[SlabGeom],
     map: StripeMap,
     report: &mut RecoveryReport,
-) -> Result<(), NvError> {
+) -> Result<(), AllocError> {
     let mut slabs: HashMap<u64, (usize, [u64; slab::MAX_BLOCKS as usize / 64])> = HashMap::new();
     // Per slab_in: the old geometry and its live old blocks (entry, reached).
     let mut olds: HashMap<u64, (SlabGeom, OldBlocks)> = HashMap::new();

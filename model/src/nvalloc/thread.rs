@@ -38,7 +38,7 @@ pub mod op {
 }
 
 /// One thread's handle (see [`crate::PmAllocator::thread`]).
-pub struct NvThread {
+pub struct NvAllocThread {
     nv: Arc<NvAlloc>,
     t: PmThread,
     tcache: super::tcache::Tcache,
@@ -46,8 +46,8 @@ pub struct NvThread {
     wal: WalCursor,
 }
 
-impl NvThread {
-    pub(super) fn new(nv: Arc<NvAlloc>, tid: u32) -> NvThread {
+impl NvAllocThread {
+    pub(super) fn new(nv: Arc<NvAlloc>, tid: u32) -> NvAllocThread {
         assert!(
             tid < nv.cfg.max_threads,
             "thread id {tid}: this NVAlloc heap has WAL areas for thread ids below {}",
@@ -57,7 +57,7 @@ impl NvThread {
         let arena = nv.bind_arena();
         let tcache = super::tcache::Tcache::new(&nv.tcache_caps, nv.cfg.tcache_stripes() as usize);
         let wal = nv.wal.cursor(tid);
-        NvThread { nv, t, tcache, arena, wal }
+        NvAllocThread { nv, t, tcache, arena, wal }
     }
 
     /// The allocator this handle belongs to.
@@ -170,8 +170,8 @@ impl NvThread {
         } else {
             match self.nv.slabs.lookup(off) {
                 Some((slab, info)) => {
-                    let NvThread { nv, t, tcache, wal, .. } = self;
-                    NvThread::free_small(nv, t, tcache, wal, off, slab, info, dest, None)
+                    let NvAllocThread { nv, t, tcache, wal, .. } = self;
+                    NvAllocThread::free_small(nv, t, tcache, wal, off, slab, info, dest, None)
                 }
                 None => self.free_large(off, dest),
             }
@@ -190,7 +190,7 @@ impl NvThread {
         if self.nv.slabs.lookup(off).is_none() {
             return self.free_large(off, dest);
         }
-        let NvThread { nv, t, tcache, wal, .. } = self;
+        let NvAllocThread { nv, t, tcache, wal, .. } = self;
         let nv: &NvAlloc = nv;
         loop {
             let (slab, info) = nv.slabs.lookup(off).expect("a slab stays a slab while it has blocks");
@@ -206,7 +206,7 @@ impl NvThread {
                 // Morphed in between: `off` may be an old block now.
                 continue;
             }
-            return NvThread::free_small(nv, t, tcache, wal, off, slab, now, dest, Some(guard));
+            return NvAllocThread::free_small(nv, t, tcache, wal, off, slab, now, dest, Some(guard));
         }
     }
 
@@ -286,7 +286,7 @@ impl NvThread {
     }
 }
 
-impl AllocThread for NvThread {
+impl AllocThread for NvAllocThread {
     fn malloc(&mut self, size: u64) -> Option<u64> {
         self.malloc_impl(size, None)
     }
@@ -311,7 +311,7 @@ impl AllocThread for NvThread {
     crate::alloc::pm_thread_access!(t);
 }
 
-impl Drop for NvThread {
+impl Drop for NvAllocThread {
     /// Gives the cached blocks back to their slabs (else they would stay taken
     /// in their vslabs for the rest of the run) and unbinds the arena.
     fn drop(&mut self) {

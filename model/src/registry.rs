@@ -1,0 +1,44 @@
+//! Every allocator pmsim knows, registered once: `pmsim run --alloc`,
+//! sweeps, the `--help` text and the crash explorer all look allocators up
+//! here. Adding an allocator is its module plus one line in [`ALLOCATORS`]
+//! (see ARCHITECTURE.md, "Adding an allocator").
+
+use crate::family::{Family, Native};
+use crate::llfree::LlFree;
+use crate::makalu::Makalu;
+use crate::metall::Metall;
+use crate::nvalloc::NvAlloc;
+use crate::pmdk::PMDK;
+
+/// The registered allocators, in the order `--help` lists them.
+pub static ALLOCATORS: &[&dyn Family] =
+    &[&Native::<NvAlloc>::ENTRY, &Native::<LlFree>::ENTRY, &Native::<Makalu>::ENTRY, &Native::<Metall>::ENTRY, &PMDK];
+
+/// The allocator `name` (a preset such as `nvalloc-log`, or a family name
+/// such as `llfree` or `nvalloc` as trace headers write it), among `extra`
+/// families first (tests register their own that way) and then [`ALLOCATORS`].
+pub fn find(name: &str, extra: &[&'static dyn Family]) -> Option<&'static dyn Family> {
+    extra
+        .iter()
+        .chain(ALLOCATORS)
+        .copied()
+        .find(|f| f.presets().contains(&name))
+        .or_else(|| extra.iter().chain(ALLOCATORS).copied().find(|f| f.family() == name))
+}
+
+/// Every name `--alloc` accepts, in registry order.
+pub fn names() -> Vec<&'static str> {
+    ALLOCATORS.iter().flat_map(|f| f.presets().iter().copied()).collect()
+}
+
+/// The `--alloc` list for `--help`: one line per allocator with its names.
+pub fn help() -> String {
+    let mut s = String::from(
+        "Allocator(s), each NAME[:key=value:…] (the overrides apply to that one allocator, e.g. \
+                              llfree:eadr=true); a comma list runs each. NAME is one of:",
+    );
+    for f in ALLOCATORS {
+        s.push_str(&format!("\n  {}\n      {}", f.presets().join(", "), f.about()));
+    }
+    s
+}
