@@ -20,7 +20,7 @@
 //! allocator. Pointers stored in the heap are heap offsets ([`PmOff`]), never
 //! addresses, because the next run may map the file elsewhere.
 
-use crate::pm::FlushInsn;
+use crate::flush::FlushInsn;
 use memmap2::{MmapMut, MmapOptions};
 use std::fmt;
 use std::fs::{File, OpenOptions};

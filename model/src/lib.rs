@@ -20,6 +20,7 @@ mod arch;
 pub mod config;
 pub mod error;
 pub mod family;
+pub mod flush;
 pub mod heap;
 pub mod live;
 pub mod llfree;

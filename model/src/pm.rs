@@ -34,15 +34,17 @@
 //! one compare against a value in the handle.
 
 use crate::arch;
+pub use crate::flush::{CpuFeatures, FlushInsn, PmError};
 use crate::heap::{bytes_of, Heap, Mapping, PmOff, Pod, HEADER_SIZE};
+use crate::tracing::Finished;
 use crate::tracing::{ThreadTrace, TraceCollector, TraceConfig, TraceShared};
-use pmsim_traces::{line_of, Category, FenceKind, FlushKind, HeapInfo, OpKind, Region, TraceHeader, Tracer};
+use pmsim_traces::EventSink;
+use pmsim_traces::{line_of, Category, FenceKind, HeapInfo, OpKind, Region, TraceHeader, Tracer};
 use std::collections::HashSet;
 use std::fmt;
 use std::io;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// The trace header's record of a heap image: file name, size and CRC-32.
 pub const HEAP_IMAGE_KEY: &str = "heap_image";
@@ -62,162 +64,6 @@ fn save_heap_image(heap: &Heap, path: &std::path::Path) -> io::Result<serde_json
         "crc32": crc32fast::hash(bytes),
     }))
 }
-
-/// The instruction a flush compiles to.
-///
-/// Parsed from `clwb`, `clflushopt`, `clflush` or `none` (command-line and
-/// config spelling, and the trace header's `flush_insn`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FlushInsn {
-    /// Write back, keep the line cached; weakly ordered (needs a fence).
-    Clwb,
-    /// Write back and invalidate; weakly ordered (needs a fence).
-    Clflushopt,
-    /// Write back and invalidate; ordered with stores and other clflushes.
-    Clflush,
-    /// eADR: the caches are in the persistence domain, so flushes are skipped
-    /// (and not traced); fences are still issued.
-    None,
-}
-
-impl FlushInsn {
-    pub const ALL: [FlushInsn; 4] = [FlushInsn::Clwb, FlushInsn::Clflushopt, FlushInsn::Clflush, FlushInsn::None];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            FlushInsn::Clwb => "clwb",
-            FlushInsn::Clflushopt => "clflushopt",
-            FlushInsn::Clflush => "clflush",
-            FlushInsn::None => "none",
-        }
-    }
-
-    /// The trace's flush kind; `None` for eADR, which issues no flushes.
-    pub fn kind(self) -> Option<FlushKind> {
-        match self {
-            FlushInsn::Clwb => Some(FlushKind::Clwb),
-            FlushInsn::Clflushopt => Some(FlushKind::Clflushopt),
-            FlushInsn::Clflush => Some(FlushKind::Clflush),
-            FlushInsn::None => None,
-        }
-    }
-
-    /// The cheapest flush this CPU has: clwb, else clflushopt, else clflush
-    /// (else none, on a CPU without any).
-    pub fn best() -> FlushInsn {
-        CpuFeatures::detect().best()
-    }
-
-    /// Whether this CPU can execute the instruction (`None` always can).
-    pub fn is_supported(self) -> bool {
-        CpuFeatures::detect().supports(self)
-    }
-
-    /// Refuses an instruction that `cpu` lacks, naming what it has instead.
-    pub fn check(self, cpu: &CpuFeatures) -> Result<(), PmError> {
-        if cpu.supports(self) {
-            Ok(())
-        } else {
-            Err(PmError::Unsupported { insn: self, cpu: *cpu })
-        }
-    }
-
-    /// Flushes the line holding `p` with this instruction.
-    ///
-    /// # Safety
-    /// The CPU supports `self`, and `p` lies in mapped memory.
-    #[inline(always)]
-    pub(crate) unsafe fn flush_line(self, p: *const u8) {
-        match self {
-            FlushInsn::Clwb => arch::clwb(p),
-            FlushInsn::Clflushopt => arch::clflushopt(p),
-            FlushInsn::Clflush => arch::clflush(p),
-            FlushInsn::None => {}
-        }
-    }
-}
-
-impl fmt::Display for FlushInsn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for FlushInsn {
-    type Err = PmError;
-
-    fn from_str(s: &str) -> Result<Self, PmError> {
-        FlushInsn::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| PmError::UnknownFlushInsn(s.to_string()))
-    }
-}
-
-/// The flush instructions a CPU implements, as CPUID reports them.
-///
-/// A value rather than a global so that the refusal of a missing instruction
-/// can be tested on a CPU that has them all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CpuFeatures {
-    pub clwb: bool,
-    pub clflushopt: bool,
-    pub clflush: bool,
-}
-
-impl CpuFeatures {
-    /// This CPU's features (probed once: CPUID can cost microseconds in a VM).
-    pub fn detect() -> CpuFeatures {
-        static CPU: OnceLock<CpuFeatures> = OnceLock::new();
-        *CPU.get_or_init(|| {
-            let b = arch::probe();
-            CpuFeatures { clwb: b.clwb, clflushopt: b.clflushopt, clflush: b.clflush }
-        })
-    }
-
-    pub fn supports(&self, insn: FlushInsn) -> bool {
-        match insn {
-            FlushInsn::Clwb => self.clwb,
-            FlushInsn::Clflushopt => self.clflushopt,
-            FlushInsn::Clflush => self.clflush,
-            FlushInsn::None => true,
-        }
-    }
-
-    pub fn best(&self) -> FlushInsn {
-        FlushInsn::ALL.into_iter().find(|&i| self.supports(i)).unwrap_or(FlushInsn::None)
-    }
-
-    /// The supported flush instructions, best first (always ends with `none`).
-    pub fn available(&self) -> Vec<FlushInsn> {
-        FlushInsn::ALL.into_iter().filter(|&i| self.supports(i)).collect()
-    }
-}
-
-/// Why a [`Pm`] could not be made.
-#[derive(Debug)]
-pub enum PmError {
-    /// A flush instruction name that is not one of ours.
-    UnknownFlushInsn(String),
-    /// The CPU lacks the requested flush instruction.
-    Unsupported { insn: FlushInsn, cpu: CpuFeatures },
-    /// The trace sink could not be made, or the collector thread not started.
-    Trace(io::Error),
-}
-
-impl fmt::Display for PmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PmError::UnknownFlushInsn(s) => {
-                write!(f, "unknown flush instruction '{s}' (expected clwb, clflushopt, clflush or none)")
-            }
-            PmError::Unsupported { insn, cpu } => {
-                let has: Vec<&str> = cpu.available().iter().map(|i| i.name()).collect();
-                write!(f, "this CPU has no {insn} instruction (available: {})", has.join(", "))
-            }
-            PmError::Trace(e) => write!(f, "cannot start tracing: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for PmError {}
 
 /// The backend of a handle: which flush instruction runs natively, or tracing.
 /// One flat enum so that a primitive decides everything with one `match`.
@@ -810,6 +656,32 @@ impl Drop for PmThread {
         }
         if let Ok(mut live) = self.shared.live.lock() {
             live.remove(&self.tid);
+        }
+    }
+}
+
+/// Ending a trace is the `Pm`'s last act, so it lives beside the `Pm`
+/// (the collector itself knows nothing of `Pm`).
+impl<S: EventSink + 'static> TraceCollector<S> {
+    /// Ends the trace: consumes the `Pm` (whose thread handles must all be
+    /// dropped already: each hands over its last events when dropped), waits
+    /// for the collector to deliver every event, and returns the sink — for a
+    /// `TraceFile`, call its `finish` next — with the counts.
+    ///
+    /// A sink error (e.g. a full disk) stops delivery at once and is returned
+    /// here, with context; so is a collector that died, or a gap in the
+    /// sequence (a leaked `PmThread`).
+    ///
+    /// # Panics
+    /// If a `PmThread` of `pm` is still alive, or `pm` is not this trace's.
+    pub fn finish(self, pm: Pm) -> io::Result<Finished<S>> {
+        pm.release_trace(&self.shared);
+        // The collector ends once the last sender (in the shared state) is gone.
+        drop(self.shared);
+        match self.handle.join() {
+            Ok((sink, Ok(stats))) => Ok(Finished { sink, stats }),
+            Ok((_, Err(e))) => Err(io::Error::new(e.kind(), format!("trace sink: {e}"))),
+            Err(_) => Err(io::Error::other("the trace collector thread panicked")),
         }
     }
 }

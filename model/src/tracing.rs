@@ -42,7 +42,6 @@
 //!
 //! Each buffered event takes 32 bytes, plus its value bytes in values mode.
 
-use crate::pm::Pm;
 use pmsim_traces::{Event, EventSink, FenceKind, FlushKind, OpKind, Region};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -424,42 +423,18 @@ pub(crate) fn start<S: EventSink + 'static>(
     Ok((shared.clone(), TraceCollector { handle, shared }))
 }
 
-/// The collector thread of a traced [`Pm`]; [`TraceCollector::finish`] ends
+/// The collector thread of a traced [`Pm`](crate::Pm); [`TraceCollector::finish`] ends
 /// the trace. Dropping it without `finish` lets the thread run until the `Pm`
 /// and its handles are gone, then drops the sink (a `TraceFile` then removes
 /// its unfinished file).
 pub struct TraceCollector<S> {
-    handle: JoinHandle<(S, io::Result<CollectorStats>)>,
-    shared: Arc<TraceShared>,
+    pub(crate) handle: JoinHandle<(S, io::Result<CollectorStats>)>,
+    pub(crate) shared: Arc<TraceShared>,
 }
 
 impl<S> std::fmt::Debug for TraceCollector<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TraceCollector").finish_non_exhaustive()
-    }
-}
-
-impl<S: EventSink + 'static> TraceCollector<S> {
-    /// Ends the trace: consumes the `Pm` (whose thread handles must all be
-    /// dropped already: each hands over its last events when dropped), waits
-    /// for the collector to deliver every event, and returns the sink — for a
-    /// `TraceFile`, call its `finish` next — with the counts.
-    ///
-    /// A sink error (e.g. a full disk) stops delivery at once and is returned
-    /// here, with context; so is a collector that died, or a gap in the
-    /// sequence (a leaked `PmThread`).
-    ///
-    /// # Panics
-    /// If a `PmThread` of `pm` is still alive, or `pm` is not this trace's.
-    pub fn finish(self, pm: Pm) -> io::Result<Finished<S>> {
-        pm.release_trace(&self.shared);
-        // The collector ends once the last sender (in the shared state) is gone.
-        drop(self.shared);
-        match self.handle.join() {
-            Ok((sink, Ok(stats))) => Ok(Finished { sink, stats }),
-            Ok((_, Err(e))) => Err(io::Error::new(e.kind(), format!("trace sink: {e}"))),
-            Err(_) => Err(io::Error::other("the trace collector thread panicked")),
-        }
     }
 }
 
