@@ -80,6 +80,18 @@ impl AllocError {
         AllocError::new(alloc, ErrorKind::Store, msg)
     }
 
+    /// The instance out of its `Arc`, for closing it; an error while thread
+    /// handles (which hold clones) are alive.
+    pub fn sole_owner<T>(a: std::sync::Arc<T>, alloc: &'static str) -> Result<T, AllocError> {
+        std::sync::Arc::try_unwrap(a).map_err(|a| {
+            let n = std::sync::Arc::strong_count(&a) - 1;
+            AllocError::in_use(
+                alloc,
+                format!("cannot close {alloc}: {n} thread handle(s) still use it (drop them first)"),
+            )
+        })
+    }
+
     /// The same error with the heap file named (errors of the heap itself
     /// and of files beside it name their file already).
     pub fn in_file(mut self, heap: &Heap) -> AllocError {

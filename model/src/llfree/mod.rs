@@ -87,7 +87,14 @@ pub struct LlFreeConfig {
 
 impl Default for LlFreeConfig {
     fn default() -> Self {
-        LlFreeConfig { eadr: false, cpus: 64, reserve_on_free: 4, allocated: 0.125, free: 0.875, mutation: Mutation::None }
+        LlFreeConfig {
+            eadr: false,
+            cpus: 64,
+            reserve_on_free: 4,
+            allocated: 0.125,
+            free: 0.875,
+            mutation: Mutation::None,
+        }
     }
 }
 
@@ -108,10 +115,10 @@ impl AllocConfig for LlFreeConfig {
             ));
         }
         if !matches!(self.mutation, Mutation::None | Mutation::LlCounterFlush) {
-            return Err(AllocError::config(NAME, format!(
-                "mutation = {} does not concern LLFree (it has ll-counter-flush)",
-                self.mutation.name()
-            )));
+            return Err(AllocError::config(
+                NAME,
+                format!("mutation = {} does not concern LLFree (it has ll-counter-flush)", self.mutation.name()),
+            ));
         }
         Ok(())
     }
@@ -190,15 +197,7 @@ impl LlFree {
     /// Shuts down cleanly: marks the zone *shutdown* durably (the counters
     /// are exact: no thread handle is alive) and gives the `Pm` back.
     pub fn close(self: Arc<Self>) -> Result<Pm, AllocError> {
-        let ll = Arc::try_unwrap(self).map_err(|a| {
-            AllocError::in_use(
-                NAME,
-                format!(
-                    "cannot close LLFree: {} thread handle(s) still use it (drop them first)",
-                    Arc::strong_count(&a) - 1
-                ),
-            )
-        })?;
+        let ll = AllocError::sole_owner(self, NAME)?;
         let mut t = ll.pm.thread(0);
         t.op_begin(OpKind::Close, 0);
         // Every CAS was flushed as it happened (or, under eADR, the cache is

@@ -195,15 +195,7 @@ impl Makalu {
     /// blocks, makes every mark bit durable, marks the heap shut down, and
     /// gives the `Pm` back.
     pub fn close(self: Arc<Self>) -> Result<Pm, AllocError> {
-        let mk = Arc::try_unwrap(self).map_err(|a| {
-            AllocError::in_use(
-                NAME,
-                format!(
-                    "cannot close Makalu: {} thread handle(s) still use it (drop them first)",
-                    Arc::strong_count(&a) - 1
-                ),
-            )
-        })?;
+        let mk = AllocError::sole_owner(self, NAME)?;
         let mut t = mk.pm.thread(0);
         t.op_begin(OpKind::Close, 0);
         let mut dirty = DirtyLines::new(mk.cfg.dirty_lines as usize);

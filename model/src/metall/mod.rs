@@ -188,15 +188,7 @@ impl Metall {
     /// Writes the management data, syncs the heap, then marks the datastore
     /// properly closed; gives the `Pm` back (then close the heap).
     pub fn close(self: Arc<Self>, heap: &Heap) -> Result<Pm, AllocError> {
-        let mt = Arc::try_unwrap(self).map_err(|a| {
-            AllocError::in_use(
-                NAME,
-                format!(
-                    "cannot close Metall: {} thread handle(s) still use it (drop them first)",
-                    Arc::strong_count(&a) - 1
-                ),
-            )
-        })?;
+        let mt = AllocError::sole_owner(self, NAME)?;
         let bins: Vec<Bin> = mt.bins.into_vec().into_iter().map(|m| m.into_inner().unwrap()).collect();
         store::save(&mt.dir, mt.cfg.chunk_size, &mt.chunks, &bins)?;
         heap.sync()?;

@@ -250,15 +250,7 @@ impl NvAlloc {
     /// Shuts down cleanly: marks every arena *normal shutdown* durably and
     /// gives the `Pm` back (to finish a trace; then close the heap).
     pub fn close(self: Arc<Self>) -> Result<Pm, AllocError> {
-        let nv = Arc::try_unwrap(self).map_err(|a| {
-            AllocError::in_use(
-                NAME,
-                format!(
-                    "cannot close NVAlloc: {} thread handle(s) still use it (drop them first)",
-                    Arc::strong_count(&a) - 1
-                ),
-            )
-        })?;
+        let nv = AllocError::sole_owner(self, NAME)?;
         let mut t = nv.pm.thread(0);
         t.op_begin(OpKind::Close, 0);
         if nv.cfg.consistency == Consistency::Gc {
