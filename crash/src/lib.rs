@@ -45,6 +45,7 @@
 //!
 //! Recovery errors and panics are violations too.
 
+pub mod conformance;
 pub mod expect;
 pub mod explore;
 pub mod images;

@@ -1,4 +1,4 @@
-//! The persistency model (DESIGN.md, "Persistency model for crash states"):
+//! The persistency model (ARCHITECTURE.md, "The persistency model"):
 //! x86 with ADR. A store is durable once its line was flushed after it and
 //! the flushing thread then fenced (a `clflush` needs no fence). Until then it
 //! may or may not have reached PM; stores to one line reach it in program

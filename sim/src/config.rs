@@ -15,7 +15,7 @@ pub const DEFAULT_TOML: &str = include_str!("../optane.toml");
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
-    /// Distance counts the lines flushed by the same thread (DESIGN.md's
+    /// Distance counts the lines flushed by the same thread (pmsim's
     /// definition: what one thread's own flushes do to its next flush).
     #[default]
     Thread,

@@ -1,4 +1,4 @@
-//! Reflush distance (DESIGN.md, NVAlloc §3.1): for a flush of line L, the number
+//! Reflush distance (NVAlloc §3.1): for a flush of line L, the number
 //! of *distinct* lines flushed since the previous flush of L; in A B C D A the
 //! second A has distance 3, and the first flush of a line has infinite distance.
 //!

@@ -1,5 +1,5 @@
 //! The events of a trace: what a program did to persistent memory, in the terms of
-//! DESIGN.md (store, flush, fence, region, operation, thread, marker).
+//! ARCHITECTURE.md (store, flush, fence, region, operation, thread, marker).
 
 use serde::{Deserialize, Serialize};
 
