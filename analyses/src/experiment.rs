@@ -381,8 +381,8 @@ mod tests {
         assert_eq!(pts[2].alloc_params["stripes"], Value::from(4));
         let e = Experiment::from_toml("[sweep]\nstripes=100\nalloc='nvalloc-log'\n", "s.toml").unwrap_err();
         assert!(e.contains("stripes = 100 (must be 1..=64)") && !e.contains('\n'), "{e}");
-        let e = Experiment::from_toml("[sweep]\nlog_lines=[1,4]\nalloc=['llfree','nvalloc-log']\n", "l.toml")
-            .unwrap_err();
+        let e =
+            Experiment::from_toml("[sweep]\nlog_lines=[1,4]\nalloc=['llfree','nvalloc-log']\n", "l.toml").unwrap_err();
         assert!(e.contains("'log_lines': no allocator of the sweep (llfree, nvalloc-log) has this parameter"), "{e}");
     }
 
