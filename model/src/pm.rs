@@ -43,6 +43,7 @@ use pmsim_traces::{line_of, Category, FenceKind, HeapInfo, OpKind, Region, Trace
 use std::collections::HashSet;
 use std::fmt;
 use std::io;
+use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -427,6 +428,7 @@ impl PmThread {
     /// # Panics
     /// If `off` is not 8-byte aligned (or out of the heap).
     #[inline]
+    #[track_caller]
     pub fn cas_u64(&mut self, off: u64, current: u64, new: u64) -> Result<u64, u64> {
         let a = self.word(off);
         // SAFETY: `word` checked bounds and alignment; the mapping outlives this call.
@@ -434,7 +436,8 @@ impl PmThread {
         match self.mode {
             Mode::Traced => {
                 let t = self.tracer();
-                let seq = t.rmw_begin();
+                let site = t.site(Location::caller());
+                let seq = t.rmw_begin(site);
                 let r = atomic.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire);
                 t.rmw_end(seq, a as u64, r.is_ok().then_some(new));
                 r
@@ -478,20 +481,28 @@ impl PmThread {
 
     /// Writes back the 64 B line holding heap offset `off` with the run's
     /// flush instruction (nothing under eADR).
+    ///
+    /// Flushes and fences are `#[track_caller]`: a trace attributes each to
+    /// the source line that asked for it (through every `#[track_caller]`
+    /// helper in between), so costs can be charged to code.
     #[inline]
+    #[track_caller]
     pub fn flush(&mut self, off: u64) {
         let p = self.at(off, 1);
         match self.mode {
-            Mode::Traced => self.flush_traced(p),
+            Mode::Traced => {
+                let site = self.tracer().site(Location::caller());
+                self.flush_traced(p, site)
+            }
             mode => PmThread::flush_native(mode, p),
         }
     }
 
     #[inline(never)]
-    fn flush_traced(&mut self, p: *const u8) {
+    fn flush_traced(&mut self, p: *const u8, site: u32) {
         let insn = self.flush;
         if let Some(kind) = insn.kind() {
-            self.tracer().flush(kind, line_of(p as u64));
+            self.tracer().flush(kind, line_of(p as u64), site);
             // SAFETY: `p` was bounds-checked by the caller; `insn` was checked
             // against CPUID when the Pm was made.
             unsafe { insn.flush_line(p) };
@@ -500,6 +511,7 @@ impl PmThread {
 
     /// Writes back every line that `[off, off + len)` touches (no fence).
     #[inline]
+    #[track_caller]
     pub fn flush_range(&mut self, off: u64, len: u64) {
         if len == 0 {
             return;
@@ -508,10 +520,14 @@ impl PmThread {
         // The base is page aligned, so lines of addresses are lines of offsets.
         let (first, end) = (line_of(p), p + len);
         let mode = self.mode;
+        let site = match mode {
+            Mode::Traced => self.tracer().site(Location::caller()),
+            _ => 0,
+        };
         let mut line = first;
         while line < end {
             match mode {
-                Mode::Traced => self.flush_traced(line as *const u8),
+                Mode::Traced => self.flush_traced(line as *const u8, site),
                 mode => PmThread::flush_native(mode, line as *const u8),
             }
             line += 64;
@@ -521,15 +537,19 @@ impl PmThread {
     /// `sfence`: earlier flushes are complete (durable) and earlier stores
     /// ordered before anything after it.
     #[inline]
+    #[track_caller]
     pub fn fence(&mut self) {
         if let Mode::Traced = self.mode {
-            self.tracer().fence(FenceKind::Sfence);
+            let t = self.tracer();
+            let site = t.site(Location::caller());
+            t.fence(FenceKind::Sfence, site);
         }
         arch::sfence();
     }
 
     /// Makes `[off, off + len)` durable: flushes every line it touches, then fences.
     #[inline]
+    #[track_caller]
     pub fn persist(&mut self, off: u64, len: u64) {
         self.flush_range(off, len);
         self.fence();
@@ -541,6 +561,7 @@ impl PmThread {
     ///
     /// # Panics
     /// If `slot >= ROOT_SLOTS`.
+    #[track_caller]
     pub fn set_root(&mut self, slot: usize, off: u64) {
         let at = Heap::root_offset(slot);
         self.store_u64(at, off);

@@ -41,11 +41,24 @@
 //! the threads wait for it rather than memory growing.
 //!
 //! Each buffered event takes 32 bytes, plus its value bytes in values mode.
+//!
+//! # Code sites
+//!
+//! Flushes and fences carry the source location that issued them (the
+//! `#[track_caller]` location of [`PmThread`](crate::pm::PmThread)'s flush and
+//! fence methods). Locations are interned into dense ids shared by all threads
+//! ([`SiteInterner`]); a thread remembers the ids of the locations it used in a
+//! small direct-mapped cache, so a flush takes the lock only the first time a
+//! thread uses its location. The collector defines every id up to the largest
+//! one it is about to emit before emitting it, so a sink always learns a site
+//! before the first event naming it, whichever thread interned it.
 
-use pmsim_traces::{Event, EventSink, FenceKind, FlushKind, OpKind, Region};
+use pmsim_traces::{Event, EventSink, FenceKind, FlushKind, OpKind, Region, Site};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::collections::HashMap;
 use std::io;
+use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -120,10 +133,12 @@ enum Rec {
     },
     Flush {
         kind: FlushKind,
+        site: u32,
         line: u64,
     },
     Fence {
         kind: FenceKind,
+        site: u32,
     },
     ThreadStart,
     ThreadEnd,
@@ -189,15 +204,20 @@ impl Buffer {
         self.regions.clear();
     }
 
-    fn event(&self, rec: &Rec, values: bool) -> Option<Event<'_>> {
+    /// The event of `rec` and the code site of a flush or fence (0 for others).
+    fn event(&self, rec: &Rec, values: bool) -> Option<(Event<'_>, u32)> {
         let bytes = |at: u32, len: u32| &self.arena[at as usize..at as usize + len as usize];
-        Some(match *rec {
+        let site = match *rec {
+            Rec::Flush { site, .. } | Rec::Fence { site, .. } => site,
+            _ => 0,
+        };
+        let ev = match *rec {
             Rec::Store { addr, size, value } => Event::Store { addr, size, value: values.then(|| bytes(value, size)) },
             Rec::NtStore { addr, size, value } => {
                 Event::NtStore { addr, size, value: values.then(|| bytes(value, size)) }
             }
-            Rec::Flush { kind, line } => Event::Flush { kind, line },
-            Rec::Fence { kind } => Event::Fence { kind },
+            Rec::Flush { kind, line, .. } => Event::Flush { kind, line },
+            Rec::Fence { kind, .. } => Event::Fence { kind },
             Rec::ThreadStart => Event::ThreadStart,
             Rec::ThreadEnd => Event::ThreadEnd,
             Rec::RegionAdd { index } => {
@@ -213,14 +233,43 @@ impl Buffer {
                 Event::Marker { id, label }
             }
             Rec::Nop => return None,
-        })
+        };
+        Some((ev, site))
     }
 }
+
+/// The code sites of a trace: source locations interned into dense ids from 1.
+#[derive(Default)]
+pub(crate) struct SiteInterner {
+    ids: HashMap<(&'static str, u32, u32), u32>,
+    /// Location of id `i + 1`.
+    locations: Vec<&'static Location<'static>>,
+}
+
+impl SiteInterner {
+    fn intern(&mut self, loc: &'static Location<'static>) -> u32 {
+        let n = self.locations.len() as u32;
+        *self.ids.entry((loc.file(), loc.line(), loc.column())).or_insert_with(|| {
+            self.locations.push(loc);
+            n + 1
+        })
+    }
+
+    /// The definition of site `id` (1..=interned).
+    fn site(&self, id: u32) -> Site {
+        let loc = self.locations[id as usize - 1];
+        Site { id, file: loc.file().to_string(), line: loc.line(), column: loc.column(), ..Site::default() }
+    }
+}
+
+/// Entries of a thread's site cache (direct-mapped by location address).
+const SITE_CACHE: usize = 64;
 
 /// What the threads and the collector both reach: spare buffers and the
 /// failure flag. Kept apart from [`TraceShared`] because the collector must not
 /// hold the queue's sender (it would never see the queue close).
 struct Common {
+    sites: Mutex<SiteInterner>,
     pool: Mutex<Vec<Buffer>>,
     pool_limit: usize,
     failed: AtomicBool,
@@ -275,6 +324,8 @@ pub(crate) struct ThreadTrace {
     max_events: usize,
     max_bytes: usize,
     window: u64,
+    /// Location address → site id of the locations this thread used.
+    site_cache: Box<[(usize, u32); SITE_CACHE]>,
 }
 
 impl ThreadTrace {
@@ -282,7 +333,8 @@ impl ThreadTrace {
         let cfg = &shared.common.cfg;
         let (values, max_events, max_bytes, window) = (cfg.values, cfg.buffer_events, cfg.buffer_bytes, cfg.window);
         let buf = shared.common.take(tid);
-        ThreadTrace { shared, buf, first: 0, values, max_events, max_bytes, window }
+        let site_cache = Box::new([(0, 0); SITE_CACHE]);
+        ThreadTrace { shared, buf, first: 0, values, max_events, max_bytes, window, site_cache }
     }
 
     /// Takes the next sequence number and appends the record.
@@ -322,22 +374,36 @@ impl ThreadTrace {
         self.record(if nt { Rec::NtStore { addr, size, value } } else { Rec::Store { addr, size, value } });
     }
 
+    /// The site id of source location `loc`.
     #[inline]
-    pub(crate) fn flush(&mut self, kind: FlushKind, line: u64) {
-        self.record(Rec::Flush { kind, line });
+    pub(crate) fn site(&mut self, loc: &'static Location<'static>) -> u32 {
+        let key = loc as *const Location<'static> as usize;
+        let slot = &mut self.site_cache[(key >> 3) % SITE_CACHE];
+        if slot.0 == key {
+            return slot.1;
+        }
+        let id = self.shared.common.sites.lock().unwrap().intern(loc);
+        *slot = (key, id);
+        id
     }
 
     #[inline]
-    pub(crate) fn fence(&mut self, kind: FenceKind) {
-        self.record(Rec::Fence { kind });
+    pub(crate) fn flush(&mut self, kind: FlushKind, line: u64, site: u32) {
+        self.record(Rec::Flush { kind, site, line });
+    }
+
+    #[inline]
+    pub(crate) fn fence(&mut self, kind: FenceKind, site: u32) {
+        self.record(Rec::Fence { kind, site });
     }
 
     /// Reserves the two numbers of a locked read-modify-write and records its
-    /// fence; [`ThreadTrace::rmw_end`] fills the second once the outcome is known.
+    /// fence at `site`; [`ThreadTrace::rmw_end`] fills the second once the
+    /// outcome is known.
     #[inline]
-    pub(crate) fn rmw_begin(&mut self) -> u64 {
+    pub(crate) fn rmw_begin(&mut self, site: u32) -> u64 {
         let seq = self.shared.seq.0.fetch_add(2, Ordering::AcqRel);
-        self.push(seq, Rec::Fence { kind: FenceKind::LockedRmw });
+        self.push(seq, Rec::Fence { kind: FenceKind::LockedRmw, site });
         seq
     }
 
@@ -411,6 +477,7 @@ pub(crate) fn start<S: EventSink + 'static>(
     // Arena offsets are u32: keep a buffer's bytes well below 4 GiB.
     cfg.buffer_bytes = cfg.buffer_bytes.clamp(1, 1 << 30);
     let common = Arc::new(Common {
+        sites: Mutex::new(SiteInterner::default()),
         pool: Mutex::new(Vec::new()),
         pool_limit: cfg.queue_buffers + 16,
         failed: AtomicBool::new(false),
@@ -489,7 +556,7 @@ impl Merger {
     }
 
     /// Emits every event that is next in sequence; returns emptied buffers to `common`.
-    fn drain(&mut self, common: &Common, mut emit: impl FnMut(u32, &Event<'_>)) {
+    fn drain(&mut self, common: &Common, mut emit: impl FnMut(u32, u32, &Event<'_>)) {
         let values = common.cfg.values;
         while let Some(&Reverse((head, i))) = self.heads.peek() {
             if head != self.next {
@@ -502,8 +569,8 @@ impl Merger {
             let mut pos = p.pos;
             // Emit the run of consecutive numbers this buffer holds.
             while pos < slots.len() && slots[pos].seq == self.next {
-                if let Some(ev) = p.buf.event(&slots[pos].rec, values) {
-                    emit(p.buf.tid, &ev);
+                if let Some((ev, site)) = p.buf.event(&slots[pos].rec, values) {
+                    emit(p.buf.tid, site, &ev);
                     self.stats.events += 1;
                 }
                 pos += 1;
@@ -526,6 +593,8 @@ impl Merger {
 fn collect<S: EventSink>(mut sink: S, rx: Receiver<Buffer>, common: &Common) -> (S, io::Result<CollectorStats>) {
     let mut merger = Merger::new();
     let mut error: Option<io::Error> = None;
+    // Sites 1..=defined have been defined to the sink.
+    let mut defined = 0u32;
     // `recv` fails once every sender is gone: all handles have handed over.
     while let Ok(buf) = rx.recv() {
         merger.add(buf);
@@ -533,9 +602,20 @@ fn collect<S: EventSink>(mut sink: S, rx: Receiver<Buffer>, common: &Common) -> 
         while let Ok(more) = rx.try_recv() {
             merger.add(more);
         }
-        merger.drain(common, |tid, ev| {
+        merger.drain(common, |tid, site, ev| {
+            if error.is_none() && site > defined {
+                // Interned before this event was recorded, so the table has it.
+                let sites = common.sites.lock().unwrap();
+                while defined < site && error.is_none() {
+                    defined += 1;
+                    if let Err(e) = sink.define_site(&sites.site(defined)) {
+                        error = Some(e);
+                        common.failed.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
             if error.is_none() {
-                if let Err(e) = sink.event(tid, ev) {
+                if let Err(e) = sink.event_at(tid, site, ev) {
                     error = Some(e);
                     common.failed.store(true, Ordering::Relaxed);
                 }
@@ -568,6 +648,7 @@ mod tests {
 
     fn common() -> Common {
         Common {
+            sites: Mutex::new(SiteInterner::default()),
             pool: Mutex::new(Vec::new()),
             pool_limit: 4,
             failed: AtomicBool::new(false),
@@ -580,7 +661,7 @@ mod tests {
         let c = common();
         let mut m = Merger::new();
         let mut out = VecSink::default();
-        let mut emit = |tid: u32, ev: &Event<'_>| out.event(tid, ev).unwrap();
+        let mut emit = |tid: u32, _site: u32, ev: &Event<'_>| out.event(tid, ev).unwrap();
         m.add(buffer(1, &[1, 2, 5]));
         m.drain(&c, &mut emit);
         m.add(buffer(2, &[3, 4, 6]));
@@ -612,7 +693,7 @@ mod tests {
     fn category_is_copied_into_region_events() {
         let mut b = Buffer::new(0, &TraceConfig::default());
         b.regions.push(Region { id: 3, name: "wal".into(), category: Category::Wal, base: 64, len: 128 });
-        let ev = b.event(&Rec::RegionAdd { index: 0 }, false).unwrap();
+        let (ev, _) = b.event(&Rec::RegionAdd { index: 0 }, false).unwrap();
         assert_eq!(ev, Event::RegionAdd { id: 3, category: Category::Wal, base: 64, len: 128, name: "wal" });
     }
 }

@@ -375,3 +375,44 @@ fn finishing_with_a_live_thread_handle_is_a_bug() {
     let _ = collector.finish(pm);
     drop(t);
 }
+
+/// Every flush and fence names the source line that issued it (through the
+/// `#[track_caller]` flush, persist and CAS methods); a site is defined to the
+/// sink before its first event, and two threads using one line share its id.
+#[test]
+fn flushes_and_fences_carry_their_call_sites() {
+    let d = tempfile::tempdir().unwrap();
+    let heap = heap(&d);
+    let (pm, collector) = traced(&heap, FlushInsn::Clflush, &TraceConfig::default());
+    let mut lines = Vec::new();
+    for tid in 0..2 {
+        let mut t = pm.thread(tid);
+        t.store_u64(4096, 7);
+        t.flush(4096);
+        lines.push(line!());
+        t.persist(8192, 100); // two flushes and a fence, all at this line
+        lines.push(line!());
+        let _ = t.cas_u64(4096, 7, 8);
+        lines.push(line!());
+    }
+    let done = collector.finish(pm).unwrap();
+    let VecSink(events, sites, table) = done.sink;
+    let named: Vec<(String, u32)> = events
+        .iter()
+        .zip(&sites)
+        .filter(|((_, e), _)| matches!(e, OwnedEvent::Flush { .. } | OwnedEvent::Fence { .. }))
+        .map(|(_, &s)| {
+            let site = table.get(s).unwrap_or_else(|| panic!("site {s} undefined"));
+            (site.file.clone(), site.line + 1)
+        })
+        .collect();
+    let file = file!().to_string();
+    let one = [(file.clone(), lines[0]), (file.clone(), lines[1]), (file.clone(), lines[1])];
+    let one = [&one[..], &[(file.clone(), lines[1]), (file.clone(), lines[2])]].concat();
+    assert_eq!(named, [&one[..], &one[..]].concat());
+    assert_eq!(table.len(), 3, "three lines, shared by both threads");
+    assert!(sites
+        .iter()
+        .zip(&events)
+        .all(|(&s, (_, e))| s == 0 || matches!(e, OwnedEvent::Flush { .. } | OwnedEvent::Fence { .. })));
+}

@@ -49,6 +49,7 @@ pub mod line_times;
 pub mod optane;
 mod print;
 mod simulator;
+pub mod sites;
 pub mod stats;
 
 pub use access_map::{write_csv as write_access_map_csv, write_json as write_access_map_json, AccessPoint};
@@ -56,4 +57,5 @@ pub use config::{Config, ConfigError, Scope, DEFAULT_TOML};
 pub use distance::DistanceTracker;
 pub use print::write_text;
 pub use simulator::Simulator;
+pub use sites::{write_sites, SiteReport};
 pub use stats::{Report, Stats};

@@ -14,10 +14,11 @@ use crate::config::{Config, ConfigError, Scope};
 use crate::distance::{bucket_of, DistanceTracker, FIRST};
 use crate::fastmap::U64Map;
 use crate::optane::Optane;
+use crate::sites::SiteCounters;
 use crate::stats::*;
 use pmsim_traces::{
-    Category, Event, EventSink, FenceKind, FlushKind, OpKind, Record, RegionMap, TraceError, TraceHeader, TraceReader,
-    TraceTotals, Visit,
+    Category, Event, EventSink, FenceKind, FlushKind, OpKind, Record, RegionMap, Site, SiteTable, TraceError,
+    TraceHeader, TraceReader, TraceTotals, Visit,
 };
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -168,6 +169,12 @@ pub struct Simulator {
     /// of one thread, so the thread's state is looked up once per run.
     cur_tid: u32,
     cur_ctx: u32,
+
+    /// Flush and fence figures per code site, the site of the current
+    /// thread's next flush or fence, and the trace's site names.
+    sites: SiteCounters,
+    cur_site: u32,
+    site_table: SiteTable,
 }
 
 impl Simulator {
@@ -224,6 +231,9 @@ impl Simulator {
             next_index: 0,
             cur_tid: NO_THREAD,
             cur_ctx: NO_CTX,
+            sites: SiteCounters::default(),
+            cur_site: 0,
+            site_table: SiteTable::default(),
             cfg,
         };
         for r in &header.regions {
@@ -267,6 +277,7 @@ impl Simulator {
             block.visit(&mut Replay::<M>(self))?;
             self.next_index = block.first_index + block.events as u64;
         }
+        self.site_table = reader.sites().clone();
         Ok(reader.totals())
     }
 
@@ -422,6 +433,13 @@ impl Simulator {
                 c.persist_ps[cat as usize] += cost;
             }
         });
+        let s = self.sites.row(self.cur_site);
+        s.flushes += 1;
+        s.reflushes += reflush as u64;
+        if M == ADR {
+            s.dirty_flushes += dirty as u64;
+            s.persist_ps += cost;
+        }
         self.access.offer(cat, index, line, r);
     }
 
@@ -433,10 +451,14 @@ impl Simulator {
         if M == REFLUSH_ONLY {
             // No flush or non-temporal write leaves a persist cost pending.
             self.ctx_ctr[x as usize].fences += 1;
+            self.sites.row(self.cur_site).fences += 1;
             return;
         }
         self.drain_nt(t);
         let cost = self.costs.fence;
+        let s = self.sites.row(self.cur_site);
+        s.fences += 1;
+        s.persist_ps += cost;
         match self.threads[t].pending.take() {
             Some((cat, r)) => self.bump(x, r, |c| {
                 c.fences += 1;
@@ -824,6 +846,7 @@ impl Simulator {
             dirty_evictions: cc.dirty_evictions,
             dirty_lines_at_end: if self.full { self.cache.dirty_lines() } else { 0 },
         };
+        let sites = if self.site_table.is_empty() { Vec::new() } else { self.sites.report(&self.site_table) };
         Report {
             trace: self.trace_name.clone(),
             events: overall.events(),
@@ -838,6 +861,7 @@ impl Simulator {
             dimms,
             pm,
             cache,
+            sites,
             config: self.cfg.clone(),
         }
     }
@@ -866,6 +890,12 @@ impl<'a, const M: u8> Visit<'a> for Replay<'_, M> {
     #[inline(always)]
     fn thread(&mut self, tid: u32) {
         self.0.begin_event(tid);
+        self.0.cur_site = 0;
+    }
+
+    #[inline(always)]
+    fn site(&mut self, site: u32) {
+        self.0.cur_site = site;
     }
 
     #[inline(always)]
@@ -900,7 +930,17 @@ impl<'a, const M: u8> Visit<'a> for Replay<'_, M> {
 
 impl EventSink for Simulator {
     fn event(&mut self, tid: u32, ev: &Event<'_>) -> io::Result<()> {
+        self.event_at(tid, 0, ev)
+    }
+
+    fn event_at(&mut self, tid: u32, site: u32, ev: &Event<'_>) -> io::Result<()> {
+        self.cur_site = site;
         self.step(tid, ev);
+        Ok(())
+    }
+
+    fn define_site(&mut self, site: &Site) -> io::Result<()> {
+        self.site_table.insert(site.clone());
         Ok(())
     }
 }

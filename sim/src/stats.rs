@@ -413,6 +413,10 @@ pub struct Report {
     pub dimms: Vec<DimmReport>,
     pub pm: PmReport,
     pub cache: CacheReport,
+    /// Flushes, reflushes, fences and persist time per code site, costliest
+    /// first (only for traces that name the sites of their flushes).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sites: Vec<crate::sites::SiteReport>,
     /// The configuration the figures were computed with.
     pub config: Config,
 }

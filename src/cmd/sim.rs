@@ -37,6 +37,16 @@ pub struct SimArgs {
     /// Print the report as JSON instead of tables.
     #[arg(long)]
     json: bool,
+    /// `site`: instead of the tables, flushes, reflushes, reflush ratio, fences
+    /// and persist time per code site (the source line or function that issued
+    /// them), costliest first. Traces name sites from format version 2 on (the
+    /// built-in tracer and `pmsim trace-exec`). With --json the report's
+    /// `sites` array holds every site.
+    #[arg(long, value_parser = ["site"])]
+    by: Option<String>,
+    /// Rows of the `--by site` table (the rest are summed in one line).
+    #[arg(long, default_value_t = 20)]
+    top: usize,
 }
 
 enum MapFormat {
@@ -76,6 +86,13 @@ pub fn run(a: SimArgs) -> CmdResult {
     let mut sim = Simulator::new(cfg, reader.header())?;
     sim.replay(&mut reader)?;
     let report = sim.report();
+    if a.by.is_some() && report.sites.is_empty() {
+        return Err(format!(
+            "{}: the trace names no code sites (it predates format version 2, or its tracer records none)",
+            a.file.display()
+        )
+        .into());
+    }
 
     if let Some((path, fmt, file)) = map {
         write_map(path, fmt, file, &sim)?;
@@ -84,6 +101,11 @@ pub fn run(a: SimArgs) -> CmdResult {
     if a.json {
         serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
+    } else if a.by.is_some() {
+        writeln!(out, "file         {}", a.file.display())?;
+        writeln!(out, "events       {}", report.events)?;
+        writeln!(out, "sites        {} issued flushes or fences\n", report.sites.len())?;
+        pmsim_sim::write_sites(&report.sites, a.top, &mut out)?;
     } else {
         writeln!(out, "file         {}", a.file.display())?;
         pmsim_sim::write_text(&report, &mut out)?;

@@ -1,6 +1,6 @@
 /*
  * pmt_writer.h: a header-only C99 writer of pmsim's `.pmt` trace format,
- * version 1 (specified in traces/FORMAT.md).
+ * version 2 (specified in traces/FORMAT.md).
  *
  * Why it exists: the DBI tracers in pintools/ (a Valgrind tool, which may not
  * use libc, and an Intel Pin tool) must write traces that pmsim's one reader,
@@ -32,6 +32,8 @@
  *     pmt_store(&w, tid, addr, 8, &value);
  *     pmt_flush(&w, tid, PMT_CLWB, addr & ~(uint64_t)63);
  *     pmt_fence(&w, tid, PMT_SFENCE);
+ *     pmt_site_define(&w, 7, ip, 42, 0, "src/x.c", 7, "f", 1);   // before site 7's first use
+ *     pmt_flush_at(&w, tid, PMT_CLWB, line, 7);   // a flush issued at code site 7
  *     pmt_writer_finish(&w);                       // without it the trace reads as truncated
  *
  * Not thread-safe: one writer serializes the events of all threads, and their
@@ -55,7 +57,7 @@
 #endif
 
 /* The format version this header writes. */
-#define PMT_VERSION 1
+#define PMT_VERSION 2
 /* Preamble flag: stores carry their value bytes (needed for crash states). */
 #define PMT_FLAG_VALUES 1u
 /* Raw payload size at which blocks are cut, as in the Rust writer. */
@@ -144,6 +146,7 @@ typedef struct pmt_writer {
     int status;            /* PMT_OK, or the sticky PMT_ERR_WRITE / PMT_ERR_FINISHED */
     /* Encoder state, reset at every block start exactly as the reader's: */
     uint32_t tid;          /* the current thread */
+    uint32_t site;         /* the site of the next flush or fence: 0 at block starts and thread switches */
     uint32_t ncursors;     /* cursor[0..ncursors) are valid; the others read as 0 */
     uint64_t events;       /* events in the blocks written */
     uint64_t blocks;
@@ -168,11 +171,13 @@ enum {
     PMT__K_REGION_REMOVE = 9,
     PMT__K_OP_BEGIN = 10,
     PMT__K_OP_END = 11,
-    PMT__K_MARKER = 12
+    PMT__K_MARKER = 12,
+    PMT__K_SITE = 13
 };
 #define PMT__X_SAME 8u      /* tag bit: the address is the cursor (accesses) or its line (flushes) */
 #define PMT__SIZE_VARINT 7u /* size code: the size follows as a varint */
 #define PMT__CODEC_RAW 0u
+#define PMT__CODEC_SITES 2u
 #define PMT__CODEC_END 255u
 #define PMT__HEADER_LEN 24
 #define PMT__MIN_BLOCK ((size_t)64)
@@ -185,6 +190,7 @@ typedef struct pmt__ev {
     uint64_t a, b, c;  /* kind-specific: addr/size, line, id/base/len, op/arg, id */
     const void *data;  /* value bytes, region name or marker label */
     size_t data_len;   /* bytes of data written after the record */
+    uint32_t site;     /* code site of a flush or fence (0: unknown) */
 } pmt__ev;
 
 /* Copies bytes; the core may not call memcpy. */
@@ -317,6 +323,7 @@ static inline int pmt__cut(pmt_writer *w) {
     w->block_events = 0;
     w->len = 0;
     w->tid = 0;
+    w->site = 0;
     w->ncursors = 1;
     w->cursor[0] = 0;
     return PMT_OK;
@@ -344,6 +351,8 @@ static inline int pmt__write(pmt_writer *w, uint32_t tid, const pmt__ev *ev) {
         size_t n = 0;
         uint64_t cur = tid < w->ncursors ? w->cursor[tid] : 0;
         uint64_t next = cur;
+        /* A thread switch resets the site the reader attributes flushes and fences to. */
+        uint32_t site = tid != w->tid ? 0u : w->site;
         int e;
         if (tid != w->tid) { /* a THREAD framing record */
             if (tid < 15) {
@@ -351,6 +360,15 @@ static inline int pmt__write(pmt_writer *w, uint32_t tid, const pmt__ev *ev) {
             } else {
                 rec[n++] = (uint8_t)(PMT__K_THREAD | 0xF0u);
                 n += pmt__varint(rec + n, tid);
+            }
+        }
+        if ((ev->kind == PMT__K_FLUSH || ev->kind == PMT__K_FENCE) && ev->site != site) { /* a SITE record */
+            site = ev->site;
+            if (site < 15) {
+                rec[n++] = (uint8_t)(PMT__K_SITE | (site << 4));
+            } else {
+                rec[n++] = (uint8_t)(PMT__K_SITE | 0xF0u);
+                n += pmt__varint(rec + n, site);
             }
         }
         switch (ev->kind) {
@@ -429,6 +447,7 @@ static inline int pmt__write(pmt_writer *w, uint32_t tid, const pmt__ev *ev) {
             while (w->ncursors <= tid) w->cursor[w->ncursors++] = 0;
             w->tid = tid;
         }
+        w->site = site;
         w->cursor[tid] = next;
         pmt__copy(w->buf + w->len, rec, n);
         w->len += n;
@@ -438,6 +457,24 @@ static inline int pmt__write(pmt_writer *w, uint32_t tid, const pmt__ev *ev) {
         if (w->len >= w->block_size || w->block_events == UINT32_MAX) return pmt__cut(w);
         return PMT_OK;
     }
+}
+
+/* An event without a body beyond its tag and integers; a flush or fence is
+ * attributed to code site `site`. */
+static inline int pmt__simple_at(pmt_writer *w, uint32_t tid, unsigned kind, unsigned x, uint64_t a, uint64_t b,
+                                 uint32_t site) {
+    pmt__ev ev;
+    int e = pmt__check(w, tid);
+    if (e) return e;
+    ev.kind = kind;
+    ev.x = x;
+    ev.a = a;
+    ev.b = b;
+    ev.c = 0;
+    ev.data = NULL;
+    ev.data_len = 0;
+    ev.site = site;
+    return pmt__write(w, tid, &ev);
 }
 
 /* An access event (store, ntstore or load): shared checks and encoding. */
@@ -453,6 +490,7 @@ static inline int pmt__access(pmt_writer *w, uint32_t tid, unsigned kind, uint64
     ev.c = 0;
     ev.data = NULL;
     ev.data_len = 0;
+    ev.site = 0;
     if (kind != PMT__K_LOAD && w->values) {
         if (value == NULL) return PMT_ERR_VALUE;
         ev.data = value;
@@ -461,19 +499,9 @@ static inline int pmt__access(pmt_writer *w, uint32_t tid, unsigned kind, uint64
     return pmt__write(w, tid, &ev);
 }
 
-/* An event without a body beyond its tag and integers. */
+/* An event without a body beyond its tag and integers (a flush or fence at site 0). */
 static inline int pmt__simple(pmt_writer *w, uint32_t tid, unsigned kind, unsigned x, uint64_t a, uint64_t b) {
-    pmt__ev ev;
-    int e = pmt__check(w, tid);
-    if (e) return e;
-    ev.kind = kind;
-    ev.x = x;
-    ev.a = a;
-    ev.b = b;
-    ev.c = 0;
-    ev.data = NULL;
-    ev.data_len = 0;
-    return pmt__write(w, tid, &ev);
+    return pmt__simple_at(w, tid, kind, x, a, b, 0);
 }
 
 /* Validates a name or label: NULL only when empty, UTF-8. */
@@ -553,6 +581,7 @@ static inline int pmt_writer_init(pmt_writer *w, void *buf, size_t buf_cap, size
     w->block_events = 0;
     w->values = (flags & PMT_FLAG_VALUES) != 0;
     w->tid = 0;
+    w->site = 0;
     w->ncursors = 1;
     w->cursor[0] = 0;
     w->events = 0;
@@ -588,25 +617,81 @@ static inline int pmt_load(pmt_writer *w, uint32_t tid, uint64_t addr, uint32_t 
     return pmt__access(w, tid, PMT__K_LOAD, addr, size, NULL);
 }
 
+/* pmt_flush issued at code site `site` (defined with pmt_site_define; 0 is
+ * "unknown"), so that costs can be charged to the code that caused them. */
+static inline int pmt_flush_at(pmt_writer *w, uint32_t tid, unsigned kind, uint64_t line, uint32_t site) {
+    int e = pmt__check(w, tid);
+    if (e) return e;
+    if (kind > PMT_CLFLUSH) return PMT_ERR_ARG;
+    if (line & 63u) return PMT_ERR_UNALIGNED;
+    return pmt__simple_at(w, tid, PMT__K_FLUSH, kind, line, 0, site);
+}
+
+/* pmt_fence issued at code site `site`. */
+static inline int pmt_fence_at(pmt_writer *w, uint32_t tid, unsigned kind, uint32_t site) {
+    int e = pmt__check(w, tid);
+    if (e) return e;
+    if (kind > PMT_LOCKED_RMW) return PMT_ERR_ARG;
+    return pmt__simple_at(w, tid, PMT__K_FENCE, kind, 0, 0, site);
+}
+
+/* Defines code site `id` (>= 1): instruction address `addr` (0 if none),
+ * source `line` and `column` (0 if unknown), UTF-8 `file` and `function`
+ * names (NULL if empty). Written at once as a site-table block, so it precedes
+ * the data block being filled, the first that can name the site: define a
+ * site before its first pmt_flush_at/pmt_fence_at. */
+static inline int pmt_site_define(pmt_writer *w, uint32_t id, uint64_t addr, uint32_t line, uint32_t column,
+                                  const char *file, size_t file_len, const char *function, size_t function_len) {
+    uint8_t h[PMT__HEADER_LEN], head[40], mid[10];
+    size_t nh = 0, nm, total;
+    uint32_t crc;
+    int e = pmt__check(w, 0);
+    if (e) return e;
+    if (id == 0) return PMT_ERR_ARG;
+    if ((e = pmt__text(file, file_len)) != 0) return e;
+    if ((e = pmt__text(function, function_len)) != 0) return e;
+    if (file_len > PMT_MAX_LEN / 2 || function_len > PMT_MAX_LEN / 2) return PMT_ERR_TOO_BIG;
+    nh += pmt__varint(head + nh, id);
+    nh += pmt__varint(head + nh, addr);
+    nh += pmt__varint(head + nh, line);
+    nh += pmt__varint(head + nh, column);
+    nh += pmt__varint(head + nh, file_len);
+    nm = pmt__varint(mid, function_len);
+    total = nh + file_len + nm + function_len;
+    h[0] = 'P';
+    h[1] = 'M';
+    h[2] = 'T';
+    h[3] = 'B';
+    h[4] = (uint8_t)PMT__CODEC_SITES;
+    h[5] = h[6] = h[7] = 0;
+    pmt__le32(h + 8, 0);
+    pmt__le32(h + 12, (uint32_t)total);
+    pmt__le32(h + 16, (uint32_t)total);
+    crc = pmt__crc(w->crc_table, 0, h, 20);
+    crc = pmt__crc(w->crc_table, crc, head, nh);
+    crc = pmt__crc(w->crc_table, crc, file, file_len);
+    crc = pmt__crc(w->crc_table, crc, mid, nm);
+    crc = pmt__crc(w->crc_table, crc, function, function_len);
+    pmt__le32(h + 20, crc);
+    if ((e = pmt__out(w, h, sizeof h)) != 0 || (e = pmt__out(w, head, nh)) != 0) return e;
+    if (file_len && (e = pmt__out(w, file, file_len)) != 0) return e;
+    if ((e = pmt__out(w, mid, nm)) != 0) return e;
+    if (function_len && (e = pmt__out(w, function, function_len)) != 0) return e;
+    return PMT_OK;
+}
+
 /* A write-back of the 64-byte line at `line` with PMT_CLWB, PMT_CLFLUSHOPT
  * or PMT_CLFLUSH (their costs and effects on the cache differ). `line` must be
  * 64-aligned: the format stores line numbers, so an unaligned address would
  * silently read back as another one; it is refused with PMT_ERR_UNALIGNED. */
 static inline int pmt_flush(pmt_writer *w, uint32_t tid, unsigned kind, uint64_t line) {
-    int e = pmt__check(w, tid);
-    if (e) return e;
-    if (kind > PMT_CLFLUSH) return PMT_ERR_ARG;
-    if (line & 63u) return PMT_ERR_UNALIGNED;
-    return pmt__simple(w, tid, PMT__K_FLUSH, kind, line, 0);
+    return pmt_flush_at(w, tid, kind, line, 0);
 }
 
 /* An ordering point: PMT_SFENCE, PMT_MFENCE or PMT_LOCKED_RMW (a locked
  * read-modify-write such as lock cmpxchg, which orders flushes like mfence). */
 static inline int pmt_fence(pmt_writer *w, uint32_t tid, unsigned kind) {
-    int e = pmt__check(w, tid);
-    if (e) return e;
-    if (kind > PMT_LOCKED_RMW) return PMT_ERR_ARG;
-    return pmt__simple(w, tid, PMT__K_FENCE, kind, 0, 0);
+    return pmt_fence_at(w, tid, kind, 0);
 }
 
 /* Thread `tid` starts, so that the simulator knows its lifetime. */
@@ -636,6 +721,7 @@ static inline int pmt_region_add(pmt_writer *w, uint32_t tid, uint64_t id, unsig
     ev.c = len;
     ev.data = name;
     ev.data_len = name_len;
+    ev.site = 0;
     return pmt__write(w, tid, &ev);
 }
 
@@ -672,6 +758,7 @@ static inline int pmt_marker(pmt_writer *w, uint32_t tid, uint64_t id, const cha
     ev.c = 0;
     ev.data = label;
     ev.data_len = label_len;
+    ev.site = 0;
     return pmt__write(w, tid, &ev);
 }
 

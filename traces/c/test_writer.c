@@ -101,6 +101,19 @@ static int emit_fixed(pmt_writer *w, int values) {
     CHECK(pmt_marker(w, 0, UINT64_MAX, NULL, 0));
     CHECK(pmt_region_remove(w, 0, 1));
     CHECK(pmt_load(w, 0, H, UINT32_MAX));
+    /* Code sites: ids in the tag and after it, kept across events, reset by a
+     * thread switch, unchanged by a refused event. */
+    CHECK(pmt_site_define(w, 1, 0x401000, 42, 0, "src/libpmem.c", 13, "pmem_flush", 10));
+    CHECK(pmt_site_define(w, 300, 0, 0, 0, NULL, 0, NULL, 0));
+    CHECK(pmt_site_define(w, 7, 0, 1, 2, "\xc3\xa9.rs", 5, "donn\xc3\xa9" "es", 8));
+    CHECK(pmt_flush_at(w, 0, PMT_CLWB, H + 64, 1));
+    CHECK(pmt_fence_at(w, 0, PMT_SFENCE, 1));
+    CHECK(pmt_flush_at(w, 0, PMT_CLWB, H, 300));
+    CHECK(pmt_fence_at(w, 3, PMT_SFENCE, 300));
+    CHECK(pmt_flush_at(w, 3, PMT_CLWB, H, 0));
+    EXPECT(pmt_flush_at(w, 5, PMT_CLWB, H + 3, 9), PMT_ERR_UNALIGNED);
+    CHECK(pmt_fence_at(w, 5, PMT_MFENCE, 0));
+    CHECK(pmt_fence_at(w, 0, PMT_MFENCE, 7));
     /* Refused calls, several of them switching threads: the next event of that
      * thread must still be attributed to it. */
     EXPECT(pmt_flush(w, 7, PMT_CLWB, H + 1), PMT_ERR_UNALIGNED);
@@ -175,9 +188,9 @@ static int emit_random(pmt_writer *w, uint64_t n) {
                 CHECK(pmt_load(w, tid, addr, size));
         } else if (k < 22) {
             uint64_t line = ((r2 & 3) ? ptr[t] - 1 : HEAP + (r2 >> 2) % (1u << 24)) & ~(uint64_t)63;
-            CHECK(pmt_flush(w, tid, (unsigned)((r2 >> 30) % 3), line));
+            CHECK(pmt_flush_at(w, tid, (unsigned)((r2 >> 30) % 3), line, (uint32_t)((r >> 40) % 20)));
         } else if (k < 26) {
-            CHECK(pmt_fence(w, tid, (unsigned)(r2 % 3)));
+            CHECK(pmt_fence_at(w, tid, (unsigned)(r2 % 3), (uint32_t)((r >> 40) % 20)));
         } else if (k == 26) {
             CHECK(pmt_op_begin(w, tid, R_OPS[r2 % 11], r2 >> 8));
         } else if (k == 27) {
@@ -336,9 +349,10 @@ static uint64_t get_le(const uint8_t *p, int n) {
  *   u8 call, u32 tid, u64 a, u64 b, u64 c, u64 d, u32 n, n data bytes
  * (little-endian; n = 0xffffffff: no data, a NULL pointer). Calls: 0 store,
  * 1 ntstore, 2 load (addr a, size b, value data); 3 flush (line a, kind b);
- * 4 fence (kind b); 5 thread start; 6 thread end; 7 region add (id a,
+ * 4 fence (kind b), both at site c; 5 thread start; 6 thread end; 7 region add (id a,
  * category b, base c, len d, name data); 8 region remove (id a); 9 op begin,
- * 10 op end (op a, arg/result b); 11 marker (id a, label data). */
+ * 10 op end (op a, arg/result b); 11 marker (id a, label data); 12 site
+ * definition (id a, address b, line c, column d, data "file\0function"). */
 static int run_replay(pmt_writer *wr, const uint8_t *s, size_t len) {
     size_t pos = 0;
     while (pos < len) {
@@ -365,8 +379,8 @@ static int run_replay(pmt_writer *wr, const uint8_t *s, size_t len) {
         case 0: e = pmt_store(wr, tid, a, (uint32_t)b, data); break;
         case 1: e = pmt_ntstore(wr, tid, a, (uint32_t)b, data); break;
         case 2: e = pmt_load(wr, tid, a, (uint32_t)b); break;
-        case 3: e = pmt_flush(wr, tid, (unsigned)b, a); break;
-        case 4: e = pmt_fence(wr, tid, (unsigned)b); break;
+        case 3: e = pmt_flush_at(wr, tid, (unsigned)b, a, (uint32_t)c); break;
+        case 4: e = pmt_fence_at(wr, tid, (unsigned)b, (uint32_t)c); break;
         case 5: e = pmt_thread_start(wr, tid); break;
         case 6: e = pmt_thread_end(wr, tid); break;
         case 7: e = pmt_region_add(wr, tid, a, (unsigned)b, c, d, (const char *)data, dlen); break;
@@ -374,6 +388,14 @@ static int run_replay(pmt_writer *wr, const uint8_t *s, size_t len) {
         case 9: e = pmt_op_begin(wr, tid, a, b); break;
         case 10: e = pmt_op_end(wr, tid, a, b); break;
         case 11: e = pmt_marker(wr, tid, a, (const char *)data, dlen); break;
+        case 12: { /* site define: id a, address b, line c, column d, data "file\0function" */
+            size_t f = 0;
+            const char *t = (const char *)data;
+            while (f < dlen && t[f] != 0) f++;
+            e = pmt_site_define(wr, (uint32_t)a, b, (uint32_t)c, (uint32_t)d, t, f, f < dlen ? t + f + 1 : NULL,
+                                f < dlen ? dlen - f - 1 : 0);
+            break;
+        }
         default: return fprintf(stderr, "unknown call %u in the script\n", call), 1;
         }
         printf("%d\n", e);

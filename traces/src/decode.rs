@@ -44,6 +44,15 @@ pub trait Visit<'a> {
         let _ = tid;
     }
 
+    /// The flushes and fences that follow, up to the next call of this or of
+    /// [`Visit::thread`], were issued at code site `site` (an id of the trace's
+    /// site table, [`crate::TraceReader::sites`]). After every `thread` call the
+    /// site is 0 (unknown) until this is called.
+    #[inline(always)]
+    fn site(&mut self, site: u32) {
+        let _ = site;
+    }
+
     /// A named operation (code 0-7, [`OpKind::NAMED`]) begins (`begin`, with
     /// its argument `n`) or ends (with its result `n`). Other operations come
     /// as events.
@@ -72,6 +81,7 @@ enum Hot {
     Fence,
     Thread,
     Op,
+    Site,
     Other,
 }
 
@@ -104,6 +114,7 @@ const fn hot_classes(values: bool) -> [Hot; 256] {
             K_FENCE if (x as usize) < FenceKind::ALL.len() => Hot::Fence,
             K_THREAD if x < 15 => Hot::Thread,
             K_OP_BEGIN | K_OP_END if (x as usize) < OpKind::NAMED.len() => Hot::Op,
+            K_SITE => Hot::Site,
             _ => Hot::Other,
         };
         tag += 1;
@@ -331,6 +342,14 @@ impl<'a> BlockDecoder<'a> {
                     v.thread(self.tid);
                     continue;
                 }
+                K_SITE => {
+                    let site = if x < 15 { x as u64 } else { self.varint("site id")? };
+                    if site > u32::MAX as u64 {
+                        return Err(self.bad(format!("site id {site} exceeds 32 bits")));
+                    }
+                    v.site(site as u32);
+                    continue;
+                }
                 K_OP_BEGIN => {
                     let op = self.op(x)?;
                     Event::OpBegin { op, arg: self.varint("operation argument")? }
@@ -428,6 +447,17 @@ impl<'a> BlockDecoder<'a> {
                     pos += len;
                     v.named_op(index, tid, x, tag & 15 == K_OP_BEGIN, n);
                     index += 1;
+                }
+                Hot::Site => {
+                    if x < 15 {
+                        pos += 1;
+                        v.site(x as u32);
+                    } else {
+                        // Ids past 32 bits are left to the careful decoder's error.
+                        let Some((n, len)) = varint().filter(|&(n, _)| n <= u32::MAX as u64) else { break };
+                        pos += len;
+                        v.site(n as u32);
+                    }
                 }
                 Hot::Other => break,
             }

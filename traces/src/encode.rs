@@ -11,6 +11,9 @@ pub(crate) struct Encoder {
     /// The current thread's cursor; `cursors` holds the others'.
     cur: u64,
     cursors: Vec<u64>,
+    /// The site the decoder attributes the next flush or fence to: 0 at every
+    /// block start and thread switch, then what the last SITE record set.
+    site: u32,
     /// Whether stores carry value bytes (the preamble flag).
     values: bool,
 }
@@ -46,7 +49,7 @@ impl std::error::Error for EncodeError {}
 
 impl Encoder {
     pub(crate) fn new(values: bool) -> Self {
-        Encoder { tid: 0, cur: 0, cursors: vec![0], values }
+        Encoder { tid: 0, cur: 0, cursors: vec![0], site: 0, values }
     }
 
     pub(crate) fn reset(&mut self) {
@@ -54,28 +57,36 @@ impl Encoder {
         self.cur = 0;
         self.cursors.clear();
         self.cursors.push(0);
+        self.site = 0;
     }
 
-    /// Appends the records for `ev` of thread `tid` to `out`. On error the state
-    /// is unchanged (the caller drops what was appended), so that a refused event
-    /// of a new thread does not leave the encoder on a thread whose THREAD record
-    /// was dropped.
+    /// Appends the records for `ev` of thread `tid` to `out`; a flush or fence
+    /// is attributed to code site `site` (0: unknown), other events ignore it.
+    /// On error the state is unchanged (the caller drops what was appended),
+    /// so that a refused event of a new thread does not leave the encoder on a
+    /// thread whose THREAD record was dropped.
     #[inline]
-    pub(crate) fn encode(&mut self, out: &mut Vec<u8>, tid: u32, ev: &Event<'_>) -> Result<(), EncodeError> {
-        let prev = self.tid;
-        let r = self.encode_in(out, tid, ev);
-        if r.is_err() && self.tid != prev {
-            self.cursors[self.tid as usize] = self.cur;
-            self.tid = prev;
-            self.cur = self.cursors[prev as usize];
+    pub(crate) fn encode(&mut self, out: &mut Vec<u8>, tid: u32, site: u32, ev: &Event<'_>) -> Result<(), EncodeError> {
+        let (prev, prev_site) = (self.tid, self.site);
+        let r = self.encode_in(out, tid, site, ev);
+        if r.is_err() {
+            if self.tid != prev {
+                self.cursors[self.tid as usize] = self.cur;
+                self.tid = prev;
+                self.cur = self.cursors[prev as usize];
+            }
+            self.site = prev_site;
         }
         r
     }
 
     #[inline(always)]
-    fn encode_in(&mut self, out: &mut Vec<u8>, tid: u32, ev: &Event<'_>) -> Result<(), EncodeError> {
+    fn encode_in(&mut self, out: &mut Vec<u8>, tid: u32, site: u32, ev: &Event<'_>) -> Result<(), EncodeError> {
         if tid != self.tid {
             self.switch(out, tid)?;
+        }
+        if site != self.site && matches!(ev, Event::Flush { .. } | Event::Fence { .. }) {
+            self.set_site(out, site);
         }
         let cursor = &mut self.cur;
         match *ev {
@@ -163,7 +174,20 @@ impl Encoder {
             self.cursors.resize(tid as usize + 1, 0);
         }
         self.cur = self.cursors[tid as usize];
+        self.site = 0;
         Ok(())
+    }
+
+    /// A SITE record: the site id in the tag if below 15, else after it.
+    #[inline(never)]
+    fn set_site(&mut self, out: &mut Vec<u8>, site: u32) {
+        if site < 15 {
+            out.push(K_SITE | ((site as u8) << 4));
+        } else {
+            out.push(K_SITE | 0xf0);
+            put(out, site as u64);
+        }
+        self.site = site;
     }
 }
 

@@ -2,8 +2,10 @@
 
 /// `\x89PMT\r\n\x1a\n`: the high byte and the line endings catch text-mode mangling.
 pub const MAGIC: [u8; 8] = [0x89, b'P', b'M', b'T', b'\r', b'\n', 0x1a, b'\n'];
-/// The format version this crate writes and the newest it reads.
-pub const VERSION: u16 = 1;
+/// The format version this crate writes and the newest it reads. Version 2
+/// added code sites (SITE records and site-table blocks); a version-1 trace
+/// reads as one whose flushes and fences are all at the unknown site 0.
+pub const VERSION: u16 = 2;
 /// Preamble flag: stores carry their value bytes.
 pub const FLAG_VALUES: u16 = 1;
 /// Marker at the start of every block.
@@ -16,6 +18,9 @@ pub const DEFAULT_BLOCK_SIZE: usize = 128 << 10;
 
 pub const CODEC_RAW: u8 = 0;
 pub const CODEC_ZSTD: u8 = 1;
+/// A block of site definitions (raw, not a data block: no events, not counted
+/// by the end block).
+pub const CODEC_SITES: u8 = 2;
 pub const CODEC_END: u8 = 255;
 
 // Record kinds (low nibble of the tag byte).
@@ -32,6 +37,8 @@ pub const K_REGION_REMOVE: u8 = 9;
 pub const K_OP_BEGIN: u8 = 10;
 pub const K_OP_END: u8 = 11;
 pub const K_MARKER: u8 = 12;
+/// Framing: the code site of the current thread's following flushes and fences.
+pub const K_SITE: u8 = 13;
 
 /// Tag bit 3 of accesses and flushes: the address equals the cursor.
 pub const X_SAME: u8 = 8;

@@ -6,6 +6,7 @@ use crate::error::{ErrorKind, TraceError};
 use crate::event::Record;
 use crate::format::*;
 use crate::header::TraceHeader;
+use crate::sites::{decode_sites, SiteTable};
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
@@ -26,6 +27,8 @@ pub struct TraceReader<R: Read> {
     done: bool,
     /// Offset of the first byte after the preamble.
     data_start: u64,
+    /// The code sites defined so far.
+    sites: SiteTable,
 }
 
 /// One decoded block: its payload and where it sits in the file.
@@ -167,6 +170,7 @@ impl<R: Read> TraceReader<R> {
             blocks: 0,
             done: false,
             data_start: 0,
+            sites: SiteTable::default(),
         };
         r.read_preamble()?;
         Ok(r)
@@ -174,6 +178,12 @@ impl<R: Read> TraceReader<R> {
 
     pub fn header(&self) -> &TraceHeader {
         &self.header
+    }
+
+    /// The code sites the trace defined in what has been read so far (every
+    /// site a block's records name is defined before that block is returned).
+    pub fn sites(&self) -> &SiteTable {
+        &self.sites
     }
 
     /// The name used in error messages.
@@ -275,8 +285,45 @@ impl<R: Read> TraceReader<R> {
         Ok(())
     }
 
-    /// The next block of events, or `None` after the end block.
+    /// The next block of events, or `None` after the end block. Site-table
+    /// blocks on the way are read into [`TraceReader::sites`].
     pub fn next_block(&mut self) -> Result<Option<Block<'_>>, TraceError> {
+        loop {
+            match self.read_block()? {
+                None => return Ok(None),
+                Some((at, CODEC_SITES, _)) => {
+                    if let Err((pos, problem)) = decode_sites(&self.stored, &mut self.sites) {
+                        let offset = at + (BLOCK_HEADER_LEN + pos) as u64;
+                        return Err(self.err(
+                            ErrorKind::Corrupt,
+                            offset,
+                            format!("corrupt site table: {problem} (payload byte {pos} of the block at {at})"),
+                        ));
+                    }
+                }
+                Some((at, codec, events)) => {
+                    let first_index = self.next_index;
+                    self.next_index += events as u64;
+                    self.blocks += 1;
+                    let payload: &[u8] = if codec == CODEC_ZSTD { &self.raw } else { &self.stored };
+                    return Ok(Some(Block {
+                        payload,
+                        first_index,
+                        events,
+                        offset: at,
+                        compressed: codec == CODEC_ZSTD,
+                        values: self.values,
+                        path: &self.path,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Reads and checks the next block, decompressing a zstd payload into
+    /// `raw`; returns its offset, codec and event count, or `None` after the
+    /// end block.
+    fn read_block(&mut self) -> Result<Option<(u64, u8, u32)>, TraceError> {
         if self.done {
             return Ok(None);
         }
@@ -327,6 +374,8 @@ impl<R: Read> TraceReader<R> {
                 ));
             }
             CODEC_RAW | CODEC_ZSTD => {}
+            CODEC_SITES if raw_len == stored_len && events == 0 => {}
+            CODEC_SITES => return Err(self.err(ErrorKind::Corrupt, at + 8, "corrupt site-table block header")),
             CODEC_END if raw_len == 16 && stored_len == 16 && events == 0 => {}
             CODEC_END => return Err(self.err(ErrorKind::Corrupt, at + 4, "corrupt end block header")),
             c => return Err(self.err(ErrorKind::Corrupt, at + 4, format!("unknown block codec {c}"))),
@@ -392,19 +441,7 @@ impl<R: Read> TraceReader<R> {
                 Err(e) => return Err(self.err(ErrorKind::Corrupt, at, format!("zstd block does not decode: {e}"))),
             }
         }
-        let first_index = self.next_index;
-        self.next_index += events as u64;
-        self.blocks += 1;
-        let payload: &[u8] = if codec == CODEC_ZSTD { &self.raw } else { &self.stored };
-        Ok(Some(Block {
-            payload,
-            first_index,
-            events,
-            offset: at,
-            compressed: codec == CODEC_ZSTD,
-            values: self.values,
-            path: &self.path,
-        }))
+        Ok(Some((at, codec, events)))
     }
 
     /// Calls `f` on every event of the trace, in global order.

@@ -5,6 +5,7 @@ use crate::event::Event;
 use crate::format::*;
 use crate::header::TraceHeader;
 use crate::sink::EventSink;
+use crate::sites::{encode_site, Site};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -93,11 +94,19 @@ impl<W: Write> TraceWriter<W> {
         })
     }
 
-    /// Appends one event of thread `tid`.
+    /// Appends one event of thread `tid` (a flush or fence at the unknown site 0).
     #[inline]
     pub fn write(&mut self, tid: u32, ev: &Event<'_>) -> io::Result<()> {
+        self.write_at(tid, 0, ev)
+    }
+
+    /// Appends one event of thread `tid`; a flush or fence is attributed to
+    /// code site `site` (defined with [`TraceWriter::define_site`], 0 for
+    /// unknown), other events ignore it.
+    #[inline]
+    pub fn write_at(&mut self, tid: u32, site: u32, ev: &Event<'_>) -> io::Result<()> {
         let mark = self.buf.len();
-        if let Err(e) = self.enc.encode(&mut self.buf, tid, ev) {
+        if let Err(e) = self.enc.encode(&mut self.buf, tid, site, ev) {
             self.buf.truncate(mark);
             return Err(io::Error::new(io::ErrorKind::InvalidInput, e));
         }
@@ -110,12 +119,29 @@ impl<W: Write> TraceWriter<W> {
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, "event larger than a block (16 MiB)"));
             }
             self.cut_block()?;
-            return self.write(tid, ev);
+            return self.write_at(tid, site, ev);
         }
         self.block_events += 1;
         if self.buf.len() >= self.block_size || self.block_events == u32::MAX {
             self.cut_block()?;
         }
+        Ok(())
+    }
+
+    /// Defines code site `site.id` (at least 1): written at once as a
+    /// site-table block, so it precedes the data block being filled, the first
+    /// that can name it.
+    pub fn define_site(&mut self, site: &Site) -> io::Result<()> {
+        if site.id == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "site id 0 is reserved for unknown sites"));
+        }
+        let mut payload = Vec::with_capacity(16 + site.file.len() + site.function.len());
+        encode_site(&mut payload, site);
+        if payload.len() > MAX_LEN {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "site definition larger than a block (16 MiB)"));
+        }
+        write_block(&mut self.out, CODEC_SITES, 0, payload.len(), &payload)?;
+        self.stats.bytes += (BLOCK_HEADER_LEN + payload.len()) as u64;
         Ok(())
     }
 
@@ -184,6 +210,15 @@ impl<W: Write + Send> EventSink for TraceWriter<W> {
     fn event(&mut self, tid: u32, ev: &Event<'_>) -> io::Result<()> {
         self.write(tid, ev)
     }
+
+    #[inline]
+    fn event_at(&mut self, tid: u32, site: u32, ev: &Event<'_>) -> io::Result<()> {
+        self.write_at(tid, site, ev)
+    }
+
+    fn define_site(&mut self, site: &Site) -> io::Result<()> {
+        TraceWriter::define_site(self, site)
+    }
 }
 
 /// A trace being written to a file. It is written beside its destination and
@@ -208,7 +243,18 @@ impl TraceFile {
 
     #[inline]
     pub fn write(&mut self, tid: u32, ev: &Event<'_>) -> io::Result<()> {
-        self.writer.as_mut().expect("trace file already finished").write(tid, ev)
+        self.write_at(tid, 0, ev)
+    }
+
+    /// See [`TraceWriter::write_at`].
+    #[inline]
+    pub fn write_at(&mut self, tid: u32, site: u32, ev: &Event<'_>) -> io::Result<()> {
+        self.writer.as_mut().expect("trace file already finished").write_at(tid, site, ev)
+    }
+
+    /// See [`TraceWriter::define_site`].
+    pub fn define_site(&mut self, site: &Site) -> io::Result<()> {
+        self.writer.as_mut().expect("trace file already finished").define_site(site)
     }
 
     pub fn stats(&self) -> WriteStats {
@@ -230,6 +276,15 @@ impl EventSink for TraceFile {
     #[inline]
     fn event(&mut self, tid: u32, ev: &Event<'_>) -> io::Result<()> {
         self.write(tid, ev)
+    }
+
+    #[inline]
+    fn event_at(&mut self, tid: u32, site: u32, ev: &Event<'_>) -> io::Result<()> {
+        self.write_at(tid, site, ev)
+    }
+
+    fn define_site(&mut self, site: &Site) -> io::Result<()> {
+        TraceFile::define_site(self, site)
     }
 }
 

@@ -5,7 +5,7 @@
 //! the same header bytes and block size.
 
 use pmsim_traces::{
-    Category, Component, EncodeError, FenceKind, FlushKind, HeapInfo, OpKind, OwnedEvent, Region, TraceHeader,
+    Category, Component, EncodeError, FenceKind, FlushKind, HeapInfo, OpKind, OwnedEvent, Region, Site, TraceHeader,
     TraceReader, TraceTotals, TraceWriter, Tracer, WriterOptions,
 };
 use proptest::prelude::*;
@@ -57,12 +57,16 @@ fn build(dir: &Path) -> PathBuf {
     exe
 }
 
-/// One call of the C program, and the status it must return.
+/// One call of the C program, and the status it must return: an event (a
+/// flush or fence at code site `site`), or the definition of a site (`define`;
+/// `tid` and `ev` unused).
 #[derive(Clone, Debug)]
 struct Call {
     tid: u32,
     ev: OwnedEvent,
     status: i32,
+    site: u32,
+    define: Option<Site>,
 }
 
 /// The value bytes test_writer.c's `fill` makes.
@@ -92,7 +96,13 @@ struct Seq {
 
 impl Seq {
     fn call(&mut self, tid: u32, ev: OwnedEvent, status: i32) {
-        self.calls.push(Call { tid, ev, status });
+        self.calls.push(Call { tid, ev, status, site: 0, define: None });
+    }
+    fn at(&mut self, tid: u32, ev: OwnedEvent, site: u32, status: i32) {
+        self.calls.push(Call { tid, ev, status, site, define: None });
+    }
+    fn define(&mut self, site: Site) {
+        self.calls.push(Call { tid: 0, ev: OwnedEvent::ThreadStart, status: OK, site: 0, define: Some(site) });
     }
     fn ok(&mut self, tid: u32, ev: OwnedEvent) {
         self.call(tid, ev, OK);
@@ -158,6 +168,26 @@ fn emit_fixed(s: &mut Seq) {
     s.ok(0, E::Marker { id: u64::MAX, label: String::new() });
     s.ok(0, E::RegionRemove { id: 1 });
     s.ok(0, E::Load { addr: h, size: u32::MAX });
+    // Code sites: ids in the tag and after it, kept across events, reset by a
+    // thread switch, unchanged by a refused event.
+    s.define(Site {
+        id: 1,
+        addr: 0x401000,
+        function: "pmem_flush".into(),
+        file: "src/libpmem.c".into(),
+        line: 42,
+        column: 0,
+    });
+    s.define(Site { id: 300, ..Site::default() });
+    s.define(Site { id: 7, addr: 0, function: "données".into(), file: "é.rs".into(), line: 1, column: 2 });
+    s.at(0, E::Flush { kind: FlushKind::Clwb, line: h + 64 }, 1, OK);
+    s.at(0, E::Fence { kind: FenceKind::Sfence }, 1, OK);
+    s.at(0, E::Flush { kind: FlushKind::Clwb, line: h }, 300, OK);
+    s.at(3, E::Fence { kind: FenceKind::Sfence }, 300, OK);
+    s.at(3, E::Flush { kind: FlushKind::Clwb, line: h }, 0, OK);
+    s.at(5, E::Flush { kind: FlushKind::Clwb, line: h + 3 }, 9, ERR_UNALIGNED);
+    s.at(5, E::Fence { kind: FenceKind::Mfence }, 0, OK);
+    s.at(0, E::Fence { kind: FenceKind::Mfence }, 7, OK);
     s.call(7, E::Flush { kind: FlushKind::Clwb, line: h + 1 }, ERR_UNALIGNED);
     s.store(7, h + 200, 8, 13);
     s.call(9, E::OpBegin { op: OpKind::Other(8), arg: 0 }, ERR_OP_CODE);
@@ -208,9 +238,9 @@ fn emit_random(s: &mut Seq, n: u64) {
             }
         } else if k < 22 {
             let line = (if r2 & 3 != 0 { ptr[t].wrapping_sub(1) } else { HEAP + (r2 >> 2) % (1 << 24) }) & !63;
-            s.ok(tid, E::Flush { kind: FLUSHES[((r2 >> 30) % 3) as usize], line });
+            s.at(tid, E::Flush { kind: FLUSHES[((r2 >> 30) % 3) as usize], line }, ((r >> 40) % 20) as u32, OK);
         } else if k < 26 {
-            s.ok(tid, E::Fence { kind: FENCES[(r2 % 3) as usize] });
+            s.at(tid, E::Fence { kind: FENCES[(r2 % 3) as usize] }, ((r >> 40) % 20) as u32, OK);
         } else if k == 26 {
             s.ok(tid, E::OpBegin { op: op_kind(ops[(r2 % 11) as usize]), arg: r2 >> 8 });
         } else if k == 27 {
@@ -259,7 +289,7 @@ fn accepted(calls: &[Call], values: bool) -> Vec<(u32, OwnedEvent)> {
         }
         ev => ev.clone(),
     };
-    calls.iter().filter(|c| c.status == OK).map(|c| (c.tid, strip(&c.ev))).collect()
+    calls.iter().filter(|c| c.status == OK && c.define.is_none()).map(|c| (c.tid, strip(&c.ev))).collect()
 }
 
 /// A header with every field set.
@@ -299,7 +329,13 @@ fn status(r: io::Result<()>) -> i32 {
 fn rust_trace(header: &TraceHeader, values: bool, block_size: usize, calls: &[Call]) -> (Vec<u8>, Vec<i32>) {
     let opts = WriterOptions { values, zstd_level: None, block_size };
     let mut w = TraceWriter::new(Vec::new(), header, &opts).unwrap();
-    let statuses = calls.iter().map(|c| status(w.write(c.tid, &c.ev.as_event()))).collect();
+    let statuses = calls
+        .iter()
+        .map(|c| match &c.define {
+            Some(site) => status(w.define_site(site)),
+            None => status(w.write_at(c.tid, c.site, &c.ev.as_event())),
+        })
+        .collect();
     (w.finish().unwrap().0, statuses)
 }
 
@@ -448,21 +484,28 @@ fn script(calls: &[Call]) -> Vec<u8> {
     use OwnedEvent as E;
     let mut s = Vec::new();
     for c in calls {
-        let (call, a, b, x, y, data): (u8, u64, u64, u64, u64, Option<&[u8]>) = match &c.ev {
-            E::Store { addr, size, value } => (0, *addr, *size as u64, 0, 0, value.as_deref()),
-            E::NtStore { addr, size, value } => (1, *addr, *size as u64, 0, 0, value.as_deref()),
-            E::Load { addr, size } => (2, *addr, *size as u64, 0, 0, None),
-            E::Flush { kind, line } => (3, *line, *kind as u64, 0, 0, None),
-            E::Fence { kind } => (4, 0, *kind as u64, 0, 0, None),
-            E::ThreadStart => (5, 0, 0, 0, 0, None),
-            E::ThreadEnd => (6, 0, 0, 0, 0, None),
-            E::RegionAdd { id, category, base, len, name } => {
-                (7, *id, *category as u64, *base, *len, Some(name.as_bytes()))
+        let def;
+        let (call, a, b, x, y, data): (u8, u64, u64, u64, u64, Option<&[u8]>) = match (&c.define, &c.ev) {
+            (Some(site), _) => {
+                def = [site.file.as_bytes(), b"\0", site.function.as_bytes()].concat();
+                (12, site.id as u64, site.addr, site.line as u64, site.column as u64, Some(&def[..]))
             }
-            E::RegionRemove { id } => (8, *id, 0, 0, 0, None),
-            E::OpBegin { op, arg } => (9, op_code(*op), *arg, 0, 0, None),
-            E::OpEnd { op, result } => (10, op_code(*op), *result, 0, 0, None),
-            E::Marker { id, label } => (11, *id, 0, 0, 0, Some(label.as_bytes())),
+            (None, ev) => match ev {
+                E::Store { addr, size, value } => (0, *addr, *size as u64, 0, 0, value.as_deref()),
+                E::NtStore { addr, size, value } => (1, *addr, *size as u64, 0, 0, value.as_deref()),
+                E::Load { addr, size } => (2, *addr, *size as u64, 0, 0, None),
+                E::Flush { kind, line } => (3, *line, *kind as u64, c.site as u64, 0, None),
+                E::Fence { kind } => (4, 0, *kind as u64, c.site as u64, 0, None),
+                E::ThreadStart => (5, 0, 0, 0, 0, None),
+                E::ThreadEnd => (6, 0, 0, 0, 0, None),
+                E::RegionAdd { id, category, base, len, name } => {
+                    (7, *id, *category as u64, *base, *len, Some(name.as_bytes()))
+                }
+                E::RegionRemove { id } => (8, *id, 0, 0, 0, None),
+                E::OpBegin { op, arg } => (9, op_code(*op), *arg, 0, 0, None),
+                E::OpEnd { op, result } => (10, op_code(*op), *result, 0, 0, None),
+                E::Marker { id, label } => (11, *id, 0, 0, 0, Some(label.as_bytes())),
+            },
         };
         s.push(call);
         s.extend_from_slice(&c.tid.to_le_bytes());
@@ -642,7 +685,7 @@ fn to_calls(gens: &[(u32, Gen)], values: bool) -> Vec<Call> {
                 Gen::Marker(id, label) => E::Marker { id: *id, label: label.clone() },
             };
             // The status is whatever the Rust writer says; `replay` compares.
-            Call { tid, ev, status: OK }
+            Call { tid, ev, status: OK, site: 0, define: None }
         })
         .collect()
 }

@@ -47,7 +47,7 @@ fn newer_version() {
     let e = err(&b);
     assert_eq!(e.kind, ErrorKind::NewerVersion);
     assert_eq!(e.offset, 8);
-    assert!(e.to_string().contains("format version 7 is newer than this pmsim reads (1)"), "{e}");
+    assert!(e.to_string().contains("format version 7 is newer than this pmsim reads (2)"), "{e}");
 }
 
 #[test]

@@ -111,3 +111,100 @@ fn trace_file_is_renamed_into_place_only_when_finished() {
     let mut r = TraceReader::open(&path).unwrap();
     assert_eq!(r.for_each(|_| {}).unwrap().events, 1);
 }
+
+/// Every event of a trace with the code site the decoder attributes it to
+/// (that of a flush or fence; 0 for other events), through the visiting decoder.
+fn read_with_sites(bytes: &[u8]) -> (Vec<(u32, OwnedEvent, u32)>, SiteTable) {
+    struct V<'o> {
+        site: u32,
+        out: &'o mut Vec<(u32, OwnedEvent, u32)>,
+    }
+    impl<'a> Visit<'a> for V<'_> {
+        const SPLIT: bool = true;
+        fn event(&mut self, rec: &Record<'a>) {
+            let site = if matches!(rec.event, Event::Flush { .. } | Event::Fence { .. }) { self.site } else { 0 };
+            self.out.push((rec.tid, rec.event.to_owned(), site));
+        }
+        fn thread(&mut self, _tid: u32) {
+            self.site = 0;
+        }
+        fn site(&mut self, site: u32) {
+            self.site = site;
+        }
+    }
+    let mut r = TraceReader::new(bytes, "mem.pmt").unwrap();
+    let mut out = Vec::new();
+    while let Some(b) = r.next_block().unwrap() {
+        b.visit(&mut V { site: 0, out: &mut out }).unwrap();
+    }
+    (out, r.sites().clone())
+}
+
+fn site(id: u32) -> Site {
+    Site { id, addr: id as u64 * 16, function: format!("f{id}"), file: "src/x.rs".into(), line: id, column: 1 }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 100, ..ProptestConfig::default() })]
+
+    /// Sites survive thread switches and block cuts (both reset the decoder's
+    /// site), ids in the tag and after it, and are defined before their use.
+    #[test]
+    fn sites_round_trip(events in proptest::collection::vec((tid(), event(false), 0u32..40), 0..400), bs in 64usize..1024) {
+        let opts = WriterOptions { block_size: bs, ..WriterOptions::default() };
+        let mut w = TraceWriter::new(Vec::new(), &TraceHeader::default(), &opts).unwrap();
+        let mut defined = std::collections::BTreeSet::new();
+        let mut expect = Vec::new();
+        for (tid, ev, s) in &events {
+            if *s != 0 && defined.insert(*s) {
+                w.define_site(&site(*s)).unwrap();
+            }
+            w.write_at(*tid, *s, &ev.as_event()).unwrap();
+            let s = if matches!(ev, OwnedEvent::Flush { .. } | OwnedEvent::Fence { .. }) { *s } else { 0 };
+            expect.push((*tid, ev.clone(), s));
+        }
+        let bytes = w.finish().unwrap().0;
+        let (back, sites) = read_with_sites(&bytes);
+        prop_assert_eq!(back, expect);
+        prop_assert_eq!(sites.len(), defined.len());
+        for s in defined {
+            prop_assert_eq!(sites.get(s), Some(&site(s)));
+        }
+        // The iterating reader skips SITE records and site-table blocks.
+        prop_assert_eq!(read_all(&bytes).unwrap().len(), events.len());
+    }
+}
+
+#[test]
+fn version_1_traces_still_read_with_unknown_sites() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/samples/threadtest-base.pmt");
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 1, "the sample is a version-1 trace");
+    let (events, sites) = read_with_sites(&bytes);
+    assert!(events.iter().any(|(_, e, _)| matches!(e, OwnedEvent::Flush { .. })));
+    assert!(events.iter().all(|(_, _, s)| *s == 0));
+    assert!(sites.is_empty());
+}
+
+#[test]
+fn site_id_zero_and_bad_site_tables_are_refused() {
+    let mut w = TraceWriter::new(Vec::new(), &TraceHeader::default(), &WriterOptions::default()).unwrap();
+    assert!(w.define_site(&Site::default()).is_err());
+    w.define_site(&site(3)).unwrap();
+    w.write_at(0, 3, &Event::Fence { kind: FenceKind::Sfence }).unwrap();
+    let mut bytes = w.finish().unwrap().0;
+    // Break the site table's UTF-8 (and fix its checksum): one clear error.
+    let at = bytes.windows(4).position(|b| b == b"PMTB").unwrap();
+    assert_eq!(bytes[at + 4], 2, "the first block is the site table");
+    let len = u32::from_le_bytes(bytes[at + 16..at + 20].try_into().unwrap()) as usize;
+    let payload = at + 24;
+    let f = payload + bytes[payload..payload + len].iter().position(|&b| b == b'f').unwrap();
+    bytes[f] = 0xff;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&bytes[at..at + 20]);
+    crc.update(&bytes[payload..payload + len]);
+    bytes[at + 20..at + 24].copy_from_slice(&crc.finalize().to_le_bytes());
+    let mut r = TraceReader::new(&bytes[..], "mem.pmt").unwrap();
+    let e = r.next_block().err().expect("a corrupt site table is an error");
+    assert!(e.to_string().contains("corrupt site table: site function is not UTF-8"), "{e}");
+}
