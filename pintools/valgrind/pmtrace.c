@@ -23,7 +23,14 @@
  *  - locked read-modify-writes on PM (Ist_CAS: lock cmpxchg, xchg, lock add,
  *    ...) as a LOCKED_RMW ordering point, then the store if the swap happened,
  *    as pmsim's own tracer records its CAS;
- *  - thread starts and ends, regions, operations and markers (client requests).
+ *  - thread starts and ends, regions, operations and markers (client requests);
+ *  - the code site of every flush and fence, symbolized from the program's
+ *    symbols and debug information (function, file:line) into the trace's
+ *    site table. A flush issued inside a shared library (PMDK's libpmem does
+ *    every clflush of libpmemobj) is charged, like a #[track_caller] in Rust,
+ *    to its caller: the first frame of the guest stack outside that library
+ *    whose function has a name (else the first frame outside it); a flush in
+ *    the program itself to its own instruction.
  *
  * The trace starts at the first PM mapping, whose base and size the header
  * names as the heap. The header is rewritten in place at exit (it is written
@@ -35,6 +42,8 @@
  */
 #include "pub_tool_basics.h"
 #include "pub_tool_clientstate.h"
+#include "pub_tool_debuginfo.h"
+#include "pub_tool_stacktrace.h"
 #include "pub_tool_libcassert.h"
 #include "pub_tool_libcbase.h"
 #include "pub_tool_libcfile.h"
@@ -381,6 +390,121 @@ static void add_range(Addr base, SizeT len, const HChar *path, ULong offset) {
     if (!tracing) start_trace();
 }
 
+/* ------------------------------------------------------------- code sites */
+
+/* What the site search needs of a code address, cached (open addressing; a
+ * full table is answered uncached): its object and whether the symbol table
+ * names its function. */
+#define IP_SLOTS 65536
+typedef struct {
+    Addr ip;
+    const DebugInfo *di;
+    Bool named, used;
+} IpInfo;
+static IpInfo ip_infos[IP_SLOTS];
+
+static IpInfo ip_info(Addr a) {
+    UInt i = (UInt)((a * 0x9E3779B97F4A7C15ULL) >> 48) % IP_SLOTS, k;
+    const HChar *f = NULL;
+    DiEpoch ep = VG_(current_DiEpoch)();
+    IpInfo r;
+    for (k = 0; k < 64 && ip_infos[i].used; k++, i = (i + 1) % IP_SLOTS)
+        if (ip_infos[i].ip == a) return ip_infos[i];
+    r.ip = a;
+    r.di = VG_(find_DebugInfo)(ep, a);
+    r.named = VG_(get_fnname)(ep, a, &f) && f && f[0];
+    r.used = True;
+    if (k < 64) ip_infos[i] = r;
+    return r;
+}
+
+/* Whether `di` is a shared library (it has a soname) rather than the program. */
+static Bool is_library(const DebugInfo *di) {
+    const HChar *so = di ? VG_(DebugInfo_get_soname)(di) : NULL;
+    return so && so[0] && VG_(strcmp)(so, "NONE") != 0;
+}
+
+/* Frames the site search walks up from a flush or fence. */
+#define SITE_DEPTH 16
+
+/* The code address a flush or fence at instruction `ins` is charged to (see
+ * the top of the file). Return addresses are taken minus one, inside the call. */
+static Addr site_ip(Addr ins) {
+    Addr ips[SITE_DEPTH], outside = 0;
+    IpInfo own = ip_info(ins);
+    UInt n, i;
+    if (!is_library(own.di)) return ins;
+    n = VG_(get_StackTrace)(VG_(get_running_tid)(), ips, SITE_DEPTH, NULL, NULL, 0);
+    for (i = 1; i < n; i++) {
+        IpInfo f = ip_info(ips[i] - 1);
+        if (f.di == own.di) continue;
+        if (outside == 0) outside = ips[i] - 1;
+        if (f.named) return ips[i] - 1;
+    }
+    return outside ? outside : ins;
+}
+
+/* Site ids by code address (open addressing), and per id the address and
+ * whether the trace defines it yet. Past MAX_SITES addresses the rest share
+ * the unknown site 0. */
+#define MAX_SITES 16384
+#define SITE_SLOTS (2 * MAX_SITES)
+static Addr site_slot_addr[SITE_SLOTS];
+static UInt site_slot_id[SITE_SLOTS];
+static Addr site_addr[MAX_SITES + 1];
+static Bool site_defined[MAX_SITES + 1];
+static UInt n_sites;
+
+/* The site id of the instruction at `a` (0 when the table is full). */
+static UInt site_of(Addr a) {
+    UInt i = (UInt)((a * 0x9E3779B97F4A7C15ULL) >> 49) % SITE_SLOTS;
+    while (site_slot_id[i] != 0) {
+        if (site_slot_addr[i] == a) return site_slot_id[i];
+        i = (i + 1) % SITE_SLOTS;
+    }
+    if (n_sites == MAX_SITES) return 0;
+    site_slot_addr[i] = a;
+    site_slot_id[i] = ++n_sites;
+    site_addr[n_sites] = a;
+    return n_sites;
+}
+
+/* Defines site `id` in the trace before its first flush or fence: what the
+ * debug information says of its address (a name that is not UTF-8 is left
+ * out rather than the site). */
+static void define_site(UInt id) {
+    static HChar fn[512], path[1024];
+    const HChar *f = NULL, *file = NULL, *dir = NULL;
+    UInt line = 0;
+    DiEpoch ep = VG_(current_DiEpoch)();
+    Addr a = site_addr[id];
+    int st;
+    site_defined[id] = True;
+    fn[0] = path[0] = 0;
+    /* Copied at once: the next debuginfo call may invalidate the string. */
+    if (VG_(get_fnname)(ep, a, &f) && f) VG_(strncpy)(fn, f, sizeof fn - 1);
+    fn[sizeof fn - 1] = 0;
+    if (VG_(get_filename_linenum)(ep, a, &file, &dir, &line) && file) {
+        if (dir && dir[0] && file[0] != '/')
+            VG_(snprintf)(path, sizeof path, "%s/%s", dir, file);
+        else
+            VG_(snprintf)(path, sizeof path, "%s", file);
+    } else if (VG_(get_objname)(ep, a, &file) && file) { /* no line table: at least the object */
+        VG_(snprintf)(path, sizeof path, "%s", file);
+    }
+    st = pmt_site_define(&writer, id, a, line, 0, path, VG_(strlen)(path), fn, VG_(strlen)(fn));
+    if (st == PMT_ERR_UTF8) st = pmt_site_define(&writer, id, a, line, 0, NULL, 0, NULL, 0);
+    check(st);
+}
+
+/* The site of a flush or fence at instruction `ins`, defined in the trace
+ * first if this is its first use. */
+static UInt use_site(Addr ins) {
+    UInt id = site_of(site_ip(ins));
+    if (id != 0 && !site_defined[id]) define_site(id);
+    return id;
+}
+
 /* ---------------------------------------------- helpers run by the program */
 
 static void h_store(Addr a, UWord size) {
@@ -395,28 +519,30 @@ static void h_ntstore(Addr a, UWord size) {
     check(pmt_ntstore(&writer, trace_tid(VG_(get_running_tid)()), a + r->alias, (uint32_t)size, (const void *)a));
 }
 
-static void h_flush(Addr a) {
+static void h_flush(Addr a, Addr ins) {
     const PmRange *r;
     if (!tracing || (r = pm_range(a)) == NULL) return;
-    check(pmt_flush(&writer, trace_tid(VG_(get_running_tid)()), PMT_CLFLUSH, (a + r->alias) & ~(Addr)63));
+    check(pmt_flush_at(&writer, trace_tid(VG_(get_running_tid)()), PMT_CLFLUSH, (a + r->alias) & ~(Addr)63,
+                       use_site(ins)));
 }
 
 /* A clflush whose line is known only to 256 B: recorded at that granule. */
-static void h_flush_imprecise(Addr a) {
+static void h_flush_imprecise(Addr a, Addr ins) {
     const PmRange *r;
     if (!tracing || (r = pm_range(a)) == NULL) return;
     n_imprecise++;
-    check(pmt_flush(&writer, trace_tid(VG_(get_running_tid)()), PMT_CLFLUSH, (a + r->alias) & ~(Addr)63));
+    check(pmt_flush_at(&writer, trace_tid(VG_(get_running_tid)()), PMT_CLFLUSH, (a + r->alias) & ~(Addr)63,
+                       use_site(ins)));
 }
 
-static void h_fence(UWord kind) {
+static void h_fence(UWord kind, Addr ins) {
     if (!tracing) return;
-    check(pmt_fence(&writer, trace_tid(VG_(get_running_tid)()), (unsigned)kind));
+    check(pmt_fence_at(&writer, trace_tid(VG_(get_running_tid)()), (unsigned)kind, use_site(ins)));
 }
 
-static void h_rmw(Addr a) {
+static void h_rmw(Addr a, Addr ins) {
     if (!tracing || pm_range(a) == NULL) return;
-    check(pmt_fence(&writer, trace_tid(VG_(get_running_tid)()), PMT_LOCKED_RMW));
+    check(pmt_fence_at(&writer, trace_tid(VG_(get_running_tid)()), PMT_LOCKED_RMW, use_site(ins)));
 }
 
 /* ------------------------------------------------ instruction classification */
@@ -577,7 +703,7 @@ static IRSB *pmt_instrument(VgCallbackClosure *closure, IRSB *in, const VexGuest
                 eq = IRExpr_Binop(Iop_And1, IRExpr_RdTmp(lo), IRExpr_RdTmp(hi));
             }
             addStmtToIRSB(out, IRStmt_WrTmp(ok, eq));
-            add_call(out, "h_rmw", h_rmw, mkIRExprVec_1(c->addr), NULL);
+            add_call(out, "h_rmw", h_rmw, mkIRExprVec_2(c->addr, mkIRExpr_HWord((HWord)ins_addr)), NULL);
             add_call(out, "h_store", h_store,
                      mkIRExprVec_2(c->addr, mkIRExpr_HWord((HWord)(sizeofIRType(ty) *
                                                                     (c->oldHi != IRTemp_INVALID ? 2 : 1)))),
@@ -589,20 +715,23 @@ static IRSB *pmt_instrument(VgCallbackClosure *closure, IRSB *in, const VexGuest
             addStmtToIRSB(out, st);
             if (st->Ist.MBE.event == Imbe_Fence && (ins == INS_SFENCE || ins == INS_MFENCE))
                 add_call(out, "h_fence", h_fence,
-                         mkIRExprVec_1(mkIRExpr_HWord(ins == INS_SFENCE ? PMT_SFENCE : PMT_MFENCE)), NULL);
+                         mkIRExprVec_2(mkIRExpr_HWord(ins == INS_SFENCE ? PMT_SFENCE : PMT_MFENCE),
+                                       mkIRExpr_HWord((HWord)ins_addr)),
+                         NULL);
             break;
 
         case Ist_Put: /* clflush: guest_CMSTART = And64(line address, ~0xFF) */
             if (ins == INS_CLFLUSH && st->Ist.Put.offset == offsetof(VexGuestAMD64State, guest_CMSTART)) {
                 IRExpr *data = st->Ist.Put.data, *def = NULL;
                 if (data->tag == Iex_RdTmp) def = definition(in, data->Iex.RdTmp.tmp, i);
+                IRExpr *site = mkIRExpr_HWord((HWord)ins_addr);
                 if (def && def->tag == Iex_Binop && def->Iex.Binop.op == Iop_And64)
-                    add_call(out, "h_flush", h_flush, mkIRExprVec_1(def->Iex.Binop.arg1), NULL);
+                    add_call(out, "h_flush", h_flush, mkIRExprVec_2(def->Iex.Binop.arg1, site), NULL);
                 else if (riprel)
                     add_call(out, "h_flush", h_flush,
-                             mkIRExprVec_1(mkIRExpr_HWord((HWord)(ins_addr + ins_len + (Long)disp))), NULL);
+                             mkIRExprVec_2(mkIRExpr_HWord((HWord)(ins_addr + ins_len + (Long)disp)), site), NULL);
                 else
-                    add_call(out, "h_flush_imprecise", h_flush_imprecise, mkIRExprVec_1(data), NULL);
+                    add_call(out, "h_flush_imprecise", h_flush_imprecise, mkIRExprVec_2(data, site), NULL);
             }
             addStmtToIRSB(out, st);
             break;

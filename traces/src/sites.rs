@@ -40,6 +40,11 @@ impl Site {
             (false, l, 0) => format!("{file}:{l}"),
             (false, l, c) => format!("{file}:{l}:{c}"),
         };
+        // Without a line, the address tells apart two sites of one function.
+        let place = match (self.line, self.addr) {
+            (0, a) if a != 0 && !place.is_empty() => format!("{place} @{a:#x}"),
+            _ => place,
+        };
         match (self.function.is_empty(), place.is_empty()) {
             (false, false) => format!("{} ({place})", self.function),
             (false, true) => self.function.clone(),
@@ -175,6 +180,8 @@ mod tests {
         assert_eq!(s.label(), "pmem_flush (src/libpmem.c:7)");
         let s = Site { id: 3, addr: 0x401000, ..Site::default() };
         assert_eq!(s.label(), "0x401000");
+        let s = Site { function: "pmemobj_alloc".into(), file: "/usr/lib/libpmemobj.so.1".into(), ..s };
+        assert_eq!(s.label(), "pmemobj_alloc (lib/libpmemobj.so.1 @0x401000)");
         assert_eq!(SiteTable::default().label(0), "(unknown)");
         assert_eq!(SiteTable::default().label(9), "site 9");
     }
