@@ -416,4 +416,20 @@ fn pmdk_threadtest_is_traced_and_simulated() {
     let text = v.to_string();
     assert!(text.contains("reflush"), "{text}");
     assert_eq!(v["overall"]["flushes"].as_u64(), Some(flushes.len() as u64), "{}", v["overall"]);
+    // Every flush and fence names its code site: libpmem issues them, and they
+    // are charged to the named libpmemobj functions that called it.
+    let sites = v["sites"].as_array().expect("a sites array");
+    let at = |f: &dyn Fn(&serde_json::Value) -> bool| -> u64 {
+        sites.iter().filter(|s| f(s)).map(|s| s["flushes"].as_u64().unwrap()).sum()
+    };
+    let named = at(&|s| {
+        s["function"].as_str().is_some_and(|f| f.starts_with("pmemobj_"))
+            && s["file"].as_str().is_some_and(|f| f.contains("libpmemobj"))
+    });
+    assert!(
+        named * 10 >= flushes.len() as u64 * 9,
+        "only {named} of {} flushes at libpmemobj functions",
+        flushes.len()
+    );
+    assert!(at(&|s| s["function"] == "pmemobj_alloc") > 0 && at(&|s| s["function"] == "pmemobj_free") > 0, "{sites:?}");
 }
