@@ -9,14 +9,19 @@ use crate::persist::{write_piece, PState};
 use crate::target::{CrashTarget, Recovered};
 use crate::CrashError;
 use memmap2::MmapMut;
-use pmsim_model::heap::{Heap, HEADER_SIZE};
+use pmsim_model::heap::{Heap, HEADER_SIZE, ROOT_SLOTS};
+use pmsim_model::mech::mark;
 use pmsim_model::runner::ScratchHeap;
+use pmsim_model::watch::AccessWatch;
 use pmsim_traces::OpKind;
 use rayon::prelude::*;
 use serde::Serialize;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -38,9 +43,16 @@ pub struct Options {
     pub point: Option<u64>,
     /// Only this image of each point.
     pub image: Option<u64>,
-    /// Live allocations nothing accounts for that recovery may leave
-    /// (`None`: the target's own allowance).
-    pub leak_bound: Option<u64>,
+    /// Live allocations that nothing accounts for (and, under a
+    /// reachability-based recovery, no mark from the roots reaches) that
+    /// recovery may leave: 0 unless the user tolerates some.
+    pub leak_bound: u64,
+    /// Crash the recovery of every N-th image (chosen by the seeded
+    /// generator) at each of its fences and recover again; 0: never.
+    pub recovery_crashes: u64,
+    /// Images per fence of a crashed recovery (exhaustive up to this many,
+    /// else sampled).
+    pub recovery_bound: u64,
 }
 
 impl Default for Options {
@@ -53,7 +65,9 @@ impl Default for Options {
             marker: None,
             point: None,
             image: None,
-            leak_bound: None,
+            leak_bound: 0,
+            recovery_crashes: 0,
+            recovery_bound: 4,
         }
     }
 }
@@ -69,6 +83,15 @@ pub struct StoreInfo {
     pub value: String,
 }
 
+/// Where a crash inside recovery happened: before fence `fence` of the
+/// recovery run (counted from 0), image `image` of that fence's images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RecoveryCrash {
+    pub fence: u64,
+    pub image: u64,
+    pub images_at_fence: u64,
+}
+
 /// The first failing image.
 #[derive(Clone, Debug, Serialize)]
 pub struct Violation {
@@ -78,11 +101,33 @@ pub struct Violation {
     /// The global event index of the fence the crash happens before.
     pub event: u64,
     pub problem: String,
+    /// Set when the image recovered correctly but a crash inside its
+    /// recovery, recovered again, did not.
+    pub recovery_crash: Option<RecoveryCrash>,
     /// Pending stores this image kept, and those it dropped.
     pub persisted: Vec<StoreInfo>,
     pub lost: Vec<StoreInfo>,
     pub images_at_point: u64,
     pub exhaustive: bool,
+}
+
+/// The coverage of one crash point.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PointCoverage {
+    /// The crash point (fence number).
+    pub point: u64,
+    /// Images recovered and checked.
+    pub images: u64,
+    /// Distinct recovery-visible states among them (images that differ in
+    /// a byte the recovery or the checks read).
+    pub distinct: u64,
+    /// Whether every recovery-visible state of the point was explored
+    /// (all images, or all prefixes of the pending lines anything reads).
+    pub complete: bool,
+    /// Lines with pending stores, and those of them any image's recovery or
+    /// checks read.
+    pub pending_lines: u64,
+    pub read_lines: u64,
 }
 
 /// What a run of the explorer did.
@@ -100,8 +145,24 @@ pub struct Summary {
     pub possible_images: f64,
     /// Most lines with pending stores at one point.
     pub max_pending_lines: u64,
+    /// Distinct recovery-visible states explored (summed over points), and
+    /// the points whose every such state was explored.
+    pub distinct_states: u64,
+    pub complete_points: u64,
+    /// Live blocks no operation accounts for that the conservative mark of
+    /// a reachability-based recovery reached (kept by a stale word): summed
+    /// over images, and the most in one image.
+    pub retained: u64,
+    pub max_retained: u64,
+    /// Images whose recovery was crashed at each of its fences, the
+    /// recovery fences crashed at, and the images recovered after such a crash.
+    pub recovery_crashed_images: u64,
+    pub recovery_fences: u64,
+    pub recovery_crash_images: u64,
     pub seconds: f64,
     pub images_per_second: f64,
+    /// Per crash point, in point order.
+    pub coverage: Vec<PointCoverage>,
     pub violation: Option<Violation>,
 }
 
@@ -185,6 +246,14 @@ pub fn explore(
         t.max_images_at_point = t.max_images_at_point.max(sum.max_images_at_point);
         t.possible_images += sum.possible_images;
         t.max_pending_lines = t.max_pending_lines.max(sum.max_pending_lines);
+        t.distinct_states += sum.distinct_states;
+        t.complete_points += sum.complete_points;
+        t.retained += sum.retained;
+        t.max_retained = t.max_retained.max(sum.max_retained);
+        t.recovery_crashed_images += sum.recovery_crashed_images;
+        t.recovery_fences += sum.recovery_fences;
+        t.recovery_crash_images += sum.recovery_crash_images;
+        t.coverage.extend(sum.coverage);
         if let Some(v) = v {
             let mut f = found.lock().unwrap();
             if f.as_ref().is_none_or(|o| (v.point, v.image) < (o.point, o.image)) {
@@ -196,6 +265,7 @@ pub fn explore(
     std::panic::set_hook(hook);
     result?;
     let mut s = totals.into_inner().unwrap();
+    s.coverage.sort_by_key(|c| c.point);
     s.allocator = target.name();
     s.fences = tr.fences.len() as u64;
     s.violation = found.into_inner().unwrap();
@@ -204,13 +274,134 @@ pub fn explore(
     Ok(s)
 }
 
-struct Worker<'a> {
-    tr: &'a CrashTrace,
-    target: &'a dyn CrashTarget,
-    opts: &'a Options,
-    ops: &'a [Op],
+pub(crate) struct Worker<'a> {
+    pub(crate) tr: &'a CrashTrace,
+    pub(crate) target: &'a dyn CrashTarget,
+    pub(crate) opts: &'a Options,
+    pub(crate) ops: &'a [Op],
     progress: &'a Progress,
     stop: &'a AtomicU64,
+}
+
+/// One image recovered and checked.
+pub(crate) struct ImageRun {
+    pub(crate) problem: Option<(String, Option<RecoveryCrash>)>,
+    /// Names its recovery-visible state (see [`pmsim_model::watch`]).
+    fingerprint: u64,
+    /// Per pending line of the point: whether the recovery or the checks read it.
+    read: Vec<bool>,
+    retained: u64,
+    /// Crashes inside its recovery: fences and images explored.
+    pub(crate) recovery_fences: u64,
+    pub(crate) recovery_images: u64,
+}
+
+/// The pending stores of a point, by line (offset, pieces oldest first).
+pub(crate) type Pending = [(u64, Vec<u32>)];
+
+/// Writes the first `keep[i]` pending stores of each line `i` into `bytes`.
+pub(crate) fn apply_kept(tr: &CrashTrace, pending: &Pending, keep: &[usize], bytes: &mut [u8]) {
+    for ((_, pcs), &d) in pending.iter().zip(keep) {
+        for &p in &pcs[..d] {
+            write_piece(tr, p, bytes);
+        }
+    }
+}
+
+/// The heap's bytes, writable (a private mapping of the caller's alone).
+pub(crate) fn heap_bytes(heap: &Heap) -> &mut [u8] {
+    // SAFETY: a private copy-on-write mapping that only this caller uses
+    // while the slice lives (no allocator is open on it yet).
+    unsafe { std::slice::from_raw_parts_mut(heap.base(), heap.size() as usize) }
+}
+
+/// The message of a caught panic.
+pub(crate) fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    let m = p
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("recovery or check panicked: {m}")
+}
+
+/// The images of one point in the order they are explored: all of them
+/// while they fit the bound; else every combination of prefixes of the
+/// lines that some explored image's recovery or checks read (the other
+/// lines fully persisted; a line read for the first time widens the set)
+/// while those fit the bound; else the sampler's images.
+struct Sequence<'a> {
+    order: &'a [Vec<u64>],
+    lens: Vec<usize>,
+    raw: images::Plan,
+    bound: u64,
+    seed: u64,
+    point: u64,
+    /// Lines that matter, in the order found.
+    relevant: Vec<usize>,
+    /// Next combination over `relevant` to try.
+    cursor: u64,
+    tried: HashSet<Vec<usize>>,
+    /// Image number at which sampling began.
+    sampled_from: Option<u64>,
+    next: u64,
+}
+
+impl Sequence<'_> {
+    /// The next image to explore (its number, and what it keeps), or `None`
+    /// with whether every recovery-visible state was explored.
+    fn next(&mut self) -> Result<(u64, Vec<usize>), bool> {
+        let k = self.next;
+        let keep = if self.raw.exhaustive {
+            if k >= self.raw.images {
+                return Err(true);
+            }
+            images::choose(self.order, self.raw, self.seed, self.point, k)
+        } else {
+            loop {
+                if let Some(s0) = self.sampled_from {
+                    let j = k - s0;
+                    if j >= self.bound {
+                        return Err(false);
+                    }
+                    let plan = images::Plan { images: self.bound, exhaustive: false };
+                    break images::choose(self.order, plan, self.seed, self.point, j);
+                }
+                let radix: Vec<u64> = self.relevant.iter().map(|&i| self.lens[i] as u64 + 1).collect();
+                let product = radix.iter().try_fold(1u64, |a, &r| a.checked_mul(r)).filter(|&p| p <= self.bound);
+                let Some(product) = product else {
+                    self.sampled_from = Some(k);
+                    continue;
+                };
+                if self.cursor >= product {
+                    return Err(true);
+                }
+                let mut keep = self.lens.clone();
+                let mut rest = self.cursor;
+                for (&i, &r) in self.relevant.iter().zip(&radix) {
+                    keep[i] = (rest % r) as usize;
+                    rest /= r;
+                }
+                self.cursor += 1;
+                if self.tried.insert(keep.clone()) {
+                    break keep;
+                }
+            }
+        };
+        self.next += 1;
+        Ok((k, keep))
+    }
+
+    /// What an explored image read: a pending line read for the first time
+    /// widens the combinations (which start over, skipping those tried).
+    fn saw(&mut self, read: &[bool]) {
+        for (i, &r) in read.iter().enumerate() {
+            if r && !self.relevant.contains(&i) {
+                self.relevant.push(i);
+                self.cursor = 0;
+            }
+        }
+    }
 }
 
 impl Worker<'_> {
@@ -241,16 +432,9 @@ impl Worker<'_> {
             let lens: Vec<usize> = order.iter().map(Vec::len).collect();
             let plan = images::plan(&lens, self.opts.bound);
             let objs = expect::at_point(self.ops, pos, self.target.plain_mallocs_durable());
-            let ks = match self.opts.image {
-                Some(k) if k >= plan.images => {
-                    return Err(CrashError(format!(
-                        "crash point {n} has {} images; there is no image {k}",
-                        plan.images
-                    )))
-                }
-                Some(k) => k..k + 1,
-                None => 0..plan.images,
-            };
+            if let Some(k) = self.opts.image.filter(|&k| plan.exhaustive && k >= plan.images) {
+                return Err(CrashError(format!("crash point {n} has {} images; there is no image {k}", plan.images)));
+            }
             sum.points += 1;
             if plan.exhaustive {
                 sum.exhaustive_points += 1;
@@ -260,31 +444,58 @@ impl Worker<'_> {
             sum.max_images_at_point = sum.max_images_at_point.max(plan.images);
             sum.possible_images += lens.iter().map(|&n| n as f64 + 1.0).product::<f64>();
             sum.max_pending_lines = sum.max_pending_lines.max(lens.len() as u64);
-            for k in ks {
-                let keep = images::choose(&order, plan, self.opts.seed, n, k);
-                let heap = Heap::open_copy(path).map_err(|e| CrashError(e.to_string()))?;
-                {
-                    // SAFETY: the private mapping is this function's alone.
-                    let bytes = unsafe { std::slice::from_raw_parts_mut(heap.base(), heap.size() as usize) };
-                    for ((_, pcs), &d) in pending.iter().zip(&keep) {
-                        for &p in &pcs[..d] {
-                            write_piece(tr, p, bytes);
-                        }
+            let mut seq = Sequence {
+                order: &order,
+                lens: lens.clone(),
+                raw: plan,
+                bound: self.opts.bound,
+                seed: self.opts.seed,
+                point: n,
+                relevant: Vec::new(),
+                cursor: 0,
+                tried: HashSet::new(),
+                sampled_from: None,
+                next: 0,
+            };
+            // A replayed image of an exhaustive point is rebuilt alone;
+            // otherwise the images before it are explored again (they decide
+            // which lines it varies).
+            if let Some(k) = self.opts.image.filter(|_| plan.exhaustive) {
+                seq.next = k;
+            }
+            let mut seen: HashSet<u64> = HashSet::new();
+            let mut read_lines = vec![false; pending.len()];
+            let mut cov = PointCoverage { point: n, pending_lines: pending.len() as u64, ..PointCoverage::default() };
+            loop {
+                let (k, keep) = match seq.next() {
+                    Ok(x) => x,
+                    Err(complete) => {
+                        cov.complete = complete && self.opts.image.is_none();
+                        break;
                     }
+                };
+                if self.opts.image.is_some_and(|want| k > want) {
+                    break;
                 }
-                let r = catch_unwind(AssertUnwindSafe(|| check_image(&heap, self.target, &objs, self.ops, self.opts)))
-                    .unwrap_or_else(|p| {
-                        let m = p
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                            .unwrap_or_else(|| "unknown panic".into());
-                        Err(format!("recovery or check panicked: {m}"))
-                    });
-                drop(heap);
+                let nested = self.opts.recovery_crashes > 0
+                    && images::Rng::new(self.opts.seed ^ 0x5EED, n, k).below(self.opts.recovery_crashes) == 0;
+                let r = self.image(path, &pending, &keep, &objs, nested)?;
                 sum.images += 1;
                 self.progress.images.fetch_add(1, Ordering::Relaxed);
-                if let Err(problem) = r {
+                cov.images += 1;
+                seen.insert(r.fingerprint);
+                seq.saw(&r.read);
+                for (a, &b) in read_lines.iter_mut().zip(&r.read) {
+                    *a |= b;
+                }
+                sum.retained += r.retained;
+                sum.max_retained = sum.max_retained.max(r.retained);
+                if nested {
+                    sum.recovery_crashed_images += 1;
+                    sum.recovery_fences += r.recovery_fences;
+                    sum.recovery_crash_images += r.recovery_images;
+                }
+                if let Some((problem, recovery_crash)) = r.problem {
                     self.stop.fetch_min(n, Ordering::Relaxed);
                     let info = |p: u32| {
                         let pc = &tr.pieces[p as usize];
@@ -302,6 +513,7 @@ impl Worker<'_> {
                         image: k,
                         event: tr.index[pos as usize],
                         problem,
+                        recovery_crash,
                         persisted,
                         lost,
                         images_at_point: plan.images,
@@ -310,27 +522,109 @@ impl Worker<'_> {
                     return Ok((sum, Some(v)));
                 }
             }
+            cov.distinct = seen.len() as u64;
+            cov.read_lines = read_lines.iter().filter(|&&r| r).count() as u64;
+            sum.distinct_states += cov.distinct;
+            sum.complete_points += cov.complete as u64;
+            sum.coverage.push(cov);
             self.progress.points.fetch_add(1, Ordering::Relaxed);
         }
         Ok((sum, None))
     }
+
+    /// Recovers and checks the image of the point whose durable state is
+    /// the file at `path` that keeps `keep[i]` pending stores of line `i`,
+    /// watching what recovery and checks read; with `nested`, then crashes
+    /// its recovery at every fence.
+    fn image(
+        &self,
+        path: &Path,
+        pending: &Pending,
+        keep: &[usize],
+        objs: &[Obj],
+        nested: bool,
+    ) -> Result<ImageRun, CrashError> {
+        let mut heap = Heap::open_copy(path).map_err(|e| CrashError(e.to_string()))?;
+        let bytes = heap_bytes(&heap);
+        apply_kept(self.tr, pending, keep, bytes);
+        let before: Vec<[u8; 64]> =
+            pending.iter().map(|&(l, _)| bytes[l as usize..l as usize + 64].try_into().expect("a line")).collect();
+        let watch = Arc::new(AccessWatch::new(pending.iter().map(|p| p.0)));
+        heap.set_watch(watch.clone());
+        let r =
+            catch_unwind(AssertUnwindSafe(|| check_image(&heap, Some(&watch), self.target, objs, self.ops, self.opts)))
+                .unwrap_or_else(|p| Err(panic_message(p)));
+        drop(heap);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut read = Vec::with_capacity(pending.len());
+        for ((line, a), b) in watch.lines().into_iter().zip(&before) {
+            read.push(a.read != 0);
+            if a.read != 0 {
+                (line, a.read).hash(&mut h);
+                for (i, x) in b.iter().enumerate() {
+                    if a.read >> i & 1 == 1 {
+                        x.hash(&mut h);
+                    }
+                }
+            }
+        }
+        let mut run = ImageRun {
+            problem: None,
+            fingerprint: h.finish(),
+            read,
+            retained: 0,
+            recovery_fences: 0,
+            recovery_images: 0,
+        };
+        match r {
+            Err(p) => run.problem = Some((p, None)),
+            Ok(retained) => {
+                run.retained = retained;
+                if nested {
+                    crate::recrash::crash_recovery(self, path, pending, keep, objs, &mut run)?;
+                }
+            }
+        }
+        Ok(run)
+    }
 }
 
-/// Recovers one image and checks it (see the crate documentation).
-fn check_image(heap: &Heap, target: &dyn CrashTarget, objs: &[Obj], ops: &[Op], opts: &Options) -> Result<(), String> {
+/// Recovers one image and checks it (see the crate documentation); the
+/// live blocks a reachability-based recovery retained. Reads of the
+/// recovered image go to `watch` (so they count for the image's
+/// recovery-visible state).
+pub(crate) fn check_image(
+    heap: &Heap,
+    watch: Option<&AccessWatch>,
+    target: &dyn CrashTarget,
+    objs: &[Obj],
+    ops: &[Op],
+    opts: &Options,
+) -> Result<u64, String> {
     let base = heap.base() as *const u8;
-    let read = |off: u64, len: u64| -> Vec<u8> {
+    let raw = |off: u64, len: u64| -> Vec<u8> {
         // SAFETY: callers pass ranges inside the heap (checked against its size).
         unsafe { std::slice::from_raw_parts(base.add(off as usize), len as usize) }.to_vec()
     };
-    let word = |off: u64| u64::from_le_bytes(read(off, 8).try_into().expect("8 bytes"));
+    let read = |off: u64, buf: &mut [u8]| {
+        if let Some(w) = watch {
+            w.read(off, buf.len() as u64);
+        }
+        // SAFETY: as in `raw`.
+        buf.copy_from_slice(unsafe { std::slice::from_raw_parts(base.add(off as usize), buf.len()) });
+    };
+    let word = |off: u64| {
+        let mut b = [0u8; 8];
+        read(off, &mut b);
+        u64::from_le_bytes(b)
+    };
     let size = heap.size();
     let in_heap = |o: &Obj| o.off >= HEADER_SIZE && o.off.checked_add(o.size).is_some_and(|e| e <= size);
     let before: Vec<Option<Vec<u8>>> = objs
         .iter()
         .map(|o| {
             matches!(o.expect, Expect::Live { required: true })
-                .then(|| in_heap(o).then(|| read(o.off, o.size)))
+                .then(|| in_heap(o).then(|| raw(o.off, o.size)))
                 .flatten()
         })
         .collect();
@@ -338,6 +632,7 @@ fn check_image(heap: &Heap, target: &dyn CrashTarget, objs: &[Obj], ops: &[Op], 
     let mut rec: Box<dyn Recovered> = target.recover(heap).map_err(|e| format!("recovery failed: {e}"))?;
     rec.check().map_err(|e| format!("recovered metadata inconsistent: {e}"))?;
     let live = rec.live_allocations();
+    rec.check().map_err(|e| format!("the allocator's metadata check failed after recovery: {e}"))?;
     let mut prev_end = HEADER_SIZE;
     for &(o, s) in &live {
         if o < prev_end {
@@ -366,11 +661,36 @@ fn check_image(heap: &Heap, target: &dyn CrashTarget, objs: &[Obj], ops: &[Op], 
         };
         format!("{what} of {} bytes at {:#x} (op ending at event {})", o.size, o.off, op.end_index)
     };
-    let mut leaks = 0u64;
-    let mut leak_what = String::new();
+    let reachability = target.reachability_recovery();
+    // Under a reachability-based recovery, a completed malloc_to whose
+    // destination no longer names it (the program moved the pointer) must
+    // survive only while the program can still reach it: the mark from the
+    // roots through the blocks expected live reaches it (a program that
+    // frees a block's parent first, as FPTree's teardown frees its head
+    // leaf, drops it).
+    let mut reachable_expected: Option<HashSet<u64>> = None;
+    if reachability {
+        let cand: HashMap<u64, u64> = objs
+            .iter()
+            .filter(|o| o.expect != Expect::Freed)
+            .map(|o| (o.off, o.size))
+            .chain(live.iter().copied())
+            .collect();
+        let mut reached: HashSet<u64> = HashSet::new();
+        let roots: Vec<u64> = (0..ROOT_SLOTS).map(|s| word(Heap::root_offset(s))).chain(rec.mark_roots()).collect();
+        mark::mark_with(read, roots, |w| {
+            cand.get(&w).copied().filter(|&n| w.checked_add(n).is_some_and(|e| e <= size) && reached.insert(w))
+        });
+        reachable_expected = Some(reached);
+    }
+    // Live blocks no operation keeps live: a leak, unless (under a
+    // reachability-based recovery) the mark from the roots reaches them.
+    let mut unaccounted: Vec<(u64, String)> = Vec::new();
     for (o, before) in objs.iter().zip(&before) {
         match o.expect {
             Expect::Live { required } => {
+                let required =
+                    required && (o.dest.is_some() || reachable_expected.as_ref().is_none_or(|r| r.contains(&o.off)));
                 if required && starts.get(&o.off).is_none_or(|&u| u < o.size) {
                     return Err(format!("the completed {} is not live after recovery", desc(o)));
                 }
@@ -384,13 +704,12 @@ fn check_image(heap: &Heap, target: &dyn CrashTarget, objs: &[Obj], ops: &[Op], 
             Expect::InFlight => {
                 if let Some(d) = o.dest.filter(|&d| container_live(d)) {
                     let (v, live) = (word(d), is_live(o.off));
-                    if live && v != o.off && !target.plain_mallocs_durable() {
-                        // Recovery keeps what a conservative mark reaches, and
-                        // some other word named the block (a stale copy of a
-                        // pointer, say): the block is retained, the program
-                        // never sees it. A leak, not a torn operation.
-                        leaks += 1;
-                        leak_what = format!("the interrupted {} left its block live, not published", desc(o));
+                    if live && v != o.off && reachability {
+                        // Some other word named the block (a stale copy of
+                        // a pointer, say): the block is retained or leaked,
+                        // the operation is not torn.
+                        unaccounted
+                            .push((o.off, format!("the interrupted {} left its block live, not published", desc(o))));
                     } else if live != (v == o.off) {
                         return Err(format!(
                             "the interrupted {} is not atomic: block {}, destination {d:#x} holds {v:#x}",
@@ -402,13 +721,15 @@ fn check_image(heap: &Heap, target: &dyn CrashTarget, objs: &[Obj], ops: &[Op], 
             }
             Expect::Freed => {
                 if is_live(o.off) {
-                    leaks += 1;
-                    leak_what = format!("the completed {} left its block live", desc(o));
+                    unaccounted.push((o.off, format!("the completed {} left its block live", desc(o))));
                 }
             }
         }
         if let Some(b) = before {
-            let now = read(o.off, o.size);
+            if let Some(w) = watch {
+                w.compared(o.off, o.size);
+            }
+            let now = raw(o.off, o.size);
             for (i, (x, y)) in b.chunks(8).zip(now.chunks(8)).enumerate() {
                 if x != y {
                     let w = (y.len() == 8).then(|| u64::from_le_bytes(y.try_into().unwrap()));
@@ -424,14 +745,28 @@ fn check_image(heap: &Heap, target: &dyn CrashTarget, objs: &[Obj], ops: &[Op], 
     let known: BTreeSet<u64> = objs.iter().map(|o| o.off).collect();
     for &(o, s) in &live {
         if !known.contains(&o) {
-            leaks += 1;
-            leak_what =
-                format!("the allocation at {o:#x} (+{s:#x}) is live but no operation of the trace accounts for it");
+            unaccounted.push((
+                o,
+                format!("the allocation at {o:#x} (+{s:#x}) is live but no operation of the trace accounts for it"),
+            ));
         }
     }
-    let bound = opts.leak_bound.unwrap_or_else(|| target.leak_allowance());
-    if leaks > bound {
-        return Err(format!("{leaks} leaked allocation(s) (bound {bound}): {leak_what}"));
+    let mut retained = 0u64;
+    if reachability && !unaccounted.is_empty() {
+        // The conservative mark, in the recovered image: from the root slots
+        // (and what recovery keeps regardless), every aligned word of a
+        // reached block that is the start of a live block reaches it.
+        let mut reached: HashSet<u64> = HashSet::new();
+        let roots: Vec<u64> = (0..ROOT_SLOTS).map(|s| word(Heap::root_offset(s))).chain(rec.mark_roots()).collect();
+        mark::mark_with(read, roots, |w| starts.get(&w).copied().filter(|_| reached.insert(w)));
+        let before = unaccounted.len();
+        unaccounted.retain(|(o, _)| !reached.contains(o));
+        retained = (before - unaccounted.len()) as u64;
+    }
+    let leaks = unaccounted.len() as u64;
+    if leaks > opts.leak_bound {
+        let why = if reachability { ", not reached from the roots" } else { "" };
+        return Err(format!("{leaks} leaked allocation(s){why} (bound {}): {}", opts.leak_bound, unaccounted[0].1));
     }
     // Probe: new allocations must not overlap anything live.
     let mut sizes: Vec<u64> =
@@ -449,7 +784,7 @@ fn check_image(heap: &Heap, target: &dyn CrashTarget, objs: &[Obj], ops: &[Op], 
             taken.insert(i, (o, s));
         }
     }
-    Ok(())
+    Ok(retained)
 }
 
 #[cfg(test)]
@@ -497,5 +832,52 @@ mod tests {
         assert_eq!(pts(Options { marker: Some("a".into()), ..Options::default() }), [2, 3]);
         assert_eq!(pts(Options { every: 2, ..Options::default() }), [1, 3, 5]);
         assert_eq!(pts(Options { point: Some(4), ..Options::default() }), [4]);
+    }
+
+    /// A reachability-based target whose recovery leaves a fixed live set.
+    struct Fixed(Vec<(u64, u64)>);
+    struct FixedRec(Vec<(u64, u64)>);
+    impl Recovered for FixedRec {
+        fn live_allocations(&mut self) -> Vec<(u64, u64)> {
+            self.0.clone()
+        }
+        fn malloc(&mut self, _: u64) -> Option<u64> {
+            None
+        }
+        fn check(&mut self) -> Result<(), String> {
+            Ok(())
+        }
+    }
+    impl CrashTarget for Fixed {
+        fn name(&self) -> String {
+            "fixed".into()
+        }
+        fn plain_mallocs_durable(&self) -> bool {
+            false
+        }
+        fn reachability_recovery(&self) -> bool {
+            true
+        }
+        fn recover(&self, _: &Heap) -> Result<Box<dyn Recovered>, String> {
+            Ok(Box::new(FixedRec(self.0.clone())))
+        }
+    }
+
+    #[test]
+    fn a_live_block_is_retained_when_the_mark_reaches_it_and_a_leak_otherwise() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h");
+        let heap = Heap::create(&path, 16 * HEADER_SIZE).unwrap();
+        let bytes = heap_bytes(&heap);
+        // root 3 → 0x2000, whose second word → 0x3000; 0x4000 is named by nothing.
+        bytes[Heap::root_offset(3) as usize..][..8].copy_from_slice(&0x2000u64.to_le_bytes());
+        bytes[0x2008..0x2010].copy_from_slice(&0x3000u64.to_le_bytes());
+        let opts = Options::default();
+        let reached = Fixed(vec![(0x2000, 64), (0x3000, 64)]);
+        assert_eq!(check_image(&heap, None, &reached, &[], &[], &opts), Ok(2), "both retained");
+        let leaked = Fixed(vec![(0x2000, 64), (0x3000, 64), (0x4000, 64)]);
+        let e = check_image(&heap, None, &leaked, &[], &[], &opts).unwrap_err();
+        assert!(e.contains("1 leaked allocation(s), not reached from the roots") && e.contains("0x4000"), "{e}");
+        assert_eq!(check_image(&heap, None, &leaked, &[], &[], &Options { leak_bound: 1, ..opts }), Ok(2));
     }
 }

@@ -38,12 +38,33 @@
 //! * an interrupted `malloc_to` / `free_from` is atomic: its block is live
 //!   exactly when its destination holds it;
 //! * a completed `free` left its block free, and no live allocation is left
-//!   that no operation accounts for — at most `leak_bound` such leaks (by
-//!   default the target's allowance: 0 for NVAlloc-LOG, 16 for NVAlloc-GC,
-//!   whose conservative mark keeps blocks that stale words point to);
+//!   that no operation accounts for. Under a reachability-based recovery
+//!   (NVAlloc-GC), such a block is *retained* — counted and reported, not a
+//!   violation — when the checks' own conservative mark of the recovered
+//!   image, from the root slots (and what recovery keeps regardless, e.g.
+//!   logged large extents), reaches it: a stale word names it. A block that
+//!   mark cannot reach is a leak. `leak_bound` (default 0) tolerates leaks.
 //! * the recovered allocator works: a few new allocations overlap nothing live.
 //!
 //! Recovery errors and panics are violations too.
+//!
+//! # Coverage
+//!
+//! Every image is recovered under an [`AccessWatch`](pmsim_model::watch) on
+//! the point's pending lines: the bytes of them that recovery and the checks
+//! read (before recovery wrote them) name the image's *recovery-visible
+//! state*; images that agree on those bytes are equivalent. The summary
+//! counts distinct states beside images, per point and in total. A point
+//! whose images exceed the bound is enumerated over the prefixes of only the
+//! pending lines something reads (the rest fully persisted), widening that
+//! set when an image reads a new line; when those combinations fit the
+//! bound, every recovery-visible state of the point has been explored.
+//!
+//! # Crashes inside recovery
+//!
+//! For a seeded sample of images ([`Options::recovery_crashes`]) the
+//! recovery itself is crashed at each of its fences and the result recovered
+//! and checked again ([`recrash`]).
 
 pub mod conformance;
 pub mod expect;
@@ -51,6 +72,7 @@ pub mod explore;
 pub mod images;
 pub mod load;
 pub mod persist;
+pub mod recrash;
 pub mod target;
 
 pub use explore::{explore, Options, Progress, Summary, Violation};

@@ -99,18 +99,7 @@ impl CrashTrace {
         };
         check_image(&image, &header, recorded.as_ref())?;
         let (base, size) = (header.heap.base, header.heap.size);
-        let mut t = CrashTrace {
-            path: path.to_path_buf(),
-            header,
-            events: Vec::new(),
-            index: Vec::new(),
-            pieces: Vec::new(),
-            values: Vec::new(),
-            labels: Vec::new(),
-            fences: Vec::new(),
-            image,
-            heap_size: size,
-        };
+        let mut t = CrashTrace::new(path, header, image, size);
         let mut bad: Option<String> = None;
         rd.for_each(|r| {
             if bad.is_some() {
@@ -120,13 +109,6 @@ impl CrashTrace {
             let at = |addr: u64, len: u64| {
                 let off = addr.wrapping_sub(base);
                 (off < size && len <= size - off).then_some(off)
-            };
-            let push = |t: &mut CrashTrace, e: Ev| {
-                if let Ev::Fence { .. } = e {
-                    t.fences.push(t.events.len() as u32);
-                }
-                t.events.push(e);
-                t.index.push(r.index);
             };
             match r.event {
                 Event::Store { addr, size: n, value } | Event::NtStore { addr, size: n, value } => {
@@ -138,16 +120,7 @@ impl CrashTrace {
                         ));
                         return;
                     };
-                    let mut o = off;
-                    while o < off + n as u64 {
-                        let end = ((o | (LINE - 1)) + 1).min(off + n as u64);
-                        let val = t.values.len() as u32;
-                        t.values.extend_from_slice(&v[(o - off) as usize..(end - off) as usize]);
-                        t.pieces.push(Piece { off: o, len: (end - o) as u32, val, index: r.index });
-                        let piece = t.pieces.len() as u32 - 1;
-                        push(&mut t, Ev::Store { piece, tid, nt });
-                        o = end;
-                    }
+                    t.push_store(off, v, tid, nt, r.index);
                 }
                 Event::Flush { kind, line } => {
                     let Some(off) = at(line, 1) else {
@@ -155,15 +128,15 @@ impl CrashTrace {
                         return;
                     };
                     let ordered = kind == pmsim_traces::FlushKind::Clflush;
-                    push(&mut t, Ev::Flush { tid, line: off & !(LINE - 1), ordered });
+                    t.push(r.index, Ev::Flush { tid, line: off & !(LINE - 1), ordered });
                 }
-                Event::Fence { .. } => push(&mut t, Ev::Fence { tid }),
-                Event::OpBegin { op, arg } => push(&mut t, Ev::OpBegin { tid, op, arg }),
-                Event::OpEnd { op, result } => push(&mut t, Ev::OpEnd { tid, op, result }),
+                Event::Fence { .. } => t.push(r.index, Ev::Fence { tid }),
+                Event::OpBegin { op, arg } => t.push(r.index, Ev::OpBegin { tid, op, arg }),
+                Event::OpEnd { op, result } => t.push(r.index, Ev::OpEnd { tid, op, result }),
                 Event::Marker { label, .. } => {
                     t.labels.push(label.to_string());
                     let label = t.labels.len() as u32 - 1;
-                    push(&mut t, Ev::Marker { tid, label });
+                    t.push(r.index, Ev::Marker { tid, label });
                 }
                 _ => {}
             }
@@ -173,6 +146,46 @@ impl CrashTrace {
             return Err(err(m));
         }
         Ok(t)
+    }
+
+    /// A trace with no events yet.
+    pub fn new(path: &Path, header: TraceHeader, image: PathBuf, heap_size: u64) -> CrashTrace {
+        CrashTrace {
+            path: path.to_path_buf(),
+            header,
+            events: Vec::new(),
+            index: Vec::new(),
+            pieces: Vec::new(),
+            values: Vec::new(),
+            labels: Vec::new(),
+            fences: Vec::new(),
+            image,
+            heap_size,
+        }
+    }
+
+    /// Appends event `e`, whose global index in the trace is `index`.
+    pub fn push(&mut self, index: u64, e: Ev) {
+        if let Ev::Fence { .. } = e {
+            self.fences.push(self.events.len() as u32);
+        }
+        self.events.push(e);
+        self.index.push(index);
+    }
+
+    /// Appends a store of `bytes` at heap offset `off`, split at cache lines.
+    pub fn push_store(&mut self, off: u64, bytes: &[u8], tid: u32, nt: bool, index: u64) {
+        let mut o = off;
+        let end_all = off + bytes.len() as u64;
+        while o < end_all {
+            let end = ((o | (LINE - 1)) + 1).min(end_all);
+            let val = self.values.len() as u32;
+            self.values.extend_from_slice(&bytes[(o - off) as usize..(end - off) as usize]);
+            self.pieces.push(Piece { off: o, len: (end - o) as u32, val, index });
+            let piece = self.pieces.len() as u32 - 1;
+            self.push(index, Ev::Store { piece, tid, nt });
+            o = end;
+        }
     }
 
     /// The bytes of a store piece.

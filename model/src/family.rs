@@ -88,11 +88,21 @@ pub trait Recoverable: Allocator {
     /// reachable from the roots).
     fn plain_mallocs_durable(cfg: &Self::Config) -> bool;
 
-    /// Live allocations a correct recovery may leave that no operation
-    /// accounts for (the default of `--leak-bound`).
-    fn leak_allowance(cfg: &Self::Config) -> u64 {
+    /// Whether recovery keeps what a conservative mark reaches from the roots
+    /// (NVAlloc-GC, Makalu) rather than what was durably recorded: a live
+    /// block no operation accounts for is then *retained* when the crash
+    /// checks' own mark of the recovered image reaches it, and a leak otherwise.
+    fn reachability_recovery(cfg: &Self::Config) -> bool {
         let _ = cfg;
-        0
+        false
+    }
+
+    /// Live allocations recovery keeps whether reached or not: what a
+    /// reachability-based recovery marks from besides the heap's root slots
+    /// (NVAlloc-GC's logged large extents).
+    fn mark_roots(&self, t: &mut Self::Thread) -> Vec<u64> {
+        let _ = t;
+        Vec::new()
     }
 
     /// Every live allocation `(offset, usable size)`, by offset.
@@ -114,8 +124,8 @@ pub trait CrashTarget: Send + Sync {
     /// See [`Recoverable::plain_mallocs_durable`].
     fn plain_mallocs_durable(&self) -> bool;
 
-    /// See [`Recoverable::leak_allowance`].
-    fn leak_allowance(&self) -> u64;
+    /// See [`Recoverable::reachability_recovery`].
+    fn reachability_recovery(&self) -> bool;
 
     /// Runs the allocator's own recovery on `heap` (a crash image), as the
     /// next run after a real crash would.
@@ -132,6 +142,11 @@ pub trait Recovered {
 
     /// Allocates `size` bytes (the checks' probe of the recovered state).
     fn malloc(&mut self, size: u64) -> Option<u64>;
+
+    /// See [`Recoverable::mark_roots`].
+    fn mark_roots(&mut self) -> Vec<u64> {
+        Vec::new()
+    }
 }
 
 /// The [`CrashTarget`] of a [`Recoverable`] allocator with configuration `cfg`.
@@ -156,8 +171,8 @@ impl<A: Recoverable> CrashTarget for RecoveryTarget<A> {
         A::plain_mallocs_durable(&self.cfg)
     }
 
-    fn leak_allowance(&self) -> u64 {
-        A::leak_allowance(&self.cfg)
+    fn reachability_recovery(&self) -> bool {
+        A::reachability_recovery(&self.cfg)
     }
 
     fn recover(&self, heap: &Heap) -> Result<Box<dyn Recovered>, String> {
@@ -185,6 +200,10 @@ impl<A: Recoverable> Recovered for Live<A> {
 
     fn malloc(&mut self, size: u64) -> Option<u64> {
         self.t.malloc(size)
+    }
+
+    fn mark_roots(&mut self) -> Vec<u64> {
+        self.a.mark_roots(&mut self.t)
     }
 }
 

@@ -316,6 +316,8 @@ impl Mapping {
 pub struct Heap {
     map: Arc<Mapping>,
     was_clean: bool,
+    /// Reported every access of the handles made from this heap (crash exploration).
+    watch: Option<Arc<crate::watch::AccessWatch>>,
 }
 
 impl fmt::Debug for Heap {
@@ -440,7 +442,7 @@ impl Heap {
         m.word(0).store(u64::from_le_bytes(MAGIC), Ordering::Relaxed);
         m.persist(0, 8);
         m.sync_header()?;
-        Ok(Heap { map: Arc::new(m), was_clean: true })
+        Ok(Heap { map: Arc::new(m), was_clean: true, watch: None })
     }
 
     /// Opens an existing heap.
@@ -532,7 +534,7 @@ impl Heap {
             m.persist(OFF_CLEAN, 8);
             m.sync_header()?;
         }
-        Ok(Heap { map: Arc::new(m), was_clean })
+        Ok(Heap { map: Arc::new(m), was_clean, watch: None })
     }
 
     /// Closes the heap cleanly: writes everything back, then sets the
@@ -638,6 +640,16 @@ impl Heap {
     /// disk; on tmpfs and DAX it costs a page-table walk.
     pub fn sync(&self) -> Result<(), HeapError> {
         self.map.mmap.flush().map_err(|e| HeapError::io(&self.map.path, "msync", e))
+    }
+
+    /// Has every persistence handle made from this heap from now on report
+    /// its loads and stores to `w` (see [`crate::watch`]).
+    pub fn set_watch(&mut self, w: Arc<crate::watch::AccessWatch>) {
+        self.watch = Some(w);
+    }
+
+    pub(crate) fn watch(&self) -> Option<&Arc<crate::watch::AccessWatch>> {
+        self.watch.as_ref()
     }
 
     pub(crate) fn mapping(&self) -> &Arc<Mapping> {

@@ -34,6 +34,7 @@ pub mod pmdk;
 pub mod registry;
 pub mod runner;
 pub mod tracing;
+pub mod watch;
 pub mod workloads;
 
 pub use alloc::{AllocThread, Footprint, PmAllocator, SlabUtilization};

@@ -40,6 +40,7 @@ use crate::tracing::Finished;
 use crate::tracing::{ThreadTrace, TraceCollector, TraceConfig, TraceShared};
 use pmsim_traces::EventSink;
 use pmsim_traces::{line_of, Category, FenceKind, HeapInfo, OpKind, Region, TraceHeader, Tracer};
+use crate::watch::AccessWatch;
 use std::collections::HashSet;
 use std::fmt;
 use std::io;
@@ -89,6 +90,8 @@ struct Shared {
     /// Thread ids with a live `PmThread`: two handles with one id would mix
     /// their program orders in the trace.
     live: Mutex<HashSet<u32>>,
+    /// The heap's access watch, if any (crash exploration).
+    watch: Option<Arc<AccessWatch>>,
 }
 
 /// The persistence context of one heap: backend, region table, trace. Make it
@@ -167,6 +170,7 @@ impl Pm {
                 regions: Mutex::new(vec![header_region(heap)]),
                 next_region: AtomicU64::new(1),
                 live: Mutex::new(HashSet::new()),
+                watch: heap.watch().cloned(),
             }),
         }
     }
@@ -195,8 +199,17 @@ impl Pm {
                 None,
             ),
         };
-        let mut t =
-            PmThread { mode, base: sh.map.base, size: sh.map.size, flush: sh.flush, tid, trace, shared: sh.clone() };
+        let watch = sh.watch.clone();
+        let mut t = PmThread {
+            mode,
+            base: sh.map.base,
+            size: sh.map.size,
+            flush: sh.flush,
+            tid,
+            trace,
+            watch,
+            shared: sh.clone(),
+        };
         if let Some(tr) = &mut t.trace {
             tr.thread_start();
         }
@@ -250,6 +263,8 @@ pub struct PmThread {
     flush: FlushInsn,
     tid: u32,
     trace: Option<ThreadTrace>,
+    /// Reported every load and store (crash exploration; usually `None`).
+    watch: Option<Arc<AccessWatch>>,
     shared: Arc<Shared>,
 }
 
@@ -306,6 +321,14 @@ impl PmThread {
         unsafe { AtomicU64::from_ptr(self.word(off)) }
     }
 
+    /// Reports a load to the watch, if any.
+    #[inline(always)]
+    fn watch_read(&self, off: u64, len: u64) {
+        if let Some(w) = &self.watch {
+            w.read(off, len);
+        }
+    }
+
     fn tracer(&mut self) -> &mut ThreadTrace {
         self.trace.as_mut().expect("traced mode without a trace buffer")
     }
@@ -347,6 +370,10 @@ impl PmThread {
     /// If `off` is not 8-byte aligned (or out of the heap).
     #[inline]
     pub fn store_u64(&mut self, off: u64, v: u64) {
+        if let Some(w) = &self.watch {
+            w.write(off, 8);
+            w.store(off, &v.to_le_bytes(), false);
+        }
         if let Mode::Traced = self.mode {
             let addr = self.word(off) as u64;
             self.tracer().store(false, addr, &v.to_le_bytes());
@@ -367,6 +394,9 @@ impl PmThread {
             return;
         }
         let p = self.at(off, src.len() as u64);
+        if let Some(w) = &self.watch {
+            w.write(off, src.len() as u64);
+        }
         let mut i = 0;
         while src.len() - i >= 8 {
             self.machine_store::<8>(p, i, src);
@@ -388,6 +418,9 @@ impl PmThread {
     #[inline(always)]
     fn machine_store<const N: usize>(&mut self, p: *mut u8, i: usize, src: &[u8]) {
         let bytes = &src[i..i + N];
+        if let Some(w) = &self.watch {
+            w.store(p as u64 - self.base as u64 + i as u64, bytes, false);
+        }
         if let Mode::Traced = self.mode {
             self.tracer().store(false, p as u64 + i as u64, bytes);
         }
@@ -407,6 +440,10 @@ impl PmThread {
     #[inline]
     pub fn ntstore_u64(&mut self, off: u64, v: u64) {
         let p = self.word(off);
+        if let Some(w) = &self.watch {
+            w.write(off, 8);
+            w.store(off, &v.to_le_bytes(), true);
+        }
         if let Mode::Traced = self.mode {
             self.tracer().store(true, p as u64, &v.to_le_bytes());
         }
@@ -433,6 +470,17 @@ impl PmThread {
         let a = self.word(off);
         // SAFETY: `word` checked bounds and alignment; the mapping outlives this call.
         let atomic = unsafe { AtomicU64::from_ptr(a) };
+        if let Some(w) = &self.watch {
+            // A locked instruction orders like a fence; its store is recorded if it happens.
+            w.read(off, 8);
+            w.fence();
+            let r = atomic.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire);
+            if r.is_ok() {
+                w.write(off, 8);
+                w.store(off, &new.to_le_bytes(), false);
+            }
+            return r;
+        }
         match self.mode {
             Mode::Traced => {
                 let t = self.tracer();
@@ -452,6 +500,7 @@ impl PmThread {
     #[inline]
     pub fn load<T: Pod>(&self, off: u64) -> T {
         let p = self.at(off, std::mem::size_of::<T>() as u64);
+        self.watch_read(off, std::mem::size_of::<T>() as u64);
         // SAFETY: in bounds; Pod makes any bytes a valid T; unaligned reads are allowed.
         unsafe { (p as *const T).read_unaligned() }
     }
@@ -466,6 +515,7 @@ impl PmThread {
     /// [`PmThread::store_u64`] and [`PmThread::cas_u64`].
     #[inline]
     pub fn load_u64(&self, off: u64) -> u64 {
+        self.watch_read(off, 8);
         self.atomic(off).load(Ordering::Acquire)
     }
 
@@ -473,6 +523,7 @@ impl PmThread {
     #[inline]
     pub fn load_bytes(&self, off: u64, dst: &mut [u8]) {
         let p = self.at(off, dst.len() as u64);
+        self.watch_read(off, dst.len() as u64);
         // SAFETY: the source range is in bounds; `ptr::copy` tolerates overlap.
         unsafe { std::ptr::copy(p, dst.as_mut_ptr(), dst.len()) };
     }
@@ -489,6 +540,9 @@ impl PmThread {
     #[track_caller]
     pub fn flush(&mut self, off: u64) {
         let p = self.at(off, 1);
+        if let Some(w) = &self.watch {
+            w.flush(off);
+        }
         match self.mode {
             Mode::Traced => {
                 let site = self.tracer().site(Location::caller());
@@ -517,6 +571,13 @@ impl PmThread {
             return;
         }
         let p = self.at(off, len) as u64;
+        if let Some(w) = &self.watch {
+            let mut l = off & !63;
+            while l < off + len {
+                w.flush(l);
+                l += 64;
+            }
+        }
         // The base is page aligned, so lines of addresses are lines of offsets.
         let (first, end) = (line_of(p), p + len);
         let mode = self.mode;
@@ -539,6 +600,9 @@ impl PmThread {
     #[inline]
     #[track_caller]
     pub fn fence(&mut self) {
+        if let Some(w) = &self.watch {
+            w.fence();
+        }
         if let Mode::Traced = self.mode {
             let t = self.tracer();
             let site = t.site(Location::caller());

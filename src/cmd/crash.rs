@@ -31,10 +31,23 @@ per line.
 
 Each image is recovered by the allocator's own recovery on a private copy-on-write mapping, then
 checked: live allocations disjoint; every completed malloc_to live with its size, destination and
-contents; interrupted malloc_to/free_from atomic; completed frees free, no unaccounted live
-allocation beyond --leak-bound; new allocations overlap nothing. The first failing image is reported
-with the stores it kept and dropped and the command that replays exactly it. Exit status 1 on a
-violation.";
+contents; interrupted malloc_to/free_from atomic; completed frees free; new allocations overlap
+nothing. A live block no operation accounts for is a leak, except under a reachability-based
+recovery (NVAlloc-GC), where the checks mark the recovered image from the roots themselves: a
+block that mark reaches is retained (kept by a stale word; counted, not a violation), one it does
+not reach is a leak. The first failing image is reported with the stores it kept and dropped and
+the command that replays exactly it. Exit status 1 on a violation.
+
+Coverage: two images of a point are equivalent when they agree on every byte that the recovery and
+the checks read of them (the bytes they differ in are those of the pending stores). The summary
+gives the distinct recovery-visible states beside the images explored, per point (--json) and in
+total. Where all images exceed --bound, the images explored are every combination of prefixes of
+the pending lines that recovery reads (the others fully persisted) when those fit the bound: every
+recovery-visible state of the point is then covered (a 'complete' point).
+
+Crashes inside recovery (--recovery-crashes N): the recovery of every N-th image (seeded choice)
+is crashed at each of its fences, with up to --recovery-bound images per fence, and recovered
+again; the result must pass the same checks (recovery must be idempotent).";
 
 #[derive(Args)]
 pub struct CrashArgs {
@@ -64,10 +77,16 @@ pub struct CrashArgs {
     /// Only this image of the point(s) (with --point: replays one image).
     #[arg(long)]
     image: Option<u64>,
-    /// Live allocations that no operation accounts for which recovery may leave
-    /// [default: the allocator's: 0 for NVAlloc-LOG, 16 for NVAlloc-GC's conservative mark].
-    #[arg(long)]
-    leak_bound: Option<u64>,
+    /// Live allocations that no operation accounts for (and, under a
+    /// reachability-based recovery, no mark from the roots reaches) to tolerate.
+    #[arg(long, default_value_t = 0)]
+    leak_bound: u64,
+    /// Crash the recovery of every N-th image at each of its fences and recover again (0: never).
+    #[arg(long, default_value_t = 0)]
+    recovery_crashes: u64,
+    /// Images per fence of a crashed recovery.
+    #[arg(long, default_value_t = 4)]
+    recovery_bound: u64,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -92,6 +111,8 @@ pub fn run(a: CrashArgs) -> CmdResult {
         point: a.point,
         image: a.image,
         leak_bound: a.leak_bound,
+        recovery_crashes: a.recovery_crashes,
+        recovery_bound: a.recovery_bound.max(1),
     };
     let npoints = pmsim_crash::explore::select_points(&tr, &opts).len() as u64;
     let progress = Progress::default();
@@ -138,6 +159,44 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
         "state space  {:.3e} images allowed at these points (at most {} lines with pending stores at one point)",
         s.possible_images, s.max_pending_lines
     );
+    println!(
+        "coverage     {} distinct recovery-visible states in {} images; {} of {} points complete (every such state explored)",
+        s.distinct_states, s.images, s.complete_points, s.points
+    );
+    if s.coverage.len() <= 12 {
+        for c in &s.coverage {
+            println!(
+                "    point {:>8}: {:>5} images, {:>5} distinct{}, {} of {} pending lines read",
+                c.point,
+                c.images,
+                c.distinct,
+                if c.complete { " (complete)" } else { "" },
+                c.read_lines,
+                c.pending_lines
+            );
+        }
+    } else {
+        let mut d: Vec<u64> = s.coverage.iter().map(|c| c.distinct).collect();
+        d.sort_unstable();
+        println!(
+            "    per point: distinct states min {} / median {} / max {} (--json lists every point)",
+            d[0],
+            d[d.len() / 2],
+            d[d.len() - 1]
+        );
+    }
+    if s.retained > 0 || s.max_retained > 0 {
+        println!(
+            "retained     {} live block(s) no operation accounts for, reached by the mark from the roots (at most {} in one image)",
+            s.retained, s.max_retained
+        );
+    }
+    if s.recovery_crashed_images > 0 {
+        println!(
+            "recovery     {} image(s) crashed inside recovery at {} fences: {} images recovered again",
+            s.recovery_crashed_images, s.recovery_fences, s.recovery_crash_images
+        );
+    }
     let Some(v) = &s.violation else {
         println!("result       no violation");
         return;
@@ -150,6 +209,12 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
         v.images_at_point,
         if v.exhaustive { "exhaustive" } else { "sampled" }
     );
+    if let Some(rc) = &v.recovery_crash {
+        println!(
+            "             crashed inside its recovery before the recovery's fence {}, image {} of {}",
+            rc.fence, rc.image, rc.images_at_fence
+        );
+    }
     println!("problem      {}", v.problem);
     let show = |name: &str, list: &[pmsim_crash::explore::StoreInfo]| {
         println!("{name} {} pending store(s):", list.len());
@@ -170,8 +235,11 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
     if let Some(h) = &a.heap_image {
         cmd += &format!(" --heap-image {}", h.display());
     }
-    if let Some(b) = a.leak_bound {
-        cmd += &format!(" --leak-bound {b}");
+    if a.leak_bound > 0 {
+        cmd += &format!(" --leak-bound {}", a.leak_bound);
+    }
+    if v.recovery_crash.is_some() {
+        cmd += &format!(" --recovery-crashes 1 --recovery-bound {}", a.recovery_bound.max(1));
     }
     println!("replay       {cmd}");
 }

@@ -23,7 +23,17 @@ pub fn root_words(t: &PmThread) -> Vec<u64> {
 ///
 /// The work list is explicit (deep lists do not grow the stack) and objects
 /// are read through a bounded buffer.
-pub fn mark_from(t: &PmThread, roots: impl IntoIterator<Item = u64>, mut reach: impl FnMut(u64) -> Option<u64>) -> u64 {
+pub fn mark_from(t: &PmThread, roots: impl IntoIterator<Item = u64>, reach: impl FnMut(u64) -> Option<u64>) -> u64 {
+    mark_with(|off, buf| t.load_bytes(off, buf), roots, reach)
+}
+
+/// [`mark_from`] reading the heap through `load(off, buf)` (the crash
+/// explorer marks a recovered image with it, to check what recovery kept).
+pub fn mark_with(
+    mut load: impl FnMut(u64, &mut [u8]),
+    roots: impl IntoIterator<Item = u64>,
+    mut reach: impl FnMut(u64) -> Option<u64>,
+) -> u64 {
     let mut work: Vec<(u64, u64)> = Vec::new();
     let mut reached = 0u64;
     for w in roots {
@@ -37,7 +47,7 @@ pub fn mark_from(t: &PmThread, roots: impl IntoIterator<Item = u64>, mut reach: 
         let mut at = 0;
         while at < len {
             let n = (len - at).min(buf.len() as u64) as usize;
-            t.load_bytes(off + at, &mut buf[..n]);
+            load(off + at, &mut buf[..n]);
             for w in buf[..n].chunks_exact(8) {
                 let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
                 if let Some(l) = reach(w) {

@@ -1,9 +1,10 @@
 //! Mutations: switches that each remove exactly one flush from the allocator
-//! code, so that the crash explorer (`pmsim crash`) can prove it catches a
-//! missing flush. A mutation is part of the allocator's configuration (and so
-//! of the trace header): a trace records which flush its run left out.
+//! code (or swap the order of two steps of its recovery), so that the crash
+//! explorer (`pmsim crash`) can prove it catches a missing flush or a wrong
+//! order. A mutation is part of the allocator's configuration (and so of the
+//! trace header): a trace records which flush its run left out.
 //!
-//! Only the flush goes; the fence after it stays, so a mutation never
+//! Where a flush goes, the fence after it stays, so a flush mutation never
 //! changes the order of anything else.
 
 use serde::{Deserialize, Serialize};
@@ -32,17 +33,22 @@ pub enum Mutation {
     /// decrements its counter ([`crate::llfree::lower::Lower::get_base`]):
     /// the bit may be set before the decrement is durable.
     LlCounterFlush,
+    /// Recovery clears the WAL *before* it redoes the entries (instead of
+    /// after): correct unless the recovery itself crashes in between, which
+    /// only crashes inside recovery (`pmsim crash --recovery-crashes`) explore.
+    WalClearFirst,
 }
 
 impl Mutation {
     /// Every mutation but `None`.
-    pub const ALL: [Mutation; 6] = [
+    pub const ALL: [Mutation; 7] = [
         Mutation::WalEntryFlush,
         Mutation::BitmapFlush,
         Mutation::DestFlush,
         Mutation::MorphFlagFlush,
         Mutation::LogAltFlush,
         Mutation::LlCounterFlush,
+        Mutation::WalClearFirst,
     ];
 
     /// The configuration spelling (`wal-entry-flush`, …).
@@ -55,6 +61,7 @@ impl Mutation {
             Mutation::MorphFlagFlush => "morph-flag-flush",
             Mutation::LogAltFlush => "log-alt-flush",
             Mutation::LlCounterFlush => "ll-counter-flush",
+            Mutation::WalClearFirst => "wal-clear-first",
         }
     }
 }

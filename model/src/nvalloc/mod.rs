@@ -361,6 +361,13 @@ impl NvAlloc {
         out
     }
 
+    /// The live large allocations (user extents) `(offset, size)`, by address:
+    /// under NVAlloc-GC the bookkeeping log keeps them whether reached or
+    /// not, so the recovery's mark starts from them as from the roots.
+    pub fn large_allocations(&self) -> Vec<(u64, u64)> {
+        self.large.user_extents()
+    }
+
     /// The sub-tcache of block `b` of the slab at `slab`: the absolute index
     /// of the line its bitmap bit lies on, modulo the number of sub-tcaches.
     #[inline(always)]
@@ -383,12 +390,6 @@ impl NvAlloc {
         self.live.add(tid, delta);
     }
 }
-
-/// Blocks NVAlloc-GC's conservative mark may keep alive after a crash: a
-/// stale word (a deleted slot, uninitialised bytes of a reused block) that
-/// happens to point at a block keeps it (a bound measured on the crash
-/// tests' workloads, not a figure of the paper).
-pub const GC_LEAKS: u64 = 16;
 
 impl Allocator for NvAlloc {
     type Config = NvAllocConfig;
@@ -437,12 +438,19 @@ impl Recoverable for NvAlloc {
         cfg.consistency == Consistency::Log
     }
 
-    /// None under NVAlloc-LOG (the WAL makes every operation atomic); a few
-    /// under NVAlloc-GC ([`GC_LEAKS`]).
-    fn leak_allowance(cfg: &NvAllocConfig) -> u64 {
-        match cfg.consistency {
-            Consistency::Log => 0,
-            Consistency::Gc => GC_LEAKS,
+    /// NVAlloc-GC: its post-crash mark keeps any block that a stale word (a
+    /// deleted slot, uninitialised bytes of a reused block) points to.
+    fn reachability_recovery(cfg: &NvAllocConfig) -> bool {
+        cfg.consistency == Consistency::Gc
+    }
+
+    /// Under NVAlloc-GC the bookkeeping log keeps large extents whether
+    /// reached or not, so its mark starts from them too.
+    fn mark_roots(&self, _t: &mut NvAllocThread) -> Vec<u64> {
+        if self.cfg.consistency == Consistency::Gc {
+            self.large_allocations().into_iter().map(|(o, _)| o).collect()
+        } else {
+            Vec::new()
         }
     }
 

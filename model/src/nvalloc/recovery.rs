@@ -169,7 +169,8 @@ pub fn recover(
     }
 
     if crashed {
-        replay_wal(t, &layout, wal, &mut book, &mut extents, geoms, map, &mut report)?;
+        let clear_first = cfg.mutation == crate::mech::mutation::Mutation::WalClearFirst;
+        replay_wal(t, &layout, wal, &mut book, &mut extents, geoms, map, &mut report, clear_first)?;
     }
 
     if let Bookkeeping::Log(log) = &mut book {
@@ -277,7 +278,8 @@ fn scan_headers(t: &PmThread, h: &ExtentHeaders, layout: &Layout, top: u64) -> R
     Ok(ex)
 }
 
-/// Redoes (or drops) every valid WAL entry, then clears them.
+/// Redoes (or drops) every valid WAL entry, then clears them (`clear_first`:
+/// the [`Mutation::WalClearFirst`](crate::mech::mutation::Mutation) order).
 #[allow(clippy::too_many_arguments)]
 fn replay_wal(
     t: &mut PmThread,
@@ -288,8 +290,13 @@ fn replay_wal(
     geoms: &[SlabGeom],
     map: StripeMap,
     report: &mut RecoveryReport,
+    clear_first: bool,
 ) -> Result<(), AllocError> {
     let entries = wal.scan(t);
+    let slots: Vec<u64> = entries.iter().map(|&(s, _)| s).collect();
+    if clear_first {
+        wal.clear(t, &slots);
+    }
     for &(_, e) in &entries {
         let bad = |why: &str| corrupt(format!("WAL entry {e:?}: {why}"));
         match e.op {
@@ -391,8 +398,9 @@ fn replay_wal(
             _ => return Err(bad("unknown op")),
         }
     }
-    let slots: Vec<u64> = entries.iter().map(|&(s, _)| s).collect();
-    wal.clear(t, &slots);
+    if !clear_first {
+        wal.clear(t, &slots);
+    }
     Ok(())
 }
 
