@@ -309,9 +309,9 @@ pub(crate) fn apply_kept(tr: &CrashTrace, pending: &Pending, keep: &[usize], byt
 }
 
 /// The heap's bytes, writable (a private mapping of the caller's alone).
-pub(crate) fn heap_bytes(heap: &Heap) -> &mut [u8] {
+pub(crate) fn heap_bytes(heap: &mut Heap) -> &mut [u8] {
     // SAFETY: a private copy-on-write mapping that only this caller uses
-    // while the slice lives (no allocator is open on it yet).
+    // while the slice (which borrows the heap mutably) lives.
     unsafe { std::slice::from_raw_parts_mut(heap.base(), heap.size() as usize) }
 }
 
@@ -545,7 +545,7 @@ impl Worker<'_> {
         nested: bool,
     ) -> Result<ImageRun, CrashError> {
         let mut heap = Heap::open_copy(path).map_err(|e| CrashError(e.to_string()))?;
-        let bytes = heap_bytes(&heap);
+        let bytes = heap_bytes(&mut heap);
         apply_kept(self.tr, pending, keep, bytes);
         let before: Vec<[u8; 64]> =
             pending.iter().map(|&(l, _)| bytes[l as usize..l as usize + 64].try_into().expect("a line")).collect();
@@ -867,8 +867,8 @@ mod tests {
     fn a_live_block_is_retained_when_the_mark_reaches_it_and_a_leak_otherwise() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h");
-        let heap = Heap::create(&path, 16 * HEADER_SIZE).unwrap();
-        let bytes = heap_bytes(&heap);
+        let mut heap = Heap::create(&path, 16 * HEADER_SIZE).unwrap();
+        let bytes = heap_bytes(&mut heap);
         // root 3 → 0x2000, whose second word → 0x3000; 0x4000 is named by nothing.
         bytes[Heap::root_offset(3) as usize..][..8].copy_from_slice(&0x2000u64.to_le_bytes());
         bytes[0x2008..0x2010].copy_from_slice(&0x3000u64.to_le_bytes());

@@ -42,8 +42,8 @@ pub(crate) fn crash_recovery(
     let spath = scratch.path();
     let io = |e: std::io::Error| CrashError(format!("{}: {e}", spath.display()));
     let mut heap = Heap::open_copy(path).map_err(|e| err(e.to_string()))?;
-    apply_kept(w.tr, pending, keep, heap_bytes(&heap));
-    std::fs::write(spath, &heap_bytes(&heap)[..]).map_err(io)?;
+    apply_kept(w.tr, pending, keep, heap_bytes(&mut heap));
+    std::fs::write(spath, &heap_bytes(&mut heap)[..]).map_err(io)?;
     // The recovery's persistence events.
     let watch = Arc::new(AccessWatch::recording([]));
     heap.set_watch(watch.clone());
@@ -80,8 +80,8 @@ pub(crate) fn crash_recovery(
         run.recovery_fences += 1;
         for j in 0..plan.images {
             let kept = images::choose(&order, plan, w.opts.seed, f as u64, j);
-            let h2 = Heap::open_copy(spath).map_err(|e| err(e.to_string()))?;
-            let bytes = heap_bytes(&h2);
+            let mut h2 = Heap::open_copy(spath).map_err(|e| err(e.to_string()))?;
+            let bytes = heap_bytes(&mut h2);
             for ((_, pcs), &d) in pend.iter().zip(&kept) {
                 for &p in &pcs[..d] {
                     write_piece(&tr, p, bytes);
