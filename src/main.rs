@@ -27,6 +27,9 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Replay a trace through the reflush-distance, cache, XPBuffer and latency models.
     Sim(cmd::sim::SimArgs),
+    /// Flush-hygiene findings of a trace (redundant and unwritten flushes, empty fences, stores never
+    /// made durable, reflushes at distance 0) with their code sites; --deny KIND fails on them.
+    Lint(cmd::lint::LintArgs),
     /// Run a workload of the NVAlloc paper on an allocator: natively, into a trace, or into the simulator.
     Run(cmd::run::RunArgs),
     /// Trace an unmodified program (PMDK, any binary that maps PM) under pmsim's Valgrind tool into a .pmt file.
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Command::Trace(c) => cmd::trace::run(c),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sim(a) => cmd::sim::run(a),
+        Command::Lint(a) => cmd::lint::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::TraceExec(a) => cmd::trace_exec::run(a),
         Command::Export(a) => cmd::export::run(a),

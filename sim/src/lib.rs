@@ -46,6 +46,7 @@ pub mod distance;
 pub mod export;
 pub mod fastmap;
 pub mod line_times;
+pub mod lint;
 pub mod optane;
 mod print;
 mod simulator;

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod crash;
 pub mod export;
+pub mod lint;
 pub mod reproduce;
 pub mod run;
 pub mod sim;
