@@ -3,6 +3,7 @@
 //! library function per subcommand and prints its result (for people, or as JSON).
 
 mod cmd;
+mod interrupt;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -52,6 +53,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    interrupt::install();
     let result = match cli.command {
         Command::Trace(c) => cmd::trace::run(c),
         Command::Bench(a) => cmd::bench::run(a),

@@ -98,7 +98,7 @@ fn a_traced_run_reads_back_and_simulates() {
     assert_eq!(hist, flushes, "the distance histogram must count every flush");
     // The run must not clobber a file the user already has.
     let o = pmsim(&["run", "--alloc", "nvalloc-log", "--workload", "threadtest", "--scale", "tiny", "--trace", t]);
-    assert!(!o.status.success(), "an existing trace was overwritten without --overwrite");
+    assert!(!o.status.success(), "an existing trace was overwritten without --force");
 }
 
 fn pmsim_env(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -144,6 +144,18 @@ fn export_writes_every_pm_write_and_says_so() {
     let py = std::fs::read_to_string(&script).unwrap();
     assert!(py.contains(&format!("TRACE = \"{}\"", out.display())) && py.contains("NVM_2400_1x64"), "{py}");
     let o = pmsim(&["export", SAMPLE, "--format", "ramulator", "--out", out.to_str().unwrap(), "--region", "wal"]);
+    fails_with(&o, &["t.gem5", "already exists (--force replaces it)"]);
+    let o = pmsim(&[
+        "export",
+        SAMPLE,
+        "--format",
+        "ramulator",
+        "--out",
+        out.to_str().unwrap(),
+        "--region",
+        "wal",
+        "--force",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("packets") && stdout(&o).contains("ramulator format"), "{}", stdout(&o));
 }
@@ -218,7 +230,7 @@ fn run_gem5_calls_gem5_and_reads_its_stats() {
     // A gem5 that fails is reported with where its output went.
     std::fs::write(&fake, "#!/bin/sh\necho boom\nexit 1\n").unwrap();
     let o = pmsim_env(
-        &["export", SAMPLE, "--format", "gem5", "--out", out.to_str().unwrap(), "--run-gem5"],
+        &["export", SAMPLE, "--format", "gem5", "--out", out.to_str().unwrap(), "--run-gem5", "--force"],
         &[("GEM5", fake.to_str().unwrap())],
     );
     fails_with(&o, &["gem5 failed", "gem5.log"]);

@@ -128,11 +128,18 @@ impl Experiment {
         if exp.meta.name.is_empty() {
             exp.meta.name = Path::new(name).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         }
+        // The name becomes file and directory names (reports, reproduce's sweeps).
+        pmsim_traces::output::plain_name("experiment name", &exp.meta.name).map_err(|e| format!("{name}: {e}"))?;
         for f in &exp.meta.figures {
             if crate::figures::by_id(f).is_none() {
                 let known: Vec<&str> = crate::figures::FIGURES.iter().map(|f| f.0).collect();
                 return Err(format!("{name}: unknown figure '{f}' (known: {})", known.join(", ")));
             }
+        }
+        if exp.axes.is_empty() {
+            return Err(format!(
+                "{name}: no [sweep] table (or an empty one): an experiment names the parameters it sweeps"
+            ));
         }
         exp.points().map_err(|e| format!("{name}: {e}"))?;
         Ok(exp)
@@ -151,16 +158,33 @@ impl Experiment {
         if k.is_empty() {
             return Err(format!("--set '{kv}': empty key"));
         }
-        let vals: Vec<Value> = v
-            .split(',')
-            .map(|s| s.trim())
-            .filter(|s| !s.is_empty())
-            .map(|s| serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.to_string())))
-            .collect();
-        if vals.is_empty() {
+        if v.trim().is_empty() {
             return Err(format!("--set '{kv}': no values"));
         }
+        let vals = v
+            .split(',')
+            .map(|s| s.trim())
+            .map(|s| match s {
+                "" => Err(format!("--set '{kv}': an empty value between commas")),
+                s => Ok(serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.to_string()))),
+            })
+            .collect::<Result<Vec<Value>, _>>()?;
         self.axes.insert(k.to_string(), vals);
+        Ok(())
+    }
+
+    /// The command line's `--set`s in order, each replacing the file's axis;
+    /// a key given twice is an error (the second would silently win).
+    pub fn set_axes(&mut self, kvs: &[String]) -> Result<(), ExpError> {
+        let mut seen = Vec::new();
+        for kv in kvs {
+            let key = kv.split_once('=').map_or(kv.as_str(), |(k, _)| k).trim();
+            if seen.contains(&key) {
+                return Err(format!("--set {key}=…: given twice (list every value in one --set {key}=V1,V2,…)"));
+            }
+            seen.push(key);
+            self.set_axis(kv)?;
+        }
         Ok(())
     }
 

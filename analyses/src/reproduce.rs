@@ -27,6 +27,7 @@ use crate::row::{Env, Results, Row};
 use crate::store::{self, SweepDir};
 use crate::sweep::{self, host, Shard};
 use crate::table::{self, html_escape, Table};
+use pmsim_traces::output::Policy;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -211,12 +212,19 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
         std::fs::create_dir_all(out.join(sub)).map_err(|e| format!("{}: {e}", out.join(sub).display()))?;
     }
     plot::load_font()?;
+    // The report's files are replaced on every run (a rerun resumes and
+    // redraws), each through a temporary file; the experiment files read
+    // are never written over.
+    let mut policy = Policy::new(true);
+    for (file, _, _) in &exps {
+        policy.input(Path::new(file));
+    }
     let mut sections = Vec::new();
     for (file, text, exp) in exps {
         let name = exp.meta.name.clone();
         let t = Instant::now();
         let base = Path::new(&file).file_name().map_or(file.clone(), |f| f.to_string_lossy().into_owned());
-        std::fs::write(out.join("experiments").join(&base), &text).map_err(|e| format!("{}: {e}", out.display()))?;
+        policy.write(&out.join("experiments").join(&base), text.as_bytes())?;
         let dir = SweepDir::new(out.join("sweeps").join(&name));
         let so = sweep::Options { shard: Shard::default(), resume: true, jobs: opts.jobs, progress: opts.progress };
         let meta = exp.meta.clone();
@@ -233,7 +241,8 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
         }
         let file = format!("experiments/{base}");
         let rows_at = format!("sweeps/{}/", meta.name);
-        let sec = section(out, &meta, file, text, rows_at, &rows, (s.points, s.ran, t.elapsed().as_secs_f64()))?;
+        let counts = (s.points, s.ran, t.elapsed().as_secs_f64());
+        let sec = section(&mut policy, out, &meta, file, text, rows_at, &rows, counts)?;
         eprintln!("reproduce: {name}: {} points ({} run now) in {:.1} s", s.points, s.ran, sec.wall_s);
         sections.push(sec);
     }
@@ -243,7 +252,7 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
         sections,
         wall_s: t0.elapsed().as_secs_f64(),
     };
-    write_report(&summary, &opts.command)?;
+    write_report(&mut policy, &summary, &opts.command)?;
     Ok(summary)
 }
 
@@ -251,7 +260,9 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
 /// OUT/figures, its headline table into OUT/results/<name>.csv.
 /// `counts` is (points, points run now, wall seconds); `rows_at` is where
 /// the rows live, as the report should name it.
+#[allow(clippy::too_many_arguments)]
 fn section(
+    policy: &mut Policy,
     out: &Path,
     meta: &Meta,
     file: String,
@@ -265,8 +276,9 @@ fn section(
     }
     let headline = table::headline(rows);
     let csv = out.join("results").join(format!("{}.csv", meta.name));
-    let mut f = std::fs::File::create(&csv).map_err(|e| format!("{}: {e}", csv.display()))?;
-    headline.write_csv(&mut f).map_err(|e| format!("{}: {e}", csv.display()))?;
+    let mut text = Vec::new();
+    headline.write_csv(&mut text).map_err(|e| format!("{}: {e}", csv.display()))?;
+    policy.write(&csv, &text)?;
     let mut drawn = Vec::new();
     for id in &meta.figures {
         let fig_fn = figures::by_id(id).ok_or_else(|| format!("{file}: unknown figure '{id}'"))?;
@@ -292,12 +304,10 @@ fn section(
 }
 
 /// Writes OUT/index.html and OUT/README.md.
-pub fn write_report(summary: &Summary, command: &str) -> Result<(), String> {
+pub fn write_report(policy: &mut Policy, summary: &Summary, command: &str) -> Result<(), String> {
     let out = Path::new(&summary.out);
-    let html = out.join("index.html");
-    std::fs::write(&html, index_html(summary, command)).map_err(|e| format!("{}: {e}", html.display()))?;
-    let md = out.join("README.md");
-    std::fs::write(&md, readme_md(summary, command)).map_err(|e| format!("{}: {e}", md.display()))?;
+    policy.write(&out.join("index.html"), index_html(summary, command).as_bytes())?;
+    policy.write(&out.join("README.md"), readme_md(summary, command).as_bytes())?;
     Ok(())
 }
 
@@ -313,7 +323,10 @@ pub fn report_sweep(dir: &SweepDir, out: &Path, command: &str) -> Result<Summary
         Some(p) if p == dir.root => "../".to_string(),
         _ => format!("{}/", dir.root.display()),
     };
-    let sec = section(out, &r.experiment.meta, file, params, rows_at, &rows, (rows.len(), 0, 0.0))?;
+    // The command checked the report directory; its files are replaced.
+    let mut policy = Policy::new(true);
+    dir.protect(&mut policy);
+    let sec = section(&mut policy, out, &r.experiment.meta, file, params, rows_at, &rows, (rows.len(), 0, 0.0))?;
     let scales = figures_scales(&rows);
     let summary = Summary {
         out: out.display().to_string(),
@@ -321,7 +334,7 @@ pub fn report_sweep(dir: &SweepDir, out: &Path, command: &str) -> Result<Summary
         sections: vec![sec],
         wall_s: t0.elapsed().as_secs_f64(),
     };
-    write_report(&summary, command)?;
+    write_report(&mut policy, &summary, command)?;
     Ok(summary)
 }
 

@@ -147,7 +147,7 @@ pub fn plan(dir: &SweepDir, name: &str, pmsim: &Path, o: &SlurmOptions) -> Resul
     let _ = writeln!(merge, "set -euo pipefail");
     let _ = writeln!(
         merge,
-        "exec {exe} sweep merge {d} --json {} --csv {} --report {}",
+        "exec {exe} sweep merge {d} --force --json {} --csv {} --report {}",
         shell_quote(&root.join("results.json").display().to_string()),
         shell_quote(&root.join("results.csv").display().to_string()),
         shell_quote(&root.join("report").display().to_string())

@@ -17,6 +17,7 @@
 use crate::experiment::Experiment;
 use crate::point::{fnv1a64, Point};
 use crate::row::Row;
+use pmsim_traces::output::{Lock, Policy};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -95,7 +96,46 @@ impl SweepDir {
         };
         let r: Resolved = serde_json::from_str(&text)
             .map_err(|e| format!("{}: not a pmsim sweep's experiment file: {e}", p.display()))?;
+        // Rows are matched to points by id: a list edited by hand would make
+        // `--resume` skip or misplace points, so it must still be the list
+        // its fingerprint was made from.
+        let ids_ok = r.points.iter().enumerate().all(|(i, l)| l.index == i && l.id == l.point.id());
+        let again = Resolved::new(r.experiment.clone(), &r.points.iter().map(|l| l.point.clone()).collect::<Vec<_>>());
+        if !ids_ok || again.fingerprint != r.fingerprint {
+            return Err(format!(
+                "{}: its points do not match their ids and fingerprint {} (edited by hand?): run the experiment into \
+                 a new directory",
+                p.display(),
+                r.fingerprint
+            ));
+        }
+        let listed: Vec<Point> = r.points.iter().map(|l| l.point.clone()).collect();
+        if r.experiment.points().ok().as_ref() != Some(&listed) {
+            return Err(format!(
+                "{}: its points are not those of its experiment (edited by hand?): run the experiment into a new \
+                 directory",
+                p.display()
+            ));
+        }
+        pmsim_traces::output::plain_name("experiment name", &r.experiment.meta.name)
+            .map_err(|e| format!("{}: {e}", p.display()))?;
         Ok(Some(r))
+    }
+
+    /// Locks the directory (creating it) for one writer: a second sweep into
+    /// it is refused with the holder's pid until this one ends.
+    pub fn lock(&self) -> Result<Lock, StoreError> {
+        fs::create_dir_all(&self.root).map_err(|e| format!("{}: cannot create: {e}", self.root.display()))?;
+        Lock::dir(&self.root)
+    }
+
+    /// Where a command that reads this directory may not write: its
+    /// experiment, its lock and its shard files are inputs, and nothing is
+    /// written into `shards/` (every `.jsonl` there is read as rows).
+    pub fn protect(&self, policy: &mut Policy) {
+        policy.input(&self.experiment_path());
+        policy.input(&self.root.join(".lock"));
+        policy.guard_dir(&self.shards_dir(), "a sweep's shard directory");
     }
 
     /// Stores `r` here, or checks that the experiment already stored is the

@@ -100,6 +100,9 @@ pub fn run(dir: &SweepDir, exp: Experiment, opts: &Options) -> Result<Summary, S
 /// no experiment file reads it from the directory).
 pub fn run_resolved(dir: &SweepDir, r: &Resolved, opts: &Options) -> Result<Summary, String> {
     let start = Instant::now();
+    let points: Vec<Point> = r.points.iter().map(|l| l.point.clone()).collect();
+    check_jobs(opts.jobs, &points)?;
+    let _one_writer = dir.lock()?;
     dir.init(r)?;
     let (rows, _torn) = dir.read_rows()?;
     let shard_path = dir.shard_path(opts.shard.index);
@@ -150,6 +153,23 @@ pub fn run_resolved(dir: &SweepDir, r: &Resolved, opts: &Options) -> Result<Summ
         wall_s: start.elapsed().as_secs_f64(),
         shard_file: shard_path.display().to_string(),
     })
+}
+
+/// Refuses a `--jobs` the machine cannot run: points run at once times the
+/// threads of the largest point must fit in what one process may start
+/// ([`pmsim_model::workloads::max_threads`]).
+pub fn check_jobs(jobs: usize, points: &[Point]) -> Result<(), String> {
+    let max = pmsim_model::workloads::max_threads() as usize;
+    let per_point = points.iter().map(|p| p.threads as usize).max().unwrap_or(1).max(1);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let jobs_eff = if jobs == 0 { cpus } else { jobs };
+    if jobs_eff.saturating_mul(per_point) > max {
+        return Err(format!(
+            "--jobs {jobs}: {jobs_eff} points at once × {per_point} threads is more than this machine lets one process \
+             start ({max})"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether any point runs PMDK natively (its environment must be set before

@@ -4,6 +4,7 @@
 //! persists in order), and addresses become heap offsets.
 
 use crate::CrashError;
+use pmsim_model::heap::HEADER_SIZE;
 use pmsim_model::pm::HEAP_IMAGE_KEY;
 use pmsim_traces::{Event, OpKind, TraceHeader, TraceReader, LINE};
 use std::path::{Path, PathBuf};
@@ -197,7 +198,23 @@ impl CrashTrace {
 /// Refuses an image that is not the heap this trace started from.
 fn check_image(image: &Path, header: &TraceHeader, recorded: Option<&serde_json::Value>) -> Result<(), CrashError> {
     let err = |m: String| CrashError(format!("{}: {m}", image.display()));
+    // Looked at before it is read: a device (/dev/zero) or a pipe would be
+    // read without end, a huge file into memory.
+    let meta = std::fs::metadata(image).map_err(|e| err(format!("cannot read the heap image: {e}")))?;
+    if !meta.is_file() {
+        return Err(err("the heap image is not a regular file".into()));
+    }
+    if meta.len() != header.heap.size {
+        return Err(err(format!(
+            "heap image does not match the trace: {} bytes, the trace's heap has {}",
+            meta.len(),
+            header.heap.size
+        )));
+    }
     let bytes = std::fs::read(image).map_err(|e| err(format!("cannot read the heap image: {e}")))?;
+    // The header as `Heap::open` would check it, named by the user's file
+    // (the explorer opens scratch copies of it).
+    pmsim_model::heap::check_header(&bytes[..bytes.len().min(HEADER_SIZE as usize)], header.heap.size).map_err(err)?;
     if bytes.len() as u64 != header.heap.size {
         return Err(err(format!(
             "heap image does not match the trace: {} bytes, the trace's heap has {}",

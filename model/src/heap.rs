@@ -11,10 +11,18 @@
 //! | 8 | 4 | layout version ([`LAYOUT_VERSION`]) |
 //! | 12 | 4 | header size (4096) |
 //! | 16 | 8 | heap size in bytes (= file length) |
-//! | 24 | 8 | clean-shutdown flag: 1 after [`Heap::close`], 0 while in use |
+//! | 24 | 4 | clean-shutdown flag: 1 after [`Heap::close`], 0 while in use |
+//! | 28 | 4 | CRC-32 of bytes 0..28 (0 in heaps written before the checksum) |
 //! | 32 | 32 | reserved (0) |
 //! | 64 | 512 | root table: [`ROOT_SLOTS`] `u64` heap offsets, 0 = empty |
 //! | 576 | 3520 | reserved (0) |
+//!
+//! The flag and the checksum share one 8-byte word, written by one store, so
+//! the header is never seen with a flag its checksum does not cover. `open`
+//! (and [`check_header`], which the crash explorer applies to the user's heap
+//! image) refuses a header with any field out of range: a checksum that does
+//! not match, a flag that is neither 0 nor 1, a root outside the heap, a
+//! reserved byte that is not 0.
 //!
 //! Everything after the header page ([`Heap::user_range`]) belongs to the
 //! allocator. Pointers stored in the heap are heap offsets ([`PmOff`]), never
@@ -280,6 +288,16 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// The word at `off` as an atomic (header fields, roots).
+    /// Sets the clean-shutdown flag with the header's checksum (one store).
+    fn set_clean(&self, clean: bool) {
+        let mut head = [0u8; OFF_CLEAN as usize];
+        head[..8].copy_from_slice(&MAGIC);
+        for off in (8..OFF_CLEAN).step_by(8) {
+            head[off as usize..off as usize + 8].copy_from_slice(&self.word(off).load(Ordering::Relaxed).to_le_bytes());
+        }
+        self.word(OFF_CLEAN).store(clean_word(&head, clean), Ordering::Release);
+    }
+
     fn word(&self, off: u64) -> &AtomicU64 {
         assert!(off & 7 == 0 && off + 8 <= self.size);
         // SAFETY: in bounds and 8-byte aligned (the base is page aligned); the
@@ -373,6 +391,61 @@ fn read_u64(b: &[u8], at: u64) -> u64 {
     u64::from_le_bytes(b[at as usize..at as usize + 8].try_into().unwrap())
 }
 
+/// The word at [`OFF_CLEAN`]: the flag, and the CRC-32 of the fixed fields
+/// (`head`: bytes 0..24 as they are or will be) with the flag.
+fn clean_word(head: &[u8], clean: bool) -> u64 {
+    let flag = clean as u32;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&head[..OFF_CLEAN as usize]);
+    h.update(&flag.to_le_bytes());
+    flag as u64 | (h.finalize() as u64) << 32
+}
+
+/// Checks the fields of a heap header page beyond what `open` reads first
+/// (magic, version, sizes): checksum, clean flag, roots, reserved bytes.
+/// `page` is the first [`HEADER_SIZE`] bytes of a heap of `size` bytes;
+/// the error is the problem, without the file's name.
+pub fn check_header(page: &[u8], size: u64) -> Result<(), String> {
+    if page.len() < HEADER_SIZE as usize {
+        return Err(format!("truncated: {} bytes, shorter than the {HEADER_SIZE}-byte heap header", page.len()));
+    }
+    if page[..8] != MAGIC {
+        return Err("not a pmsim heap (bad magic)".into());
+    }
+    let version = read_u32(page, OFF_VERSION);
+    if version == 0 || version > LAYOUT_VERSION {
+        return Err(format!("corrupt header: layout version {version} (this pmsim reads 1..={LAYOUT_VERSION})"));
+    }
+    let (hsize, hsz) = (read_u32(page, OFF_HEADER_SIZE) as u64, read_u64(page, OFF_SIZE));
+    if hsize != HEADER_SIZE || hsz != size {
+        return Err(format!("corrupt header: header size {hsize}, heap size {hsz} (expected {HEADER_SIZE}, {size})"));
+    }
+    let word = read_u64(page, OFF_CLEAN);
+    let flag = word as u32;
+    if flag > 1 {
+        return Err(format!("corrupt header: clean-shutdown flag {flag:#x} (0 or 1)"));
+    }
+    let crc = (word >> 32) as u32;
+    // 0: a heap written before the checksum; its other fields are still checked.
+    if crc != 0 && word != clean_word(page, flag == 1) {
+        return Err(format!("corrupt header: checksum {crc:#010x} does not match its fields"));
+    }
+    if let Some(i) = page[32..OFF_ROOTS as usize].iter().position(|&b| b != 0) {
+        return Err(format!("corrupt header: reserved byte {} is {:#04x}, not 0", 32 + i, page[32 + i]));
+    }
+    for slot in 0..ROOT_SLOTS {
+        let r = read_u64(page, OFF_ROOTS + 8 * slot as u64);
+        if r != 0 && (r < HEADER_SIZE || r >= size) {
+            return Err(format!("corrupt header: root {slot} is {r:#x}, outside the heap (0x1000..{size:#x})"));
+        }
+    }
+    let end_roots = (OFF_ROOTS as usize) + 8 * ROOT_SLOTS;
+    if let Some(i) = page[end_roots..HEADER_SIZE as usize].iter().position(|&b| b != 0) {
+        return Err(format!("corrupt header: reserved byte {} is {:#04x}, not 0", end_roots + i, page[end_roots + i]));
+    }
+    Ok(())
+}
+
 impl Heap {
     /// Creates a heap of `size` bytes at `path`; refuses if the file exists.
     pub fn create(path: impl AsRef<Path>, size: u64) -> Result<Heap, HeapError> {
@@ -437,7 +510,7 @@ impl Heap {
         // rather than one that looks valid with a half-written header.
         m.word(OFF_VERSION).store(LAYOUT_VERSION as u64 | HEADER_SIZE << 32, Ordering::Relaxed);
         m.word(OFF_SIZE).store(size, Ordering::Relaxed);
-        m.word(OFF_CLEAN).store(0, Ordering::Relaxed);
+        m.set_clean(false);
         m.persist(0, HEADER_SIZE);
         m.word(0).store(u64::from_le_bytes(MAGIC), Ordering::Relaxed);
         m.persist(0, 8);
@@ -528,8 +601,11 @@ impl Heap {
         let mut mmap = if private { map_copy(&file, path, size)? } else { map(&file, path, size, opts.populate)? };
         let base = mmap.as_mut_ptr();
         let m = Mapping { base, size, mmap, path: path.to_path_buf(), _file: file };
-        let was_clean = m.word(OFF_CLEAN).load(Ordering::Acquire) == CLEAN;
-        m.word(OFF_CLEAN).store(0, Ordering::Release);
+        // SAFETY: the mapping holds at least the header page (size ≥ MIN_SIZE).
+        let page = unsafe { std::slice::from_raw_parts(m.base as *const u8, HEADER_SIZE as usize) };
+        check_header(page, size).map_err(|e| HeapError::new(Corrupt, path, e))?;
+        let was_clean = m.word(OFF_CLEAN).load(Ordering::Acquire) as u32 == CLEAN as u32;
+        m.set_clean(false);
         if !private {
             m.persist(OFF_CLEAN, 8);
             m.sync_header()?;
@@ -558,7 +634,7 @@ impl Heap {
         let m = &self.map;
         // Data first (it matters for heaps on block devices), then the flag.
         m.mmap.flush().map_err(|e| HeapError::io(&m.path, "msync", e))?;
-        m.word(OFF_CLEAN).store(CLEAN, Ordering::Release);
+        m.set_clean(true);
         m.persist(OFF_CLEAN, 8);
         m.sync_header()
     }

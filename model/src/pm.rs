@@ -58,8 +58,13 @@ fn save_heap_image(heap: &Heap, path: &std::path::Path) -> io::Result<serde_json
     // SAFETY: the heap maps `size` bytes at `base`, and no thread writes to
     // it while tracing has not started.
     let bytes = unsafe { std::slice::from_raw_parts(heap.base() as *const u8, heap.size() as usize) };
-    std::fs::write(path, bytes)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: cannot write the heap image: {e}", path.display())))?;
+    // Beside its destination, then renamed: whether the destination may be
+    // replaced was the command's decision (`output::Policy`).
+    let named =
+        |e: io::Error| io::Error::new(e.kind(), format!("{}: cannot write the heap image: {e}", path.display()));
+    let mut out = pmsim_traces::output::Output::create(path, true).map_err(named)?;
+    io::Write::write_all(&mut out, bytes).map_err(named)?;
+    out.commit().map_err(named)?;
     Ok(serde_json::json!({
         "file": path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         "size": heap.size(),

@@ -11,9 +11,10 @@ fn dir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
-fn clean_flag_on_disk(path: &Path) -> u64 {
+/// The clean-shutdown flag (bytes 24..28; 28..32 are the header's checksum).
+fn clean_flag_on_disk(path: &Path) -> u32 {
     let bytes = std::fs::read(path).unwrap();
-    u64::from_le_bytes(bytes[24..32].try_into().unwrap())
+    u32::from_le_bytes(bytes[24..28].try_into().unwrap())
 }
 
 /// Opens `path` expecting an error; returns its kind and its message.
@@ -200,6 +201,28 @@ fn patch(path: &PathBuf, at: usize, bytes: &[u8]) {
     let mut data = std::fs::read(path).unwrap();
     data[at..at + bytes.len()].copy_from_slice(bytes);
     std::fs::write(path, data).unwrap();
+}
+
+#[test]
+fn header_damage_is_refused_and_old_headers_open() {
+    let d = dir();
+    let path = d.path().join("h.heap");
+    make_heap(&path, SIZE);
+    let good = std::fs::read(&path).unwrap();
+    // Every single-byte change of the header's first 64 bytes, and of the
+    // reserved tail, is refused with one line naming the file.
+    for at in (0..64).chain([600, 4095]) {
+        let mut b = good.clone();
+        b[at] ^= 0x10;
+        std::fs::write(&path, &b).unwrap();
+        let (_, msg) = open_err(&path);
+        assert!(msg.starts_with(&format!("{}: ", path.display())), "byte {at}: {msg}");
+    }
+    // A heap written before the checksum (its high word 0) still opens.
+    let mut b = good.clone();
+    b[28..32].fill(0);
+    std::fs::write(&path, &b).unwrap();
+    Heap::open(&path).unwrap();
 }
 
 #[test]

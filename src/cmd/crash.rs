@@ -100,10 +100,17 @@ fn parse_op(s: &str) -> Result<OpKind, String> {
 }
 
 pub fn run(a: CrashArgs) -> CmdResult {
+    // Options first, before the trace is read.
+    if a.bound == 0 {
+        return Err("--bound 0: at least one image per crash point".into());
+    }
+    if a.every == 0 {
+        return Err("--every 0: keep every N-th crash point with N at least 1".into());
+    }
     let tr = CrashTrace::load(&a.trace, a.heap_image.as_deref())?;
     let target = target_for(&tr.header)?;
     let opts = Options {
-        bound: a.bound.max(1),
+        bound: a.bound,
         seed: a.seed,
         every: a.every,
         during: a.during,

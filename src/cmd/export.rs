@@ -7,6 +7,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmsim_sim::export::{self, gem5, FileOptions, Format, Mode, Options, Summary, Timing};
 use pmsim_sim::{Config, Simulator};
+use pmsim_traces::output::Policy;
 use pmsim_traces::{Category, TraceReader};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -65,6 +66,9 @@ pub struct ExportArgs {
     /// and print its statistics next to pmsim's own latency estimate.
     #[arg(long)]
     run_gem5: bool,
+    /// Replace existing --out and --gem5-config files.
+    #[arg(long)]
+    force: bool,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -99,6 +103,22 @@ pub fn run(a: ExportArgs) -> CmdResult {
         Some(p) => Config::from_file(p)?,
         None => Config::default(),
     };
+    let script_path = match (&a.gem5_config, &gem5_bin) {
+        (Some(p), _) => Some(p.clone()),
+        (None, Some(_)) => Some(with_suffix(&a.out, ".py")),
+        (None, None) => None,
+    };
+    // The files written, checked before the export starts; the trace and
+    // the configuration are inputs, never written over.
+    let mut policy = Policy::new(a.force);
+    policy.input(&a.file);
+    if let Some(c) = &a.config {
+        policy.input(c);
+    }
+    policy.check(&a.out)?;
+    if let Some(p) = &script_path {
+        policy.check(p)?;
+    }
     let opts = Options {
         mode,
         categories,
@@ -127,11 +147,6 @@ pub fn run(a: ExportArgs) -> CmdResult {
     let summary = result?;
     let secs = started.elapsed().as_secs_f64();
 
-    let script_path = match (&a.gem5_config, &gem5_bin) {
-        (Some(p), _) => Some(p.clone()),
-        (None, Some(_)) => Some(with_suffix(&a.out, ".py")),
-        (None, None) => None,
-    };
     if let Some(p) = &script_path {
         let trace = std::path::absolute(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
         let end = base.saturating_add(header.heap.size).max(summary.max_end);
@@ -141,7 +156,9 @@ pub fn run(a: ExportArgs) -> CmdResult {
             memory,
             size: gem5::Script::range_size(end),
         };
-        std::fs::write(p, script.render()).map_err(|e| format!("{}: cannot write: {e}", p.display()))?;
+        // Checked above; the export just written is not an input of the script.
+        let mut policy = Policy::new(true);
+        policy.write(p, script.render().as_bytes())?;
     }
     let gem5_run = match (&gem5_bin, &script_path) {
         (Some(bin), Some(script)) => Some(gem5::run(bin, script, &with_suffix(&a.out, ".m5out"))?),

@@ -46,6 +46,12 @@ pub fn run(a: ReproduceArgs) -> CmdResult {
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let exps = reproduce::load(&opts)?;
+    for (file, _, e) in &exps {
+        pmsim_analyses::sweep::check_jobs(a.jobs, &e.points()?).map_err(|er| format!("{file}: {er}"))?;
+    }
+    // One reproduce at a time into a directory (each sweep in it is locked too).
+    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: cannot create: {e}", opts.out.display()))?;
+    let _one_writer = pmsim_traces::output::Lock::dir(&opts.out)?;
     if reproduce::needs_pmdk_env(&exps)? {
         pmsim_model::pmdk::ensure_env(&pmsim_model::pmdk::required_env(false, None))?;
     }

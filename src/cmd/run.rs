@@ -13,6 +13,7 @@ use pmsim_model::runner::{self, AllocInfo, AllocSpec, HeapSpec, Outcome, RunErro
 use pmsim_model::workloads::{Progress, RunOptions, RunReport, Scale, Workload};
 use pmsim_model::{FlushInsn, TraceConfig};
 use pmsim_sim::{Config as SimConfig, Simulator};
+use pmsim_traces::output::{Lock, Policy};
 use pmsim_traces::{TraceFile, WriterOptions};
 use serde::Serialize;
 use std::io::{BufWriter, Write};
@@ -55,8 +56,8 @@ pub struct RunArgs {
     /// Heap size, e.g. 512M, 4G [default: enough for the workload at its scale].
     #[arg(long, value_parser = parse_size)]
     heap_size: Option<u64>,
-    /// Replace an existing --heap or --trace file.
-    #[arg(long)]
+    /// Replace an existing --heap, --trace (and its .img) file (regular files only; never an input).
+    #[arg(long = "force", alias = "overwrite")]
     overwrite: bool,
     /// Flush instruction: clwb, clflushopt, clflush or none (eADR) [default: the best this CPU has].
     #[arg(long)]
@@ -272,10 +273,18 @@ pub fn run(a: RunArgs) -> CmdResult {
         pmdk::ensure_env(&pmdk::required_env(a.pmdk_msync, flush))?;
     }
     let flush = flush.unwrap_or_else(FlushInsn::best);
-    if let Some(t) = &a.trace {
-        if t.exists() && !a.overwrite {
-            return Err(format!("{}: already exists (--overwrite replaces it)", t.display()).into());
-        }
+    // Every file this run writes, checked and locked before anything runs.
+    let mut policy = Policy::new(a.overwrite);
+    if let Some(Some(c)) = &a.sim {
+        policy.input(c);
+    }
+    let mut _locks = Vec::new();
+    for p in a.heap.iter().chain(&a.trace) {
+        policy.check(p)?;
+        _locks.push(Lock::output(p)?);
+    }
+    if let (Some(t), true) = (&a.trace, a.values) {
+        policy.check(&heap_image_path(t))?;
     }
     let mode = match (&a.trace, &a.sim) {
         (Some(path), _) => Mode::Trace {

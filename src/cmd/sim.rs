@@ -4,8 +4,8 @@
 use super::CmdResult;
 use clap::Args;
 use pmsim_sim::{Config, Scope, Simulator};
+use pmsim_traces::output::{Output, Policy};
 use pmsim_traces::TraceReader;
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -31,6 +31,9 @@ pub struct SimArgs {
     /// Write the first flushes of each region category (NVAlloc Fig. 2) to this .csv or .json file.
     #[arg(long, value_name = "OUT")]
     access_map: Option<PathBuf>,
+    /// Replace an existing --access-map file.
+    #[arg(long)]
+    force: bool,
     /// How many flushes per category the access map keeps.
     #[arg(long, default_value_t = 1000)]
     access_map_n: usize,
@@ -77,7 +80,12 @@ pub fn run(a: SimArgs) -> CmdResult {
                 _ => return Err(format!("{}: the access map must be a .csv or .json file", p.display()).into()),
             };
             cfg.access_map.per_category = a.access_map_n;
-            let out = File::create(p).map_err(|e| format!("{}: cannot create: {e}", p.display()))?;
+            let mut policy = Policy::new(a.force);
+            policy.input(&a.file);
+            if let Some(c) = &a.config {
+                policy.input(c);
+            }
+            let out = policy.create(p)?;
             Some((p.as_path(), fmt, out))
         }
     };
@@ -117,12 +125,16 @@ pub fn run(a: SimArgs) -> CmdResult {
     }
 }
 
-fn write_map(path: &Path, fmt: MapFormat, file: File, sim: &Simulator) -> CmdResult {
+fn write_map(path: &Path, fmt: MapFormat, mut out: Output, sim: &Simulator) -> CmdResult {
     let points = sim.access_map();
-    let out = BufWriter::new(file);
+    let mut w = BufWriter::new(out.take_file());
     let r = match fmt {
-        MapFormat::Csv => pmsim_sim::write_access_map_csv(&points, out),
-        MapFormat::Json => pmsim_sim::write_access_map_json(&points, out),
+        MapFormat::Csv => pmsim_sim::write_access_map_csv(&points, &mut w),
+        MapFormat::Json => pmsim_sim::write_access_map_json(&points, &mut w),
     };
-    r.map_err(|e| format!("{}: cannot write: {e}", path.display()).into())
+    let named = |e: std::io::Error| format!("{}: cannot write: {e}", path.display());
+    r.map_err(named)?;
+    let file = w.into_inner().map_err(|e| named(e.into_error()))?;
+    out.commit_file(file).map_err(named)?;
+    Ok(())
 }

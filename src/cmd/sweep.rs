@@ -8,8 +8,9 @@ use pmsim_analyses::slurm;
 use pmsim_analyses::store::{self, SweepDir};
 use pmsim_analyses::sweep::{self, Options, Shard};
 use pmsim_analyses::{table, Experiment};
+use pmsim_traces::output::Policy;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -86,9 +87,13 @@ struct MergeArgs {
     /// Write the rows as one JSON document.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Also draw the experiment's figures and write a report (index.html, README.md) into OUT.
+    /// Also draw the experiment's figures and write a report (index.html, README.md) into OUT
+    /// (a new or empty directory, or with --force one to write over).
     #[arg(long, value_name = "OUT")]
     report: Option<PathBuf>,
+    /// Replace existing --csv and --json files and a report in a directory that is not empty.
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(a: SweepArgs) -> CmdResult {
@@ -111,19 +116,22 @@ pub fn run(a: SweepArgs) -> CmdResult {
         _ => {
             let mut exp = match &a.experiment {
                 Some(p) => Experiment::from_file(p)?,
+                None if a.set.is_empty() => {
+                    return Err("nothing to sweep: give an experiment file or --set KEY=V1,V2,…".into())
+                }
                 None => Experiment::empty("cli"),
             };
-            for kv in &a.set {
-                exp.set_axis(kv)?;
-            }
+            exp.set_axes(&a.set)?;
             let points = exp.points().map_err(|e| format!("--set: {e}"))?;
             store::Resolved::new(exp, &points)
         }
     };
     if a.slurm.slurm {
+        let _one_writer = dir.lock()?;
         return submit(&a, &dir, &resolved);
     }
     let points: Vec<_> = resolved.points.iter().map(|l| l.point.clone()).collect();
+    sweep::check_jobs(a.jobs, &points)?;
     if sweep::needs_pmdk_env(&points) {
         pmsim_model::pmdk::ensure_env(&pmsim_model::pmdk::required_env(false, None))?;
     }
@@ -238,24 +246,65 @@ fn submit(a: &SweepArgs, dir: &SweepDir, resolved: &store::Resolved) -> CmdResul
 
 fn merge(m: MergeArgs) -> CmdResult {
     let dir = SweepDir::new(&m.dir);
+    // Every output checked before the merge: none may be a file of the sweep.
+    let mut policy = Policy::new(m.force);
+    dir.protect(&mut policy);
+    for p in m.json.iter().chain(&m.csv) {
+        policy.check(p)?;
+    }
+    if let Some(out) = &m.report {
+        check_report_dir(out, &dir, m.force)?;
+    }
     let (r, rows, warnings) = store::merge(&dir)?;
     for w in &warnings {
         eprintln!("pmsim: warning: {w}");
     }
     if let Some(p) = &m.json {
         let doc = serde_json::json!({ "experiment": r.experiment, "fingerprint": r.fingerprint, "rows": rows });
-        std::fs::write(p, serde_json::to_string_pretty(&doc)? + "\n").map_err(|e| format!("{}: {e}", p.display()))?;
+        policy.write(p, (serde_json::to_string_pretty(&doc)? + "\n").as_bytes())?;
     }
     if let Some(p) = &m.csv {
-        let mut f = std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?;
-        table::write_csv(&rows, &mut f).map_err(|e| format!("{}: {e}", p.display()))?;
+        let mut text = Vec::new();
+        table::write_csv(&rows, &mut text).map_err(|e| format!("{}: {e}", p.display()))?;
+        policy.write(p, &text)?;
     }
     if let Some(out) = &m.report {
         let command = std::env::args().collect::<Vec<_>>().join(" ");
-        pmsim_analyses::reproduce::report_sweep(&dir, out, &command)?;
+        let existed = out.exists();
+        if let Err(e) = pmsim_analyses::reproduce::report_sweep(&dir, out, &command) {
+            // A half-written report is removed if this run made its directory.
+            if !existed {
+                let _ = std::fs::remove_dir_all(out);
+            }
+            return Err(e.into());
+        }
     }
     let mut w = std::io::stdout().lock();
     writeln!(w, "merged {} rows of '{}' (fingerprint {})", rows.len(), r.experiment.meta.name, r.fingerprint)?;
     table::write_text(&rows, &mut w)?;
     Ok(())
+}
+
+/// A report directory may be new or empty (or anything else with `--force`),
+/// but never the sweep directory itself or inside it, except as its own
+/// subdirectory (`DIR/report`, as the Slurm merge job writes it).
+fn check_report_dir(out: &Path, dir: &SweepDir, force: bool) -> CmdResult {
+    let canon = |p: &Path| std::fs::canonicalize(p).ok();
+    if let (Some(o), Some(d)) = (canon(out), canon(&dir.root)) {
+        if o == d || o.starts_with(d.join("shards")) {
+            return Err(format!(
+                "{}: is the sweep directory {} or its shards: write the report elsewhere",
+                out.display(),
+                dir.root.display()
+            )
+            .into());
+        }
+    }
+    match std::fs::symlink_metadata(out) {
+        Ok(m) if !m.is_dir() => Err(format!("{}: exists and is not a directory", out.display()).into()),
+        Ok(_) if !force && std::fs::read_dir(out)?.next().is_some() => {
+            Err(format!("{}: a directory that is not empty (--force writes the report over it)", out.display()).into())
+        }
+        _ => Ok(()),
+    }
 }

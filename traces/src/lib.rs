@@ -9,6 +9,7 @@ pub mod error;
 pub mod event;
 pub mod format;
 pub mod header;
+pub mod output;
 pub mod reader;
 pub mod regions;
 pub mod sink;

@@ -4,11 +4,12 @@ use crate::encode::Encoder;
 use crate::event::Event;
 use crate::format::*;
 use crate::header::TraceHeader;
+use crate::output::Output;
 use crate::sink::EventSink;
 use crate::sites::{encode_site, Site};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// How to write a trace.
 #[derive(Clone, Debug)]
@@ -222,23 +223,23 @@ impl<W: Write + Send> EventSink for TraceWriter<W> {
 }
 
 /// A trace being written to a file. It is written beside its destination and
-/// renamed into place by [`TraceFile::finish`], so an existing file of that name
-/// is never clobbered by a half-written trace.
+/// renamed into place by [`TraceFile::finish`] (an [`Output`]), so an existing
+/// file of that name is never clobbered by a half-written trace, and a trace
+/// dropped unfinished leaves nothing. Whether the destination may be replaced
+/// is the command's decision ([`crate::output::Policy`]), taken before.
 pub struct TraceFile {
     writer: Option<TraceWriter<BufWriter<File>>>,
-    tmp: PathBuf,
-    path: PathBuf,
+    out: Option<Output>,
 }
 
 impl TraceFile {
     pub fn create(path: impl AsRef<Path>, header: &TraceHeader, opts: &WriterOptions) -> io::Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        let mut tmp = path.clone().into_os_string();
-        tmp.push(format!(".tmp{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        let file = File::create(&tmp).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", tmp.display())))?;
+        let path = path.as_ref();
+        let mut out = Output::create(path, true)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: cannot create: {e}", path.display())))?;
+        let file = out.take_file();
         let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), header, opts)?;
-        Ok(TraceFile { writer: Some(writer), tmp, path })
+        Ok(TraceFile { writer: Some(writer), out: Some(out) })
     }
 
     #[inline]
@@ -264,10 +265,10 @@ impl TraceFile {
     /// Ends the trace, syncs it and moves it to its destination.
     pub fn finish(mut self) -> io::Result<WriteStats> {
         let w = self.writer.take().expect("trace file already finished");
+        let out = self.out.take().expect("trace file already finished");
         let (buf, stats) = w.finish()?;
         let file = buf.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        std::fs::rename(&self.tmp, &self.path)?;
+        out.commit_file(file)?;
         Ok(stats)
     }
 }
@@ -285,13 +286,5 @@ impl EventSink for TraceFile {
 
     fn define_site(&mut self, site: &Site) -> io::Result<()> {
         TraceFile::define_site(self, site)
-    }
-}
-
-impl Drop for TraceFile {
-    fn drop(&mut self) {
-        if self.writer.is_some() {
-            let _ = std::fs::remove_file(&self.tmp);
-        }
     }
 }

@@ -153,6 +153,28 @@ pub enum Params {
     LlfreeBench(llfree_bench::Params),
 }
 
+/// The most worker threads a run starts, whatever the machine: the
+/// allocators keep per-thread state for at most a few thousand threads, and
+/// the paper's largest runs use 64.
+pub const MAX_THREADS: u32 = 4096;
+
+/// The most worker threads one run may start here: [`MAX_THREADS`], or a
+/// quarter of what the kernel lets this user (`RLIMIT_NPROC`) and the system
+/// (`threads-max`) run, so that a thread count the machine cannot start is
+/// refused before anything runs instead of failing half way.
+pub fn max_threads() -> u32 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit fills the struct it is given.
+    let nproc =
+        if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut lim) } == 0 { lim.rlim_cur } else { libc::RLIM_INFINITY };
+    let sys = std::fs::read_to_string("/proc/sys/kernel/threads-max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(u64::MAX);
+    let room = (nproc as u64).min(sys) / 4;
+    room.clamp(1, MAX_THREADS as u64) as u32
+}
+
 /// A workload with its parameters.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Workload {
@@ -272,6 +294,13 @@ impl Workload {
     pub fn validate(&self, threads: u32) -> Result<(), WorkloadError> {
         if threads == 0 {
             return Err(WorkloadError::Config("threads must be at least 1".into()));
+        }
+        let max = max_threads();
+        if threads > max {
+            return Err(WorkloadError::Config(format!(
+                "{threads} threads: more than one run may start on this machine ({max}: a quarter of the \
+                 process limit, at most {MAX_THREADS})"
+            )));
         }
         let r = match &self.params {
             Params::Threadtest(p) => p.validate(threads),

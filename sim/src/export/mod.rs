@@ -21,9 +21,8 @@ use crate::config::CacheConfig;
 use pmsim_traces::{Category, TraceError, TraceReader};
 use serde::Serialize;
 use std::fmt;
-use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 
 /// The target simulator's file format.
@@ -309,9 +308,10 @@ pub fn export_file<R: Read>(
     if format == Format::Dramsim3 && tck == 0 {
         return Err(ExportError::Input("the memory clock period (--tck-ps) must be at least 1 ps".into()));
     }
-    let tmp = temp_path(out);
-    let file = File::create(&tmp).map_err(|e| ExportError::Input(format!("{}: cannot create: {e}", out.display())))?;
-    let _guard = RemoveOnDrop(tmp.clone());
+    // Whether `out` may be replaced was the command's decision (output::Policy).
+    let mut output = pmsim_traces::output::Output::create(out, true)
+        .map_err(|e| ExportError::Input(format!("{}: cannot create: {e}", out.display())))?;
+    let file = output.take_file();
     let sink = Counting { inner: BufWriter::with_capacity(1 << 20, file), bytes: 0 };
     let result = match format {
         Format::Gem5 if file_opts.gzip => {
@@ -338,8 +338,8 @@ pub fn export_file<R: Read>(
     summary.out_bytes = sink.bytes;
     // Not synced: an export is derived data, made again from the trace if a
     // crash loses it, and a sync of gigabytes would double the export's time.
-    sink.inner.into_inner().map_err(|e| named(e.into_error()))?;
-    std::fs::rename(&tmp, out).map_err(|e| ExportError::Input(format!("{}: cannot create: {e}", out.display())))?;
+    let file = sink.inner.into_inner().map_err(|e| named(e.into_error()))?;
+    output.commit_with(file, false).map_err(named)?;
     Ok(summary)
 }
 
@@ -353,19 +353,4 @@ fn run<R: Read, W: PacketWriter>(
     let mut ex = Exporter::new(opts.clone(), reader.header(), reader.path(), w);
     ex.run(reader, progress)?;
     ex.finish()
-}
-
-fn temp_path(out: &Path) -> PathBuf {
-    let mut tmp = out.as_os_str().to_owned();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    PathBuf::from(tmp)
-}
-
-/// Removes the temporary file unless it was renamed into place.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }

@@ -1,0 +1,359 @@
+//! Nothing the user had is lost: a table of bad inputs, each run through the
+//! `pmsim` binary, each expected to fail with one line on stderr matching a
+//! pattern, within a time limit (a hang is a failure), leaving every file of
+//! the working directory byte-identical and no new file behind. Then the
+//! things a table cannot say: two writers at once, and what SIGTERM and
+//! SIGKILL leave in /dev/shm.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PMSIM: &str = env!("CARGO_BIN_EXE_pmsim");
+const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/samples/threadtest-nvalloc-log.pmt");
+
+/// Runs pmsim in `dir`, killing it after `limit` (a hang fails the test).
+fn run_in(dir: &Path, args: &[String], limit: Duration) -> Output {
+    let child = Command::new(PMSIM)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pmsim starts");
+    wait_limited(child, limit, args)
+}
+
+fn wait_limited(mut child: Child, limit: Duration, what: &[String]) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("pmsim {what:?} did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Every file under `dir` (recursively) with its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut m = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                m.insert(p.clone(), b"<dir>".to_vec());
+                todo.push(p);
+            } else {
+                m.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    m
+}
+
+/// The inputs the cases use, made once: a trace, a small trace with values
+/// and its heap image (with header-damaged copies), a finished sweep, files
+/// an output must not replace.
+fn fixture(d: &Path) {
+    let run = |args: &[&str]| {
+        let o = run_in(d, &args.iter().map(|s| s.to_string()).collect::<Vec<_>>(), Duration::from_secs(300));
+        assert!(o.status.success(), "fixture {args:?}: {}", stderr(&o));
+    };
+    std::fs::copy(SAMPLE, d.join("t.pmt")).unwrap();
+    for f in ["old.txt", "old.py", "old.csv", "old.json", "v2.pmt.img"] {
+        std::fs::write(d.join(f), format!("{f}: the user's\n")).unwrap();
+    }
+    std::fs::create_dir(d.join("full")).unwrap();
+    std::fs::write(d.join("full/keep.html"), "mine").unwrap();
+    run(&[
+        "run",
+        "--alloc",
+        "nvalloc-log",
+        "--workload",
+        "threadtest",
+        "--param",
+        "objects=40",
+        "--param",
+        "iterations=1",
+        "--heap-size",
+        "8M",
+        "--trace",
+        "v.pmt",
+        "--values",
+    ]);
+    let img = std::fs::read(d.join("v.pmt.img")).unwrap();
+    // Single-byte changes of the header fields the old check let through:
+    // the clean flag, the checksum, reserved bytes, a root out of the heap.
+    for (name, at, val) in [("clean", 24, 7u8), ("crc", 30, 0x5a), ("res", 40, 1), ("root", 71, 0x40), ("tail", 700, 9)]
+    {
+        let mut b = img.clone();
+        b[at] ^= val;
+        std::fs::write(d.join(format!("hdr-{name}.img")), b).unwrap();
+    }
+    std::fs::write(d.join("short.img"), &img[..4096]).unwrap();
+    run(&["sweep", "--set", "param.iterations=1", "--set", "param.objects=20", "--out", "sw", "--jobs", "1"]);
+    // A copy whose experiment.json was edited by hand, twice over.
+    for (copy, edit) in [("sw-edited", "points"), ("sw-named", "name")] {
+        let o = Command::new("cp").args(["-r", "sw", copy]).current_dir(d).status().unwrap();
+        assert!(o.success());
+        let p = d.join(copy).join("experiment.json");
+        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        match edit {
+            "points" => v["points"][0]["point"]["seed"] = 7.into(),
+            _ => v["experiment"]["meta"]["name"] = "../../victim".into(),
+        }
+        std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    }
+    std::fs::write(d.join("nosweep.toml"), "[experiment]\nname = \"x\"\n").unwrap();
+    std::fs::write(d.join("empty.toml"), "").unwrap();
+    std::fs::write(d.join("victim.toml"), "[experiment]\nname = \"../../victim\"\n[sweep]\nstripes = [1]\n").unwrap();
+}
+
+/// One bad input: the arguments (run in the fixture directory) and the
+/// pieces the one error line must contain.
+struct Case {
+    what: &'static str,
+    args: &'static str,
+    expect: &'static [&'static str],
+}
+
+const RUN: &str = "run --alloc nvalloc-log --workload threadtest --param objects=20 --param iterations=1";
+
+fn cases() -> Vec<Case> {
+    macro_rules! c {
+        ($what:expr, $args:expr, $($e:expr),+) => { Case { what: $what, args: $args, expect: &[$($e),+] } };
+    }
+    vec![
+        // Silent overwrites.
+        c!("run --values over an existing .img", "RUN --trace v2.pmt --values", "v2.pmt.img", "already exists"),
+        c!("export --out over a file", "export t.pmt --format gem5 --out old.txt", "old.txt", "already exists"),
+        c!(
+            "export --gem5-config over a file",
+            "export t.pmt --format gem5 --out new.txt --gem5-config old.py",
+            "old.py",
+            "already exists"
+        ),
+        c!("sim --access-map over a file", "sim t.pmt --access-map old.csv", "old.csv", "already exists"),
+        c!("merge --csv over a file", "sweep merge sw --csv old.csv", "old.csv", "already exists"),
+        c!("merge --json over a file", "sweep merge sw --json old.json", "old.json", "already exists"),
+        c!("merge --report into a full directory", "sweep merge sw --report full", "full", "not empty"),
+        c!("export over its own input", "export t.pmt --format gem5 --out t.pmt --force", "t.pmt", "input"),
+        c!("run --trace and --heap one file", "RUN --trace same.bin --heap same.bin", "same.bin", "twice"),
+        c!(
+            "merge --csv into the shards",
+            "sweep merge sw --csv sw/shards/0.jsonl --force",
+            "sw/shards/0.jsonl",
+            "shard directory"
+        ),
+        c!("merge --csv as a new shard", "sweep merge sw --csv sw/shards/9.jsonl", "shard directory"),
+        c!("merge --json over experiment.json", "sweep merge sw --json sw/experiment.json --force", "input"),
+        c!("merge --report into the sweep", "sweep merge sw --report sw --force", "sweep directory"),
+        c!("run --trace a device", "RUN --trace /dev/full --force", "/dev/full", "not a regular file"),
+        c!("export --out a device", "export t.pmt --format gem5 --out /dev/null --force", "not a regular file"),
+        c!("export --out a directory", "export t.pmt --format gem5 --out full --force", "not a regular file"),
+        c!("export into a missing directory", "export t.pmt --format gem5 --out no/such.txt", "no/such.txt"),
+        // Path traversal.
+        c!("an experiment named ../../victim", "sweep victim.toml --out d", "victim.toml", "plain file name"),
+        c!("merge --report of a sweep named ../..", "sweep merge sw-named --report rep", "plain file name"),
+        // Checked when the command starts, not when a point runs.
+        c!("sweep --set 1,,2", "sweep --set stripes=1,,2 --out d", "empty value"),
+        c!("sweep --set with no value", "sweep --set stripes= --out d", "no values"),
+        c!("sweep --set alloc twice", "sweep --set alloc=base --set alloc=nvalloc-log --out d", "twice"),
+        c!("sweep threads=100000", "sweep --set threads=100000 --out d", "100000 threads"),
+        c!("sweep threads=0", "sweep --set threads=0 --out d", "threads"),
+        c!("sweep --jobs 100000", "sweep --set seed=1 --jobs 100000 --out d", "--jobs 100000"),
+        c!("sweep of nothing", "sweep --out d", "nothing to sweep"),
+        c!("an empty experiment file", "sweep empty.toml --out d", "empty.toml", "[sweep]"),
+        c!("a TOML without [sweep]", "sweep nosweep.toml --out d", "nosweep.toml", "[sweep]"),
+        c!("--resume after editing experiment.json", "sweep --resume sw-edited", "experiment.json", "edited by hand"),
+        c!("crash --every 0", "crash v.pmt --every 0", "--every 0"),
+        c!("crash --bound 0", "crash v.pmt --bound 0", "--bound 0"),
+        c!("run --threads 100000", "run --alloc makalu --workload threadtest --threads 100000", "100000 threads"),
+        c!("run --threads 0", "RUN --threads 0", "at least 1"),
+        // Inputs of the wrong kind, refused at once.
+        c!("crash --heap-image /dev/zero", "crash v.pmt --heap-image /dev/zero", "/dev/zero", "not a regular file"),
+        c!("crash --heap-image a directory", "crash v.pmt --heap-image full", "not a regular file"),
+        c!("crash --heap-image too short", "crash v.pmt --heap-image short.img", "short.img", "does not match"),
+        c!("heap header: clean flag", "crash v.pmt --heap-image hdr-clean.img", "hdr-clean.img", "clean-shutdown"),
+        c!("heap header: checksum", "crash v.pmt --heap-image hdr-crc.img", "hdr-crc.img", "checksum"),
+        c!("heap header: reserved", "crash v.pmt --heap-image hdr-res.img", "hdr-res.img", "reserved byte 40"),
+        c!("heap header: root", "crash v.pmt --heap-image hdr-root.img", "hdr-root.img", "root 0"),
+        c!("heap header: reserved tail", "crash v.pmt --heap-image hdr-tail.img", "hdr-tail.img", "reserved byte 700"),
+    ]
+}
+
+#[test]
+fn bad_inputs_are_one_line_and_change_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    fixture(d);
+    let devices = ["/dev/full", "/dev/null", "/dev/zero"];
+    let mut failures = Vec::new();
+    for case in cases() {
+        let before = snapshot(d);
+        let args: Vec<String> = case.args.replace("RUN", RUN).split_whitespace().map(String::from).collect();
+        let o = run_in(d, &args, Duration::from_secs(60));
+        let err = stderr(&o);
+        let mut bad = Vec::new();
+        if o.status.code() != Some(1) {
+            bad.push(format!("exit status {:?}, expected 1", o.status.code()));
+        }
+        if err.trim_end().lines().count() != 1 || !err.starts_with("pmsim: error: ") {
+            bad.push("not one error line".into());
+        }
+        for e in case.expect {
+            if !err.contains(e) {
+                bad.push(format!("no {e:?} in the error"));
+            }
+        }
+        let after = snapshot(d);
+        for (p, b) in &before {
+            match after.get(p) {
+                None => bad.push(format!("{} removed", p.display())),
+                Some(a) if a != b => bad.push(format!("{} changed", p.display())),
+                _ => {}
+            }
+        }
+        for p in after.keys().filter(|p| !before.contains_key(*p)) {
+            bad.push(format!("{} left behind", p.display()));
+        }
+        for dev in devices {
+            use std::os::unix::fs::FileTypeExt;
+            if !std::fs::metadata(dev).is_ok_and(|m| m.file_type().is_char_device()) {
+                bad.push(format!("{dev} is no longer a device"));
+            }
+        }
+        if !bad.is_empty() {
+            failures.push(format!(
+                "{} (pmsim {}): {}\n    stderr: {}",
+                case.what,
+                case.args,
+                bad.join("; "),
+                err.trim_end()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{} case(s) failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+fn spawn_in(dir: &Path, args: &[&str]) -> Child {
+    Command::new(PMSIM)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pmsim starts")
+}
+
+/// Waits until `ready` holds (or panics after a minute).
+fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Two writers of one output: exactly one succeeds; the other, refused while
+/// the first runs, names its pid (or, if the first had already finished,
+/// finds the output there).
+fn exactly_one_writer(dir: &Path, args: [&[&str]; 2], lock: &Path) {
+    let a = spawn_in(dir, args[0]);
+    let pid = a.id();
+    wait_for("the first writer's lock", || std::fs::read_to_string(lock).is_ok_and(|s| s.trim() == pid.to_string()));
+    let b = run_in(dir, &args[1].iter().map(|s| s.to_string()).collect::<Vec<_>>(), Duration::from_secs(120));
+    let a = wait_limited(a, Duration::from_secs(300), &[]);
+    assert!(a.status.success(), "first writer: {}", stderr(&a));
+    assert!(!b.status.success(), "two writers of one output both succeeded");
+    let e = stderr(&b);
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(e.contains(&format!("being written by another pmsim (pid {pid})")) || e.contains("already exists"), "{e}");
+}
+
+#[test]
+fn one_writer_per_trace_and_per_sweep_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let run: Vec<&str> =
+        "run --alloc nvalloc-log --workload threadtest --param iterations=20 --trace one.pmt".split(' ').collect();
+    exactly_one_writer(d, [&run, &run], &d.join(".one.pmt.lock"));
+    let o = run_in(d, &["trace".into(), "info".into(), "one.pmt".into()], Duration::from_secs(60));
+    assert!(o.status.success(), "the trace written is whole: {}", stderr(&o));
+
+    let a = ["sweep", "--set", "param.iterations=1,2,3,4,5,6", "--jobs", "1", "--out", "sw"];
+    let b = ["sweep", "--set", "param.iterations=7", "--out", "sw"];
+    exactly_one_writer(d, [&a, &b], &d.join("sw/.lock"));
+    let o = run_in(d, &["sweep".into(), "merge".into(), "sw".into()], Duration::from_secs(60));
+    assert!(o.status.success(), "the first sweep's rows merge: {}", stderr(&o));
+}
+
+/// The scratch files of process `pid` in /dev/shm and the temporary directory.
+fn scratch_of(pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("pmsim-{pid}-");
+    [PathBuf::from("/dev/shm"), std::env::temp_dir()]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|rd| rd.flatten().map(|e| e.path()))
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))
+        .collect()
+}
+
+/// Starts `args`, waits until it has a scratch file, sends `sig`; returns its pid.
+fn signal_mid_run(dir: &Path, args: &[&str], sig: i32) -> u32 {
+    let mut c = spawn_in(dir, args);
+    let pid = c.id();
+    wait_for("a scratch heap", || !scratch_of(pid).is_empty() || c.try_wait().unwrap().is_some());
+    assert!(c.try_wait().unwrap().is_none(), "{args:?} ended before it could be signalled");
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(pid as i32, sig) };
+    let st = c.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(sig), "{args:?} ended by the signal");
+    pid
+}
+
+#[test]
+fn interrupted_runs_leave_no_scratch_heaps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let sweep = ["sweep", "--set", "param.iterations=20,21,22,23,24,25,26,27", "--jobs", "1", "--out", "sw"];
+    let pid = signal_mid_run(d, &sweep, libc::SIGTERM);
+    assert_eq!(scratch_of(pid), Vec::<PathBuf>::new(), "SIGTERM to sweep");
+
+    let o = run_in(
+        d,
+        &"run --alloc nvalloc-log --workload threadtest --param objects=200 --param iterations=2 --heap-size 8M \
+          --trace v.pmt --values"
+            .split_whitespace()
+            .map(String::from)
+            .collect::<Vec<_>>(),
+        Duration::from_secs(300),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let pid = signal_mid_run(d, &["crash", "v.pmt", "--bound", "100000"], libc::SIGTERM);
+    assert_eq!(scratch_of(pid), Vec::<PathBuf>::new(), "SIGTERM to crash");
+    let pid = signal_mid_run(d, &["crash", "v.pmt", "--bound", "100000"], libc::SIGINT);
+    assert_eq!(scratch_of(pid), Vec::<PathBuf>::new(), "SIGINT to crash");
+
+    // SIGKILL cannot be caught: the next pmsim removes what it left.
+    let pid = signal_mid_run(d, &["sweep", "--resume", "sw", "--jobs", "1"], libc::SIGKILL);
+    assert!(!scratch_of(pid).is_empty(), "a killed sweep leaves its scratch heap (else this test proves nothing)");
+    let o = run_in(d, &["trace".into(), "info".into(), SAMPLE.into()], Duration::from_secs(60));
+    assert!(o.status.success());
+    assert_eq!(scratch_of(pid), Vec::<PathBuf>::new(), "the next run removes a killed run's scratch heap");
+}
