@@ -20,6 +20,24 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
+/// The environment variable that makes pmsim the cleaner of an interrupted
+/// pmsim (its pid): it waits for that process to end, removes its scratch
+/// files and exits.
+const CLEAN_AFTER: &str = "PMSIM_CLEAN_AFTER";
+
+/// When this process is a cleaner ([`CLEAN_AFTER`]), does its work and exits.
+pub fn clean_after_if_asked() {
+    let Some(pid) = std::env::var(CLEAN_AFTER).ok().and_then(|v| v.parse::<u32>().ok()) else { return };
+    let start = std::time::Instant::now();
+    while pmsim_traces::output::pid_alive(pid) && start.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    if !pmsim_traces::output::pid_alive(pid) {
+        pmsim_model::runner::remove_scratch_of(pid);
+    }
+    std::process::exit(0);
+}
+
 /// Installs the handlers and starts the cleaning thread; then removes what
 /// pmsim processes that are gone left behind.
 pub fn install() {
@@ -41,6 +59,17 @@ pub fn install() {
         while unsafe { libc::read(read_fd, (&mut b as *mut u8).cast(), 1) } != 1 {}
         pmsim_traces::output::remove_temporaries();
         pmsim_model::runner::remove_own_scratch();
+        // Worker threads still run until the process dies and may make
+        // another scratch file meanwhile: a cleaner process removes what is
+        // left once this one is gone.
+        if let Ok(exe) = std::env::current_exe() {
+            let _ = std::process::Command::new(exe)
+                .env(CLEAN_AFTER, std::process::id().to_string())
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn();
+        }
         // SAFETY: back to the default action, then die of the signal, so the
         // parent sees how the process ended.
         unsafe {

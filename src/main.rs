@@ -52,6 +52,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    interrupt::clean_after_if_asked();
     let cli = Cli::parse();
     interrupt::install();
     let result = match cli.command {

@@ -169,6 +169,10 @@ fn cases() -> Vec<Case> {
         c!("an experiment named ../../victim", "sweep victim.toml --out d", "victim.toml", "plain file name"),
         c!("merge --report of a sweep named ../..", "sweep merge sw-named --report rep", "plain file name"),
         // Checked when the command starts, not when a point runs.
+        c!("sweep stripes=100", "sweep --set alloc=nvalloc-log --set stripes=100 --out d", "stripes = 100"),
+        c!("sweep stripes=0", "sweep --set alloc=nvalloc-log --set stripes=0 --out d", "stripes = 0"),
+        c!("sweep su=-1", "sweep --set alloc=nvalloc-log --set su=-1 --out d", "su"),
+        c!("sweep su=2", "sweep --set alloc=nvalloc-log --set su=2 --out d", "su"),
         c!("sweep --set 1,,2", "sweep --set stripes=1,,2 --out d", "empty value"),
         c!("sweep --set with no value", "sweep --set stripes= --out d", "no values"),
         c!("sweep --set alloc twice", "sweep --set alloc=base --set alloc=nvalloc-log --out d", "twice"),
@@ -324,6 +328,14 @@ fn signal_mid_run(dir: &Path, args: &[&str], sig: i32) -> u32 {
     let st = c.wait().unwrap();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(st.signal(), Some(sig), "{args:?} ended by the signal");
+    if sig != libc::SIGKILL {
+        // What a worker made while the handler cleaned is removed by the
+        // cleaner the handler started, within moments of the process's end.
+        let start = Instant::now();
+        while !scratch_of(pid).is_empty() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     pid
 }
 

@@ -212,6 +212,12 @@ pub fn remove_own_scratch() -> usize {
     remove_scratch(|pid| pid == me)
 }
 
+/// Removes the scratch files of process `pid` (an interrupted pmsim's
+/// cleaner calls it once that process is gone).
+pub fn remove_scratch_of(pid: u32) -> usize {
+    remove_scratch(|p| p == pid)
+}
+
 /// Removes the scratch files left by pmsim processes that are gone (killed
 /// with SIGKILL, or by a crash of the machine); called when a command starts.
 pub fn remove_stale_scratch() -> usize {
