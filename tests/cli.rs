@@ -328,16 +328,18 @@ fn crash_explores_a_traced_run_and_reports_a_removed_flush() {
 
 #[test]
 fn specs_check_prints_the_table_and_json() {
-    // The LLFree recovery-skip question: refuted without eADR, passes with it.
+    // The LLFree recovery-skip question: refuted under the paper's flush per
+    // operation, passes under the code's flush per CAS and under eADR.
     let o = pmsim(&["specs", "check", "--filter", "skip_all_free", "--workers", "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     for needle in [
         "LLFreeSingleCAS/skip_all_free ",
         "REFUTED (expected): CountersMatchBitFields violated",
+        "LLFreeSingleCAS/skip_all_free_cas",
         "LLFreeSingleCAS/skip_all_free_eadr",
         "PASS",
-        "2 models: 1 PASS, 1 REFUTED (expected), 0 UNEXPECTED",
+        "3 models: 2 PASS, 1 REFUTED (expected), 0 UNEXPECTED",
     ] {
         assert!(out.contains(needle), "missing {needle:?} in\n{out}");
     }
