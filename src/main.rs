@@ -31,6 +31,9 @@ enum Command {
     /// Flush-hygiene findings of a trace (redundant and unwritten flushes, empty fences, stores never
     /// made durable, reflushes at distance 0) with their code sites; --deny KIND fails on them.
     Lint(cmd::lint::LintArgs),
+    /// Replay the published Optane microbenchmarks (FAST '20) through the contention model and print
+    /// model beside published value with the relative error (fitted points and validation points).
+    Calibrate(cmd::calibrate::CalibrateArgs),
     /// Run a workload of the NVAlloc paper on an allocator: natively, into a trace, or into the simulator.
     Run(cmd::run::RunArgs),
     /// Trace an unmodified program (PMDK, any binary that maps PM) under pmsim's Valgrind tool into a .pmt file.
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Lint(a) => cmd::lint::run(a),
+        Command::Calibrate(a) => cmd::calibrate::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::TraceExec(a) => cmd::trace_exec::run(a),
         Command::Export(a) => cmd::export::run(a),

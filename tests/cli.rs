@@ -378,3 +378,33 @@ fn run_help_lists_every_registered_allocator() {
         assert!(help.contains(name), "--help does not list {name}:\n{help}");
     }
 }
+
+#[test]
+fn calibrate_prints_every_published_point_with_its_error() {
+    let o = pmsim(&["calibrate", "--quick", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(rows.len() >= 50, "{} rows", rows.len());
+    for r in &rows {
+        assert!(
+            r["model"].as_f64().unwrap() > 0.0 && r["published"].as_f64().is_some() && r["unit"].is_string(),
+            "{r}"
+        );
+    }
+    // The working-set write-amplification figure is fitted within 15 %.
+    let wa: Vec<_> = rows.iter().filter(|r| r["point"].as_str().unwrap().starts_with("family=wa")).collect();
+    assert!(wa.len() >= 8);
+    for r in wa {
+        assert!(r["fitted"].as_bool().unwrap() && r["error"].as_f64().unwrap() <= 0.15, "{r}");
+    }
+    // One point, published or not; the error check can fail.
+    let o = pmsim(&["calibrate", "--quick", "--point", "family=bandwidth,op=clwb,threads=12,dimms=1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("family=bandwidth,op=clwb,pattern=random,access=256,threads=12,dimms=1"));
+    let o = pmsim(&["calibrate", "--quick", "--max-fitted-error", "0.001"]);
+    fails_with(&o, &["fitted point", "from its published value"]);
+    let o = pmsim(&["calibrate", "--point", "family=bandwidth,threads=0"]);
+    fails_with(&o, &["threads"]);
+    let o = pmsim(&["calibrate", "--point", "op=clwb"]);
+    fails_with(&o, &["family= is required"]);
+}

@@ -3,6 +3,7 @@
 //! exactly [`Config::default`]; a test checks it). Unknown keys are errors, so a
 //! misspelt constant cannot silently keep its default.
 
+pub use crate::xpbuffer::Policy;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::Path;
@@ -91,11 +92,77 @@ pub struct OptaneConfig {
     pub interleave_bytes: u64,
     pub xpline_bytes: u64,
     pub xpbuffer_entries: u32,
+    /// Which XPLine a full XPBuffer evicts.
+    pub xpbuffer_policy: Policy,
+    /// Seed of the random policy (each DIMM adds its number).
+    pub xpbuffer_seed: u64,
 }
 
 impl Default for OptaneConfig {
     fn default() -> Self {
-        OptaneConfig { dimms: 6, interleave_bytes: 4096, xpline_bytes: 256, xpbuffer_entries: 64 }
+        OptaneConfig {
+            dimms: 6,
+            interleave_bytes: 4096,
+            xpline_bytes: 256,
+            xpbuffer_entries: 64,
+            xpbuffer_policy: Policy::Random,
+            xpbuffer_seed: 1,
+        }
+    }
+}
+
+/// The virtual-time contention model ([`crate::contention`]): what a thread
+/// spends on each event and what the memory controller and the DIMMs take to
+/// serve its writes. Nanoseconds unless the name says otherwise.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimingConfig {
+    /// A thread's time for a cached store or a load (one trace event).
+    pub store_ns: f64,
+    /// A thread's time to issue a clwb or clflushopt (it does not wait for it).
+    pub flush_issue_ns: f64,
+    /// From a flush's issue to its arrival in the memory controller's
+    /// write-pending queue (the cache writes the line back).
+    pub flush_to_wpq_ns: f64,
+    /// From a non-temporal line leaving the write-combining buffer to its
+    /// arrival in the write-pending queue.
+    pub nt_to_wpq_ns: f64,
+    /// A fence's own time, besides waiting for the thread's writes to be
+    /// accepted by the write-pending queues (ADR: accepted is persistent).
+    pub fence_ns: f64,
+    /// Entries of one DIMM's write-pending queue in the memory controller.
+    pub wpq_entries: u32,
+    /// The DIMM's time to take one 64 B write from the queue into its XPBuffer.
+    pub dimm_write_ns: f64,
+    /// Added when that write's XPLine is neither the DIMM's previous write's
+    /// nor the next one: the locality the interleaved writes of many threads
+    /// lose.
+    pub dimm_switch_ns: f64,
+    /// The media's time to write one XPLine.
+    pub media_write_ns: f64,
+    /// The media's time to read one XPLine (the read of a read-modify-write).
+    pub media_read_ns: f64,
+    /// Events the scheduler may hold back (all threads together) while it
+    /// waits for the lowest-clock thread's next event; past it the
+    /// lowest-clock thread that has events goes on (counted as `forced`).
+    pub reorder_events: u32,
+}
+
+impl Default for TimingConfig {
+    fn default() -> Self {
+        TimingConfig {
+            store_ns: 2.0,
+            flush_issue_ns: 34.0,
+            flush_to_wpq_ns: 32.0,
+            nt_to_wpq_ns: 55.0,
+            fence_ns: 10.0,
+            wpq_entries: 20,
+            dimm_write_ns: 22.0,
+            dimm_switch_ns: 30.0,
+            media_write_ns: 60.0,
+            media_read_ns: 51.0,
+            reorder_events: 1 << 18,
+        }
     }
 }
 
@@ -157,6 +224,7 @@ pub struct Config {
     pub cache: CacheConfig,
     pub optane: OptaneConfig,
     pub latency: LatencyConfig,
+    pub timing: TimingConfig,
     pub access_map: AccessMapConfig,
 }
 
@@ -218,6 +286,29 @@ impl Config {
         }
         if o.xpbuffer_entries == 0 || o.xpbuffer_entries > 1 << 15 {
             return Err(format!("optane.xpbuffer_entries must be between 1 and 32768 (got {})", o.xpbuffer_entries));
+        }
+        let t = &self.timing;
+        if t.wpq_entries == 0 || t.wpq_entries > 1 << 16 {
+            return Err(format!("timing.wpq_entries must be between 1 and 65536 (got {})", t.wpq_entries));
+        }
+        if t.reorder_events == 0 {
+            return Err("timing.reorder_events must be at least 1".into());
+        }
+        let timed = [
+            ("store_ns", t.store_ns),
+            ("flush_issue_ns", t.flush_issue_ns),
+            ("flush_to_wpq_ns", t.flush_to_wpq_ns),
+            ("nt_to_wpq_ns", t.nt_to_wpq_ns),
+            ("fence_ns", t.fence_ns),
+            ("dimm_write_ns", t.dimm_write_ns),
+            ("dimm_switch_ns", t.dimm_switch_ns),
+            ("media_write_ns", t.media_write_ns),
+            ("media_read_ns", t.media_read_ns),
+        ];
+        for (name, v) in timed {
+            if !(v.is_finite() && (0.0..1e9).contains(&v)) {
+                return Err(format!("timing.{name} must be a number of nanoseconds between 0 and 1e9 (got {v})"));
+            }
         }
         let l = &self.latency;
         if l.reflush_ns.is_empty() {

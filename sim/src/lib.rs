@@ -41,7 +41,9 @@
 
 pub mod access_map;
 pub mod cache;
+pub mod calibrate;
 pub mod config;
+pub mod contention;
 pub mod distance;
 pub mod export;
 pub mod fastmap;
@@ -52,9 +54,11 @@ mod print;
 mod simulator;
 pub mod sites;
 pub mod stats;
+pub mod xpbuffer;
 
 pub use access_map::{write_csv as write_access_map_csv, write_json as write_access_map_json, AccessPoint};
-pub use config::{Config, ConfigError, Scope, DEFAULT_TOML};
+pub use config::{Config, ConfigError, Policy, Scope, TimingConfig, DEFAULT_TOML};
+pub use contention::{write_text as write_contention_text, Contention, ContentionReport};
 pub use distance::DistanceTracker;
 pub use print::write_text;
 pub use simulator::Simulator;

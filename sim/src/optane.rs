@@ -3,17 +3,17 @@
 //!
 //! - the physical address space is interleaved over the DIMMs in 4 KB chunks;
 //! - a DIMM reads and writes its media in 256 B **XPLines**;
-//! - each DIMM has a small write-combining **XPBuffer** of XPLines (about 16 KB):
-//!   64 B writes to an XPLine already buffered combine into one media write;
-//!   a partially written XPLine must be read from the media before it is written
-//!   back (read-modify-write), which is the write amplification of small random
-//!   writes.
+//! - each DIMM has a small write-combining **XPBuffer** of XPLines
+//!   ([`crate::xpbuffer`]): 64 B writes to a buffered XPLine combine, a
+//!   completed XPLine is written back to the media, and an evicted partly
+//!   written XPLine costs a read-modify-write, which is the write amplification
+//!   of small random writes.
 //!
 //! Every 64 B write that reaches a DIMM (a flush of a dirty line, the eviction of
-//! a dirty line, a non-temporal store) goes through [`Optane::write`]. The
-//! replacement policy of the real XPBuffer is not documented; LRU is assumed.
+//! a dirty line, a non-temporal store) goes through [`Optane::write`].
 
 use crate::config::OptaneConfig;
+use crate::xpbuffer::XpBuffer;
 
 const EMPTY: u64 = u64::MAX;
 
@@ -26,8 +26,13 @@ pub struct WriteOutcome {
     /// Same or next XPLine (in the DIMM's own address space) as the previous
     /// write to that DIMM.
     pub sequential: bool,
-    /// An XPLine had to be written to the media to make room.
+    /// A partly written XPLine had to be written to the media (a
+    /// read-modify-write) to make room.
     pub evicted: bool,
+    /// The write completed its XPLine, written back to the media now.
+    pub completed: bool,
+    /// The buffer entry now holding the XPLine.
+    pub entry: u32,
 }
 
 /// Counters of one DIMM.
@@ -48,138 +53,12 @@ pub struct DimmCounters {
     pub rmw_reads: u64,
 }
 
-/// No entry (end of the recency list).
-const NIL: u16 = u16::MAX;
-
-/// One DIMM and its XPBuffer. Entries are found through a small hash index
-/// (open addressing at a load of at most 1/4, so a lookup is one or two probes)
-/// and kept in an intrusive doubly linked recency list, so a hit, a miss and an
-/// eviction are all O(1): no scan of the 64 entries, no time stamps to search
-/// for the oldest.
+/// One DIMM: its write buffer and counters.
 #[derive(Clone, Debug)]
 struct Dimm {
-    /// Buffered XPLine (DIMM-local XPLine number) of each entry.
-    tags: Vec<u64>,
-    /// The 64 B parts of each buffered XPLine written so far (one bit each).
-    written: Vec<u8>,
-    /// Recency list: `prev` towards the most recent, `next` towards the least.
-    prev: Vec<u16>,
-    next: Vec<u16>,
-    /// Most and least recently used entries.
-    head: u16,
-    tail: u16,
-    /// Entries in use (entries `0..used`; they fill in order and never empty).
-    used: usize,
-    /// Hash index: entry numbers by `slot(tag)`, linear probing, `NIL` empty.
-    index: Vec<u16>,
+    buf: XpBuffer,
     last_xpline: u64,
     counters: DimmCounters,
-}
-
-impl Dimm {
-    fn new(entries: usize) -> Dimm {
-        Dimm {
-            tags: vec![EMPTY; entries],
-            written: vec![0; entries],
-            prev: vec![NIL; entries],
-            next: vec![NIL; entries],
-            head: NIL,
-            tail: NIL,
-            used: 0,
-            index: vec![NIL; (entries * 4).next_power_of_two()],
-            last_xpline: EMPTY,
-            counters: DimmCounters::default(),
-        }
-    }
-
-    /// Home slot of an XPLine in `index` (Fibonacci hashing).
-    #[inline(always)]
-    fn slot(&self, xpl: u64) -> usize {
-        (xpl.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.index.len() - 1)
-    }
-
-    /// The entry holding `xpl`; the most recent one is checked first, as
-    /// sequential writes hit it again and again.
-    #[inline(always)]
-    fn find(&self, xpl: u64) -> Option<usize> {
-        if self.head != NIL && self.tags[self.head as usize] == xpl {
-            return Some(self.head as usize);
-        }
-        let mask = self.index.len() - 1;
-        let mut i = self.slot(xpl);
-        loop {
-            let e = self.index[i];
-            if e == NIL {
-                return None;
-            }
-            if self.tags[e as usize] == xpl {
-                return Some(e as usize);
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    fn index_insert(&mut self, e: usize) {
-        let mask = self.index.len() - 1;
-        let mut i = self.slot(self.tags[e]);
-        while self.index[i] != NIL {
-            i = (i + 1) & mask;
-        }
-        self.index[i] = e as u16;
-    }
-
-    /// Removes entry `e` from the index, shifting later members of its probe
-    /// run back so that lookups never stop early at the hole (no tombstones).
-    fn index_remove(&mut self, e: usize) {
-        let mask = self.index.len() - 1;
-        let mut hole = self.slot(self.tags[e]);
-        while self.index[hole] != e as u16 {
-            hole = (hole + 1) & mask;
-        }
-        let mut j = hole;
-        loop {
-            j = (j + 1) & mask;
-            let f = self.index[j];
-            if f == NIL {
-                break;
-            }
-            // `f` may fill the hole unless its home lies cyclically in (hole, j].
-            let home = self.slot(self.tags[f as usize]);
-            let stays = if hole <= j { hole < home && home <= j } else { hole < home || home <= j };
-            if !stays {
-                self.index[hole] = f;
-                hole = j;
-            }
-        }
-        self.index[hole] = NIL;
-    }
-
-    #[inline(always)]
-    fn unlink(&mut self, i: usize) {
-        let (p, n) = (self.prev[i], self.next[i]);
-        if p == NIL {
-            self.head = n;
-        } else {
-            self.next[p as usize] = n;
-        }
-        if n == NIL {
-            self.tail = p;
-        } else {
-            self.prev[n as usize] = p;
-        }
-    }
-
-    #[inline(always)]
-    fn push_front(&mut self, i: usize) {
-        self.prev[i] = NIL;
-        self.next[i] = self.head;
-        if self.head == NIL {
-            self.tail = i as u16;
-        } else {
-            self.prev[self.head as usize] = i as u16;
-        }
-        self.head = i as u16;
-    }
 }
 
 #[derive(Clone, Debug)]
@@ -191,9 +70,6 @@ pub struct Optane {
     magic: u64,
     interleave_shift: u32,
     xpline_shift: u32,
-    /// The `written` mask of a fully written XPLine.
-    full: u8,
-    entries: usize,
     /// The interleave chunk located last (`u64::MAX`: none), its DIMM and its
     /// base in that DIMM's address space: consecutive PM accesses mostly fall
     /// in one chunk, and the DIMM of a chunk costs a division otherwise.
@@ -204,17 +80,21 @@ pub struct Optane {
 
 impl Optane {
     pub fn new(cfg: &OptaneConfig) -> Self {
-        let sub = cfg.xpline_bytes / 64;
+        let parts = (cfg.xpline_bytes / 64) as u32;
         let entries = cfg.xpbuffer_entries as usize;
         Optane {
-            dimms: vec![Dimm::new(entries); cfg.dimms as usize],
+            dimms: (0..cfg.dimms as u64)
+                .map(|d| Dimm {
+                    buf: XpBuffer::new(entries, parts, cfg.xpbuffer_policy, cfg.xpbuffer_seed.wrapping_add(d)),
+                    last_xpline: EMPTY,
+                    counters: DimmCounters::default(),
+                })
+                .collect(),
             n: cfg.dimms as u64,
             n_shift: cfg.dimms.is_power_of_two().then(|| cfg.dimms.trailing_zeros()),
             magic: if cfg.dimms.is_power_of_two() { 0 } else { u64::MAX / cfg.dimms as u64 + 1 },
             interleave_shift: cfg.interleave_bytes.trailing_zeros(),
             xpline_shift: cfg.xpline_bytes.trailing_zeros(),
-            full: if sub >= 8 { u8::MAX } else { (1u8 << sub) - 1 },
-            entries,
             memo_chunk: u64::MAX,
             memo_dimm: 0,
             memo_base: 0,
@@ -260,7 +140,7 @@ impl Optane {
 
     /// [`Optane::locate`], remembering the last chunk.
     #[inline(always)]
-    fn locate_memo(&mut self, addr: u64) -> (usize, u64, u32) {
+    pub(crate) fn locate_memo(&mut self, addr: u64) -> (usize, u64, u32) {
         let chunk = addr >> self.interleave_shift;
         if chunk != self.memo_chunk {
             let (q, dimm) = self.divmod(chunk);
@@ -274,41 +154,25 @@ impl Optane {
     #[inline]
     pub fn write(&mut self, addr: u64) -> WriteOutcome {
         let (di, xpl, part) = self.locate_memo(addr);
-        let (entries, full) = (self.entries, self.full);
         let d = &mut self.dimms[di];
         d.counters.writes += 1;
         let sequential = d.last_xpline != EMPTY && (xpl == d.last_xpline || xpl == d.last_xpline.wrapping_add(1));
         d.counters.sequential_writes += sequential as u64;
         d.last_xpline = xpl;
-        let bit = 1u8 << part;
-        if let Some(i) = d.find(xpl) {
-            d.written[i] |= bit;
-            if d.head as usize != i {
-                d.unlink(i);
-                d.push_front(i);
-            }
-            d.counters.xpbuffer_hits += 1;
-            return WriteOutcome { dimm: di as u32, hit: true, sequential, evicted: false };
+        let w = d.buf.write(xpl, part);
+        let rmw = w.victim_partial as u64;
+        d.counters.xpbuffer_hits += w.hit as u64;
+        d.counters.media_writes += rmw + w.completed as u64;
+        d.counters.media_reads += rmw;
+        d.counters.rmw_reads += rmw;
+        WriteOutcome {
+            dimm: di as u32,
+            hit: w.hit,
+            sequential,
+            evicted: w.victim_partial,
+            completed: w.completed,
+            entry: w.entry as u32,
         }
-        let evicted = d.used == entries;
-        let i = if evicted {
-            let v = d.tail as usize;
-            let partial = (d.written[v] != full) as u64;
-            d.counters.media_writes += 1;
-            d.counters.media_reads += partial;
-            d.counters.rmw_reads += partial;
-            d.unlink(v);
-            d.index_remove(v);
-            v
-        } else {
-            d.used += 1;
-            d.used - 1
-        };
-        d.tags[i] = xpl;
-        d.written[i] = bit;
-        d.index_insert(i);
-        d.push_front(i);
-        WriteOutcome { dimm: di as u32, hit: false, sequential, evicted }
     }
 
     /// A cache fill of the line holding `addr`: served by the XPBuffer if its
@@ -319,22 +183,21 @@ impl Optane {
         let (di, xpl, _) = self.locate_memo(addr);
         let d = &mut self.dimms[di];
         d.counters.reads += 1;
-        if d.find(xpl).is_none() {
+        if !d.buf.contains(xpl) {
             d.counters.media_reads += 1;
         }
     }
 
-    /// Counters per DIMM, with the XPLines still buffered counted as written
-    /// back (they are in the persistence domain and reach the media eventually;
-    /// counting them makes four combined 64 B writes one media write even on a
-    /// trace that ends right after them).
+    /// Counters per DIMM, with the partly written XPLines still buffered
+    /// counted as written back (they are in the persistence domain and reach
+    /// the media eventually, by a read-modify-write).
     pub fn drained_counters(&self) -> Vec<DimmCounters> {
         self.dimms
             .iter()
             .map(|d| {
                 let mut c = d.counters;
-                c.media_writes += d.used as u64;
-                let partial = d.written[..d.used].iter().filter(|&&w| w != self.full).count() as u64;
+                let partial = d.buf.partial_entries();
+                c.media_writes += partial;
                 c.media_reads += partial;
                 c.rmw_reads += partial;
                 c
@@ -346,14 +209,20 @@ impl Optane {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xpbuffer::Policy;
 
-    fn optane(dimms: u32, entries: u32) -> Optane {
-        Optane::new(&OptaneConfig { dimms, interleave_bytes: 4096, xpline_bytes: 256, xpbuffer_entries: entries })
+    fn optane(dimms: u32, entries: u32, policy: Policy) -> Optane {
+        Optane::new(&OptaneConfig {
+            dimms,
+            xpbuffer_entries: entries,
+            xpbuffer_policy: policy,
+            ..OptaneConfig::default()
+        })
     }
 
     #[test]
     fn four_lines_combine_into_one_media_write() {
-        let mut o = optane(6, 64);
+        let mut o = optane(6, 64, Policy::Lru);
         let w: Vec<_> = (0..4).map(|i| o.write(0x10000 + i * 64)).collect();
         assert!(!w[0].hit && w[1..].iter().all(|w| w.hit && w.sequential));
         let c = o.drained_counters();
@@ -362,37 +231,10 @@ mod tests {
     }
 
     #[test]
-    fn the_buffer_is_an_lru_of_its_entries() {
-        // A reference LRU (a list, most recent first) against the model, on
-        // XPLines chosen to collide in the hash index.
-        let mut o = optane(1, 8);
-        let mut lru: Vec<u64> = Vec::new();
-        let mut x = 7u64;
-        for _ in 0..20_000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let xpl = (x >> 33) % 24;
-            let hit = o.write(xpl * 256).hit;
-            let pos = lru.iter().position(|&l| l == xpl);
-            assert_eq!(hit, pos.is_some());
-            if let Some(p) = pos {
-                lru.remove(p);
-            } else if lru.len() == 8 {
-                lru.pop();
-            }
-            lru.insert(0, xpl);
-        }
-        let d = &o.dimms[0];
-        let mut held: Vec<u64> = d.tags[..d.used].to_vec();
-        held.sort();
-        lru.sort();
-        assert_eq!(held, lru);
-    }
-
-    #[test]
     fn reciprocal_division_is_exact() {
         let mut x = 0x1234_5678_9abc_def1u64;
         for n in (1..=70).chain([96, 1000, 4093, 4096]) {
-            let o = optane(n, 1);
+            let o = optane(n, 1, Policy::Lru);
             for k in 0..2000u64 {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -410,7 +252,7 @@ mod tests {
 
     #[test]
     fn interleave_and_local_addresses() {
-        let mut o = optane(6, 64);
+        let mut o = optane(6, 64, Policy::Lru);
         assert_eq!(o.locate(0), (0, 0, 0));
         assert_eq!(o.locate(4096), (1, 0, 0));
         assert_eq!(o.locate(6 * 4096 + 64), (0, 16, 1), "the DIMM's second chunk follows its first");
@@ -421,16 +263,25 @@ mod tests {
     }
 
     #[test]
-    fn lru_eviction_with_partial_lines_reads_the_media() {
-        let mut o = optane(1, 2);
+    fn partial_victims_read_the_media_and_complete_lines_do_not() {
+        let mut o = optane(1, 2, Policy::Lru);
         o.write(0);
         o.write(256);
         o.write(0); // 0 most recent
-        let w = o.write(512); // evicts 256
+        let w = o.write(512); // evicts 256, partly written
         assert!(w.evicted && !w.hit && !w.sequential);
         assert!(o.write(0).hit);
         assert!(!o.write(256).hit);
         let c = o.drained_counters()[0];
         assert_eq!((c.media_writes, c.media_reads, c.rmw_reads), (4, 4, 4));
+        // A whole XPLine written twice: two media writes, no read.
+        let mut o = optane(1, 2, Policy::Lru);
+        for _ in 0..2 {
+            for l in 0..4 {
+                o.write(l * 64);
+            }
+        }
+        let c = o.drained_counters()[0];
+        assert_eq!((c.writes, c.media_writes, c.media_reads), (8, 2, 0));
     }
 }

@@ -3,7 +3,7 @@
 
 use super::CmdResult;
 use clap::Args;
-use pmsim_sim::{Config, Scope, Simulator};
+use pmsim_sim::{Config, Contention, Scope, Simulator};
 use pmsim_traces::output::{Output, Policy};
 use pmsim_traces::TraceReader;
 use std::io::{BufWriter, Write};
@@ -37,6 +37,11 @@ pub struct SimArgs {
     /// How many flushes per category the access map keeps.
     #[arg(long, default_value_t = 1000)]
     access_map_n: usize,
+    /// Also replay the trace in virtual time, its threads contending for the DIMMs (a second pass):
+    /// makespan, estimated operations/s, per-DIMM media busy time and waits. With --json the output
+    /// becomes `{"report": …, "contention": …}`.
+    #[arg(long)]
+    contention: bool,
     /// Print the report as JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -90,6 +95,13 @@ pub fn run(a: SimArgs) -> CmdResult {
         }
     };
 
+    let contention = if a.contention {
+        let mut model = Contention::new(&cfg).map_err(|e| format!("simulator configuration: {e}"))?;
+        model.replay(&mut TraceReader::open(&a.file)?)?;
+        Some(model.report())
+    } else {
+        None
+    };
     let mut reader = TraceReader::open(&a.file)?;
     let mut sim = Simulator::new(cfg, reader.header())?;
     sim.replay(&mut reader)?;
@@ -106,17 +118,27 @@ pub fn run(a: SimArgs) -> CmdResult {
         write_map(path, fmt, file, &sim)?;
     }
     let mut out = BufWriter::new(std::io::stdout().lock());
+    match (a.json, &contention) {
+        (true, None) => serde_json::to_writer_pretty(&mut out, &report)?,
+        (true, Some(c)) => {
+            serde_json::to_writer_pretty(&mut out, &serde_json::json!({ "report": report, "contention": c }))?
+        }
+        (false, _) if a.by.is_some() => {
+            writeln!(out, "file         {}", a.file.display())?;
+            writeln!(out, "events       {}", report.events)?;
+            writeln!(out, "sites        {} issued flushes or fences\n", report.sites.len())?;
+            pmsim_sim::write_sites(&report.sites, a.top, &mut out)?;
+        }
+        (false, _) => {
+            writeln!(out, "file         {}", a.file.display())?;
+            pmsim_sim::write_text(&report, &mut out)?;
+        }
+    }
+    if let (false, Some(c)) = (a.json, &contention) {
+        pmsim_sim::write_contention_text(c, &mut out)?;
+    }
     if a.json {
-        serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
-    } else if a.by.is_some() {
-        writeln!(out, "file         {}", a.file.display())?;
-        writeln!(out, "events       {}", report.events)?;
-        writeln!(out, "sites        {} issued flushes or fences\n", report.sites.len())?;
-        pmsim_sim::write_sites(&report.sites, a.top, &mut out)?;
-    } else {
-        writeln!(out, "file         {}", a.file.display())?;
-        pmsim_sim::write_text(&report, &mut out)?;
     }
     match out.flush() {
         // A closed pipe (`pmsim sim … | head`) is a normal way to stop.

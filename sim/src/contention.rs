@@ -1,0 +1,657 @@
+//! Virtual-time replay: the threads of a trace run as if on their own cores
+//! and contend for the DIMMs, however many cores recorded the trace.
+//!
+//! Each thread has a clock that its events advance by their modelled cost;
+//! the next event replayed is always the one of the thread with the lowest
+//! clock (each thread's own order is kept), so writes reach the shared
+//! machine in the order their times say, not in the order the tracer happened
+//! to record them. Shared per DIMM:
+//!
+//! - the memory controller's **write-pending queue** (WPQ): a write is
+//!   persistent (ADR) once accepted; a full queue makes the writer wait until
+//!   its oldest entry has drained into the DIMM;
+//! - the **XPBuffer** ([`crate::xpbuffer`], through [`Optane`]): the DIMM takes
+//!   one 64 B write from the queue at a time, slower when its XPLine is not
+//!   the previous write's (or the next one); a write whose XPLine (or whose
+//!   victim) is still being written to the media waits for it, and evicting a
+//!   partly written XPLine waits for the media to do a read-modify-write;
+//! - the **media**: one XPLine write (or read) at a time, so completed
+//!   XPLines queue behind each other.
+//!
+//! A fence waits until every write its thread issued before it was accepted.
+//! So one thread is bound by latency, a few fill the DIMMs, and many lose
+//! locality: their writes interleave at each DIMM, so fewer follow a write to
+//! the same XPLine, and XPLines evicted half written cost the media twice.
+//!
+//! The trace is a stream in recorded order. The scheduler holds back the
+//! events of threads that are ahead in virtual time, at most
+//! `timing.reorder_events` of them; when that bound is reached (a thread that
+//! is behind has no event for a long stretch: it was blocked, e.g. in a join)
+//! the lowest-clock thread that has events goes on and the blocked threads'
+//! clocks move up to it (counted as `forced`). Memory stays bounded by that
+//! bound, the threads and the distinct lines, never by the trace's length.
+//!
+//! Costs are integer picoseconds, and nothing depends on the host (no hash
+//! seeds, no wall clock): the same trace gives the same figures.
+
+use crate::config::Config;
+use crate::fastmap::U64Map;
+use crate::optane::Optane;
+use pmsim_traces::{Event, EventSink, FlushKind, Record, TraceError, TraceReader, TraceTotals, Visit};
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::io::{self, Read};
+
+/// No line pending in a thread's write-combining buffer.
+const NO_LINE: u64 = u64::MAX;
+
+/// The timing constants in integer picoseconds.
+#[derive(Clone, Copy, Debug)]
+struct Costs {
+    store: u64,
+    flush_issue: u64,
+    flush_to_wpq: u64,
+    nt_to_wpq: u64,
+    fence: u64,
+    dimm_write: u64,
+    dimm_switch: u64,
+    media_write: u64,
+    media_read: u64,
+}
+
+/// An event as the scheduler holds it back (what the timing needs of it).
+#[derive(Clone, Copy, Debug)]
+enum Ev {
+    Store {
+        addr: u64,
+        size: u32,
+    },
+    Load,
+    Flush {
+        line: u64,
+        kind: FlushKind,
+    },
+    Fence,
+    Nt {
+        addr: u64,
+        size: u32,
+    },
+    OpBegin,
+    OpEnd,
+    End,
+    /// Counted, costs nothing (regions, markers, thread starts).
+    Other,
+}
+
+impl Ev {
+    fn of(ev: &Event<'_>) -> Ev {
+        match *ev {
+            Event::Store { addr, size, .. } => Ev::Store { addr, size },
+            Event::Load { .. } => Ev::Load,
+            Event::Flush { kind, line } => Ev::Flush { line: line & !63, kind },
+            Event::Fence { .. } => Ev::Fence,
+            Event::NtStore { addr, size, .. } => Ev::Nt { addr, size },
+            Event::OpBegin { .. } => Ev::OpBegin,
+            Event::OpEnd { .. } => Ev::OpEnd,
+            Event::ThreadEnd => Ev::End,
+            _ => Ev::Other,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Thread {
+    clock: u64,
+    /// When every write issued since the last fence is accepted.
+    persisted_at: u64,
+    fence_wait: u64,
+    depth: u32,
+    ops: u64,
+    events: u64,
+    nt_line: u64,
+    started: bool,
+    live: bool,
+    queue: VecDeque<Ev>,
+}
+
+/// One DIMM's shared state in time.
+#[derive(Clone, Debug)]
+struct DimmTime {
+    /// Drain-done times of the writes in the WPQ, oldest first (a ring).
+    wpq: Vec<u64>,
+    head: usize,
+    len: usize,
+    /// When the DIMM can take the next write from the queue.
+    drain_free: u64,
+    /// When the media is free.
+    media_free: u64,
+    /// Per XPBuffer entry: when its XPLine's latest write-back ends.
+    wb_end: Vec<u64>,
+    busy: u64,
+    wpq_wait: u64,
+    media_wait: u64,
+}
+
+/// Per-thread figures of a contention replay.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ThreadTime {
+    pub tid: u32,
+    pub events: u64,
+    /// Completed outermost operations.
+    pub ops: u64,
+    /// The thread's clock at its last event.
+    pub end_ns: f64,
+    /// Time its fences waited for its writes to be accepted.
+    pub fence_wait_ns: f64,
+}
+
+/// Per-DIMM figures of a contention replay.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DimmTimeReport {
+    pub dimm: u32,
+    /// 64 B writes from the memory controller.
+    pub writes: u64,
+    pub media_writes: u64,
+    /// Read-modify-writes (partly written XPLines evicted).
+    pub rmw: u64,
+    /// Time the media was writing or reading.
+    pub media_busy_ns: f64,
+    /// Time writers waited for a free write-pending-queue entry.
+    pub wpq_wait_ns: f64,
+    /// Time writes waited in the DIMM for the media.
+    pub media_wait_ns: f64,
+}
+
+/// What a contention replay measured.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ContentionReport {
+    pub events: u64,
+    pub threads: Vec<ThreadTime>,
+    /// The latest thread clock: the estimated run time.
+    pub makespan_ns: f64,
+    /// Completed outermost operations, all threads.
+    pub ops: u64,
+    pub ops_per_s: f64,
+    /// Bytes the memory controller wrote to the DIMMs.
+    pub write_bytes: u64,
+    pub write_gb_per_s: f64,
+    pub media_write_bytes: u64,
+    /// Media bytes written / bytes the memory controller wrote (FAST '20).
+    pub write_amplification: f64,
+    /// Events replayed past a thread that had none yet (see the module doc).
+    pub forced: u64,
+    pub dimms: Vec<DimmTimeReport>,
+}
+
+/// The virtual-time replay. Feed it events in recorded order ([`Contention::push`],
+/// or as an [`EventSink`], or [`Contention::replay`] a trace), then ask for
+/// [`Contention::report`].
+pub struct Contention {
+    c: Costs,
+    xpline: u64,
+    reorder: usize,
+    optane: Optane,
+    dimms: Vec<DimmTime>,
+    threads: Vec<Thread>,
+    /// Ids of the threads that started and have not ended.
+    live: Vec<u32>,
+    /// Lines stored to since their last flush (value 1) or flushed (0).
+    dirty: U64Map,
+    buffered: usize,
+    forced: u64,
+    /// The clock of the latest event replayed: where a new thread starts.
+    now: u64,
+}
+
+impl Contention {
+    /// A contention model with the DIMMs of `cfg.optane` and the costs of
+    /// `cfg.timing` (validated first).
+    pub fn new(cfg: &Config) -> Result<Contention, String> {
+        cfg.validate()?;
+        let t = &cfg.timing;
+        let ps = |ns: f64| (ns * 1000.0).round() as u64;
+        let q = t.wpq_entries as usize;
+        let entries = cfg.optane.xpbuffer_entries as usize;
+        let dimm = DimmTime {
+            wpq: vec![0; q],
+            head: 0,
+            len: 0,
+            drain_free: 0,
+            media_free: 0,
+            wb_end: vec![0; entries],
+            busy: 0,
+            wpq_wait: 0,
+            media_wait: 0,
+        };
+        Ok(Contention {
+            c: Costs {
+                store: ps(t.store_ns),
+                flush_issue: ps(t.flush_issue_ns),
+                flush_to_wpq: ps(t.flush_to_wpq_ns),
+                nt_to_wpq: ps(t.nt_to_wpq_ns),
+                fence: ps(t.fence_ns),
+                dimm_write: ps(t.dimm_write_ns),
+                dimm_switch: ps(t.dimm_switch_ns),
+                media_write: ps(t.media_write_ns),
+                media_read: ps(t.media_read_ns),
+            },
+            xpline: cfg.optane.xpline_bytes,
+            reorder: t.reorder_events as usize,
+            optane: Optane::new(&cfg.optane),
+            dimms: vec![dimm; cfg.optane.dimms as usize],
+            threads: Vec::new(),
+            live: Vec::new(),
+            dirty: U64Map::new(),
+            buffered: 0,
+            forced: 0,
+            now: 0,
+        })
+    }
+
+    /// Replays a whole trace.
+    pub fn replay<R: Read>(&mut self, reader: &mut TraceReader<R>) -> Result<TraceTotals, TraceError> {
+        while let Some(block) = reader.next_block()? {
+            block.visit(&mut Feed(self))?;
+        }
+        Ok(reader.totals())
+    }
+
+    /// The next event of the trace (recorded order), of thread `tid`.
+    #[inline]
+    pub fn push(&mut self, tid: u32, ev: &Event<'_>) {
+        let t = tid as usize;
+        if t >= self.threads.len() || !self.threads[t].started {
+            self.start(t);
+        }
+        let ev = Ev::of(ev);
+        if self.threads[t].queue.is_empty() && self.is_lowest(t) {
+            self.exec(t, ev);
+            if self.buffered > 0 {
+                self.run(false);
+            }
+        } else {
+            self.threads[t].queue.push_back(ev);
+            self.buffered += 1;
+            self.run(false);
+        }
+    }
+
+    #[cold]
+    fn start(&mut self, t: usize) {
+        if t >= self.threads.len() {
+            self.threads.resize_with(t + 1, Thread::default);
+        }
+        let th = &mut self.threads[t];
+        th.started = true;
+        th.live = true;
+        th.clock = self.now;
+        th.persisted_at = self.now;
+        th.nt_line = NO_LINE;
+        self.live.push(t as u32);
+    }
+
+    /// Whether `t`'s clock is the lowest of the live threads.
+    #[inline(always)]
+    fn is_lowest(&self, t: usize) -> bool {
+        let c = self.threads[t].clock;
+        self.live.iter().all(|&o| self.threads[o as usize].clock >= c)
+    }
+
+    /// Replays held-back events while the lowest-clock live thread has one
+    /// (or, with `force` or past the bound, while any thread has one).
+    fn run(&mut self, force: bool) {
+        while self.buffered > 0 {
+            let m = self.lowest(|_| true);
+            if let Some(m) = m.filter(|&m| !self.threads[m].queue.is_empty()) {
+                self.pop_exec(m);
+                continue;
+            }
+            if !(force || self.buffered > self.reorder) {
+                break;
+            }
+            let k = self.lowest(|th| !th.queue.is_empty()).expect("held-back events belong to some thread");
+            let ck = self.threads[k].clock;
+            for &o in &self.live {
+                let th = &mut self.threads[o as usize];
+                if th.queue.is_empty() && th.clock < ck {
+                    th.clock = ck;
+                }
+            }
+            self.forced += 1;
+            self.pop_exec(k);
+        }
+    }
+
+    /// The live thread with the lowest clock among those `f` accepts (ties:
+    /// the first started).
+    fn lowest(&self, f: impl Fn(&Thread) -> bool) -> Option<usize> {
+        let mut best: Option<(u64, usize)> = None;
+        for &o in &self.live {
+            let th = &self.threads[o as usize];
+            if f(th) && best.is_none_or(|(c, _)| th.clock < c) {
+                best = Some((th.clock, o as usize));
+            }
+        }
+        // Ended threads never hold events back, but a thread may end and
+        // have events queued after its end (a reused id): still replay them.
+        best.map(|b| b.1).or_else(|| self.threads.iter().position(&f).filter(|&t| !self.threads[t].queue.is_empty()))
+    }
+
+    fn pop_exec(&mut self, t: usize) {
+        let ev = self.threads[t].queue.pop_front().expect("a thread with events");
+        self.buffered -= 1;
+        self.exec(t, ev);
+    }
+
+    /// Event `ev` of thread `t`, at the thread's clock.
+    #[inline(always)]
+    fn exec(&mut self, t: usize, ev: Ev) {
+        let c = self.c;
+        self.now = self.threads[t].clock;
+        self.threads[t].events += 1;
+        match ev {
+            Ev::Store { addr, size } => {
+                self.threads[t].clock += c.store;
+                for line in lines(addr, size) {
+                    *self.dirty.get_or_insert_mut(line, 1).0 = 1;
+                }
+            }
+            Ev::Load => self.threads[t].clock += c.store,
+            Ev::Flush { line, kind } => {
+                let issue = self.threads[t].clock + c.flush_issue;
+                self.threads[t].clock = issue;
+                let (d, new) = self.dirty.get_or_insert_mut(line, 0);
+                if !new && *d == 1 {
+                    *d = 0;
+                    let accepted = self.write(line, issue + c.flush_to_wpq);
+                    let th = &mut self.threads[t];
+                    th.persisted_at = th.persisted_at.max(accepted);
+                    if kind == FlushKind::Clflush {
+                        // clflush is ordered: the thread waits for it.
+                        th.clock = th.clock.max(accepted);
+                    }
+                }
+            }
+            Ev::Fence => {
+                self.drain_nt(t);
+                let th = &mut self.threads[t];
+                let own = th.clock + c.fence;
+                th.fence_wait += th.persisted_at.saturating_sub(own);
+                th.clock = own.max(th.persisted_at);
+            }
+            Ev::Nt { addr, size } => {
+                self.threads[t].clock += c.store;
+                for line in lines(addr, size) {
+                    let prev = std::mem::replace(&mut self.threads[t].nt_line, line);
+                    if prev != line && prev != NO_LINE {
+                        self.nt_write(t, prev);
+                    }
+                }
+            }
+            Ev::OpBegin => self.threads[t].depth += 1,
+            Ev::OpEnd => {
+                let th = &mut self.threads[t];
+                if th.depth > 0 {
+                    th.depth -= 1;
+                    th.ops += (th.depth == 0) as u64;
+                }
+            }
+            Ev::End => {
+                self.drain_nt(t);
+                self.threads[t].live = false;
+                self.threads[t].started = false;
+                self.live.retain(|&o| o as usize != t);
+            }
+            Ev::Other => {}
+        }
+    }
+
+    fn drain_nt(&mut self, t: usize) {
+        let line = std::mem::replace(&mut self.threads[t].nt_line, NO_LINE);
+        if line != NO_LINE {
+            self.nt_write(t, line);
+        }
+    }
+
+    fn nt_write(&mut self, t: usize, line: u64) {
+        let accepted = self.write(line, self.threads[t].clock + self.c.nt_to_wpq);
+        let th = &mut self.threads[t];
+        th.persisted_at = th.persisted_at.max(accepted);
+    }
+
+    /// A 64 B write arriving at its DIMM's WPQ at `arrive`: returns when the
+    /// queue accepted it (it is persistent from then on).
+    #[inline]
+    fn write(&mut self, line: u64, arrive: u64) -> u64 {
+        let w = self.optane.write(line);
+        let c = self.c;
+        let d = &mut self.dimms[w.dimm as usize];
+        let cap = d.wpq.len();
+        // Entries drained by the time this write arrives have left the queue.
+        while d.len > 0 && d.wpq[d.head] <= arrive {
+            d.head = (d.head + 1) % cap;
+            d.len -= 1;
+        }
+        let mut accepted = arrive;
+        if d.len == cap {
+            let oldest = d.wpq[d.head];
+            d.wpq_wait += oldest - arrive;
+            accepted = oldest;
+            d.head = (d.head + 1) % cap;
+            d.len -= 1;
+        }
+        let mut start = accepted.max(d.drain_free);
+        let e = w.entry as usize;
+        // The XPLine (on a hit) or the victim (on a miss) may still be on its
+        // way to the media.
+        if d.wb_end[e] > start {
+            d.media_wait += d.wb_end[e] - start;
+            start = d.wb_end[e];
+        }
+        if w.evicted {
+            // A partly written victim: read-modify-write before the entry is free.
+            let m = start.max(d.media_free);
+            d.media_wait += m - start;
+            start = m;
+            d.media_free = m + c.media_read + c.media_write;
+            d.busy += c.media_read + c.media_write;
+        }
+        if !w.hit {
+            d.wb_end[e] = 0;
+        }
+        let done = start + c.dimm_write + if w.sequential { 0 } else { c.dimm_switch };
+        d.drain_free = done;
+        if w.completed {
+            let m = done.max(d.media_free);
+            d.media_free = m + c.media_write;
+            d.busy += c.media_write;
+            d.wb_end[e] = d.media_free;
+        }
+        let tail = (d.head + d.len) % cap;
+        d.wpq[tail] = done;
+        d.len += 1;
+        accepted
+    }
+
+    /// Replays every held-back event and returns the figures.
+    pub fn report(&mut self) -> ContentionReport {
+        self.run(true);
+        for t in 0..self.threads.len() {
+            self.drain_nt(t);
+        }
+        let ns = |ps: u64| ps as f64 / 1000.0;
+        let makespan = self.threads.iter().map(|t| t.clock).max().unwrap_or(0);
+        let counters = self.optane.drained_counters();
+        let threads: Vec<ThreadTime> = (0..self.threads.len())
+            .filter(|&t| self.threads[t].events > 0)
+            .map(|t| {
+                let th = &self.threads[t];
+                ThreadTime {
+                    tid: t as u32,
+                    events: th.events,
+                    ops: th.ops,
+                    end_ns: ns(th.clock),
+                    fence_wait_ns: ns(th.fence_wait),
+                }
+            })
+            .collect();
+        let dimms: Vec<DimmTimeReport> = self
+            .dimms
+            .iter()
+            .zip(&counters)
+            .enumerate()
+            .map(|(i, (d, k))| DimmTimeReport {
+                dimm: i as u32,
+                writes: k.writes,
+                media_writes: k.media_writes,
+                rmw: k.rmw_reads,
+                media_busy_ns: ns(d.busy),
+                wpq_wait_ns: ns(d.wpq_wait),
+                media_wait_ns: ns(d.media_wait),
+            })
+            .collect();
+        let ops: u64 = threads.iter().map(|t| t.ops).sum();
+        let write_bytes = 64 * counters.iter().map(|k| k.writes).sum::<u64>();
+        let media_write_bytes = self.xpline * counters.iter().map(|k| k.media_writes).sum::<u64>();
+        let per_s = |x: u64| if makespan == 0 { 0.0 } else { x as f64 / (makespan as f64 * 1e-12) };
+        ContentionReport {
+            events: threads.iter().map(|t| t.events).sum(),
+            makespan_ns: ns(makespan),
+            ops,
+            ops_per_s: per_s(ops),
+            write_bytes,
+            write_gb_per_s: per_s(write_bytes) / 1e9,
+            media_write_bytes,
+            write_amplification: if write_bytes == 0 { 0.0 } else { media_write_bytes as f64 / write_bytes as f64 },
+            forced: self.forced,
+            threads,
+            dimms,
+        }
+    }
+}
+
+/// The report as text, after the simulator's.
+pub fn write_text(r: &ContentionReport, out: &mut impl io::Write) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(out, "contention   virtual-time replay: threads on their own cores, sharing the DIMMs")?;
+    writeln!(
+        out,
+        "  makespan    {:>14.0} ns   ({} events, {} replayed past a blocked thread)",
+        r.makespan_ns, r.events, r.forced
+    )?;
+    writeln!(out, "  operations  {:>14}      {:.3} M ops/s estimated", r.ops, r.ops_per_s / 1e6)?;
+    writeln!(
+        out,
+        "  writes      {:>14} B    {:.2} GB/s; media {} B, write amplification {:.3}",
+        r.write_bytes, r.write_gb_per_s, r.media_write_bytes, r.write_amplification
+    )?;
+    writeln!(
+        out,
+        "  {:>4} {:>12} {:>12} {:>10} {:>14} {:>14} {:>14}",
+        "dimm", "writes", "media_wr", "rmw", "busy_ns", "wpq_wait_ns", "media_wait_ns"
+    )?;
+    for d in &r.dimms {
+        writeln!(
+            out,
+            "  {:>4} {:>12} {:>12} {:>10} {:>14.0} {:>14.0} {:>14.0}",
+            d.dimm, d.writes, d.media_writes, d.rmw, d.media_busy_ns, d.wpq_wait_ns, d.media_wait_ns
+        )?;
+    }
+    writeln!(out, "  {:>4} {:>12} {:>10} {:>14} {:>14}", "tid", "events", "ops", "end_ns", "fence_wait_ns")?;
+    for t in &r.threads {
+        writeln!(out, "  {:>4} {:>12} {:>10} {:>14.0} {:>14.0}", t.tid, t.events, t.ops, t.end_ns, t.fence_wait_ns)?;
+    }
+    Ok(())
+}
+
+/// The 64 B lines of `[addr, addr + size)`.
+#[inline(always)]
+fn lines(addr: u64, size: u32) -> impl Iterator<Item = u64> {
+    let first = addr >> 6;
+    let last = (addr + size.max(1) as u64 - 1) >> 6;
+    (first..=last).map(|l| l << 6)
+}
+
+/// A trace's records into [`Contention::push`].
+struct Feed<'c>(&'c mut Contention);
+
+impl<'a> Visit<'a> for Feed<'_> {
+    #[inline(always)]
+    fn event(&mut self, rec: &Record<'a>) {
+        self.0.push(rec.tid, &rec.event);
+    }
+}
+
+impl EventSink for Contention {
+    fn event(&mut self, tid: u32, ev: &Event<'_>) -> io::Result<()> {
+        self.push(tid, ev);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmsim_traces::FenceKind;
+
+    fn op(c: &mut Contention, tid: u32, addr: u64) {
+        c.push(tid, &Event::Store { addr, size: 64, value: None });
+        c.push(tid, &Event::Flush { kind: FlushKind::Clwb, line: addr });
+        c.push(tid, &Event::Fence { kind: FenceKind::Sfence });
+    }
+
+    #[test]
+    fn a_fence_waits_for_the_flush_to_be_accepted() {
+        let cfg = Config::default();
+        let mut c = Contention::new(&cfg).unwrap();
+        op(&mut c, 0, 0);
+        let r = c.report();
+        let t = &cfg.timing;
+        let expect = t.store_ns + t.flush_issue_ns + t.flush_to_wpq_ns;
+        assert!((r.makespan_ns - expect).abs() < 1e-6, "{} vs {expect}", r.makespan_ns);
+        assert_eq!(r.write_bytes, 64);
+    }
+
+    #[test]
+    fn a_clean_flush_writes_nothing() {
+        let mut c = Contention::new(&Config::default()).unwrap();
+        c.push(0, &Event::Flush { kind: FlushKind::Clwb, line: 0 });
+        op(&mut c, 0, 64);
+        c.push(0, &Event::Flush { kind: FlushKind::Clwb, line: 64 });
+        assert_eq!(c.report().write_bytes, 64);
+    }
+
+    #[test]
+    fn the_lowest_clock_goes_first_whatever_the_recorded_order() {
+        // Thread 0's events all come first in the stream, yet thread 1 (at the
+        // same clocks) interleaves with it: both end at about the same time.
+        let mut c = Contention::new(&Config::default()).unwrap();
+        c.push(0, &Event::ThreadStart);
+        c.push(1, &Event::ThreadStart);
+        for i in 0..100 {
+            op(&mut c, 0, i * 4096);
+        }
+        for i in 0..100 {
+            op(&mut c, 1, (1000 + i) * 4096);
+        }
+        let r = c.report();
+        let (a, b) = (r.threads[0].end_ns, r.threads[1].end_ns);
+        assert!((a - b).abs() < 0.05 * a, "{a} {b}");
+        assert_eq!(r.forced, 0);
+    }
+
+    #[test]
+    fn the_reorder_bound_is_kept() {
+        let mut cfg = Config::default();
+        cfg.timing.reorder_events = 10;
+        let mut c = Contention::new(&cfg).unwrap();
+        c.push(1, &Event::ThreadStart);
+        for i in 0..100 {
+            op(&mut c, 0, i * 4096);
+            assert!(c.buffered <= 11);
+        }
+        let r = c.report();
+        assert!(r.forced > 0);
+        assert_eq!(r.events, 301);
+    }
+}

@@ -1,0 +1,103 @@
+//! The contention model on synthetic traces: the behaviours FAST '20 measured
+//! that the model must show (the published figures themselves are compared by
+//! `pmsim calibrate`).
+
+use pmsim_sim::calibrate::{evaluate, Family, Op, Pattern, Point, Size};
+use pmsim_sim::{Config, Contention};
+use pmsim_traces::{Event, FenceKind, FlushKind};
+
+fn point(family: Family, op: Op, access: u64, threads: u32, dimms: u32) -> Point {
+    let pattern = if family == Family::Wa { Pattern::Seq } else { Pattern::Random };
+    Point { family, op, pattern, access, threads, dimms }
+}
+
+fn eval(p: Point) -> f64 {
+    evaluate(&Config::default(), &p, Size::Quick).unwrap()
+}
+
+#[test]
+fn write_amplification_is_one_while_the_working_set_fits_and_two_beyond() {
+    for ws in [1024, 4096, 16384] {
+        let wa = eval(point(Family::Wa, Op::Clwb, ws, 1, 1));
+        assert!((wa - 1.0).abs() < 0.05, "{ws} B: {wa}");
+    }
+    for ws in [49152, 65536, 1 << 20] {
+        let wa = eval(point(Family::Wa, Op::Clwb, ws, 1, 1));
+        assert!((1.85..=2.05).contains(&wa), "{ws} B: {wa}");
+    }
+    // Between, it rises gradually (random replacement), not at once.
+    let mid = eval(point(Family::Wa, Op::Clwb, 24576, 1, 1));
+    assert!(mid > 1.1 && mid < 1.8, "24 KB: {mid}");
+}
+
+#[test]
+fn bandwidth_rises_with_threads_then_saturates() {
+    let bw: Vec<f64> = [1, 2, 4, 8, 16].iter().map(|&t| eval(point(Family::Bandwidth, Op::Clwb, 256, t, 6))).collect();
+    // One thread is bound by its own latency: two do twice as much.
+    assert!(bw[1] > 1.8 * bw[0], "{bw:?}");
+    assert!(bw[2] > 1.8 * bw[1], "{bw:?}");
+    // Past a few threads the DIMMs are the limit.
+    assert!(bw[4] < 1.5 * bw[3], "{bw:?}");
+    // One DIMM saturates at fewer threads than six.
+    let one: Vec<f64> = [1, 4, 16].iter().map(|&t| eval(point(Family::Bandwidth, Op::Ntstore, 256, t, 1))).collect();
+    assert!(one[2] < 1.2 * one[0], "{one:?}");
+}
+
+/// `ops` operations per thread (a random 256 B write: four lines stored and
+/// written back, then a fence), all threads writing to one DIMM; the makespan
+/// per operation of a thread.
+fn ns_per_op(threads: u32, ops: u64) -> f64 {
+    let mut cfg = Config::default();
+    cfg.optane.dimms = 1;
+    let mut c = Contention::new(&cfg).unwrap();
+    for t in 0..threads {
+        c.push(t, &Event::ThreadStart);
+    }
+    for i in 0..ops {
+        for t in 0..threads {
+            let base = ((t as u64 + 1) << 30) + (i * 0x9E37_79B9 % (1 << 20)) * 256;
+            c.push(t, &Event::OpBegin { op: pmsim_traces::OpKind::Malloc, arg: 0 });
+            for line in (0..4).map(|l| base + l * 64) {
+                c.push(t, &Event::Store { addr: line, size: 8, value: None });
+                c.push(t, &Event::Flush { kind: FlushKind::Clwb, line });
+            }
+            c.push(t, &Event::Fence { kind: FenceKind::Sfence });
+            c.push(t, &Event::OpEnd { op: pmsim_traces::OpKind::Malloc, result: 0 });
+        }
+    }
+    let r = c.report();
+    assert_eq!(r.ops, threads as u64 * ops);
+    r.makespan_ns / ops as f64
+}
+
+#[test]
+fn threads_sharing_dimms_cost_more_per_operation() {
+    // Two threads on one DIMM wait for each other; many wait longer.
+    let one = ns_per_op(1, 2000);
+    let two = ns_per_op(2, 2000);
+    assert!(two > one, "1 thread {one} ns/op, 2 threads {two} ns/op");
+    let many = ns_per_op(16, 500);
+    assert!(many > 4.0 * one, "16 threads {many} ns/op vs {one}");
+}
+
+#[test]
+fn the_same_trace_gives_the_same_figures() {
+    let run = || {
+        let mut cfg = Config::default();
+        cfg.optane.dimms = 2;
+        let mut c = Contention::new(&cfg).unwrap();
+        for i in 0..20_000u64 {
+            let t = (i * 7 % 5) as u32;
+            let line = (i * 0x9E37_79B9_7F4A) % (1 << 22) * 64;
+            c.push(t, &Event::Store { addr: line, size: 64, value: None });
+            c.push(t, &Event::Flush { kind: FlushKind::Clwb, line });
+            if i % 3 == 0 {
+                c.push(t, &Event::Fence { kind: FenceKind::Sfence });
+            }
+        }
+        c.report()
+    };
+    let (a, b) = (run(), run());
+    assert_eq!(a, b);
+    assert!(a.write_amplification > 1.0 && a.makespan_ns > 0.0);
+}
