@@ -11,7 +11,7 @@ extra=()
 if [ "$(id -u)" = 0 ] || [ -n "${CI:-}" ]; then
   case " $* " in *" -- "*) extra=(--include-ignored) ;; *) extra=(-- --include-ignored) ;; esac
 fi
-cargo test --workspace "$@" "${extra[@]}" 2>&1 | tee "$log"
+cargo test --workspace --no-fail-fast "$@" "${extra[@]}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 read -r passed failed ignored < <(awk '/^test result:/ {
     for (i = 1; i <= NF; i++) {

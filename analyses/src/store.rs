@@ -122,11 +122,27 @@ impl SweepDir {
         Ok(Some(r))
     }
 
-    /// Locks the directory (creating it) for one writer: a second sweep into
-    /// it is refused with the holder's pid until this one ends.
-    pub fn lock(&self) -> Result<Lock, StoreError> {
+    /// Locks shard `index` of the directory (creating it) for one writer: a
+    /// second sweep writing the same shard is refused with the holder's pid
+    /// until this one ends, while the other shards of a job array run at once.
+    /// Shard 0, which an unsharded sweep writes, is locked by `DIR/.lock`.
+    pub fn lock_shard(&self, index: usize) -> Result<Lock, StoreError> {
         fs::create_dir_all(&self.root).map_err(|e| format!("{}: cannot create: {e}", self.root.display()))?;
-        Lock::dir(&self.root)
+        Lock::dir_part(&self.root, &Self::shard_lock_name(index))
+    }
+
+    /// Locks the directory for one cluster submission (`DIR/.lock.submit`):
+    /// the submitting process waits while the array tasks lock their shards.
+    pub fn lock_submit(&self) -> Result<Lock, StoreError> {
+        fs::create_dir_all(&self.root).map_err(|e| format!("{}: cannot create: {e}", self.root.display()))?;
+        Lock::dir_part(&self.root, ".lock.submit")
+    }
+
+    fn shard_lock_name(index: usize) -> String {
+        match index {
+            0 => ".lock".to_string(),
+            i => format!(".lock.{i}"),
+        }
     }
 
     /// Where a command that reads this directory may not write: its
@@ -135,6 +151,7 @@ impl SweepDir {
     pub fn protect(&self, policy: &mut Policy) {
         policy.input(&self.experiment_path());
         policy.input(&self.root.join(".lock"));
+        policy.input(&self.root.join(".lock.submit"));
         policy.guard_dir(&self.shards_dir(), "a sweep's shard directory");
     }
 

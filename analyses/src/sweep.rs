@@ -102,7 +102,7 @@ pub fn run_resolved(dir: &SweepDir, r: &Resolved, opts: &Options) -> Result<Summ
     let start = Instant::now();
     let points: Vec<Point> = r.points.iter().map(|l| l.point.clone()).collect();
     check_jobs(opts.jobs, &points)?;
-    let _one_writer = dir.lock()?;
+    let _one_writer = dir.lock_shard(opts.shard.index)?;
     dir.init(r)?;
     let (rows, _torn) = dir.read_rows()?;
     let shard_path = dir.shard_path(opts.shard.index);

@@ -127,7 +127,7 @@ pub fn run(a: SweepArgs) -> CmdResult {
         }
     };
     if a.slurm.slurm {
-        let _one_writer = dir.lock()?;
+        let _one_writer = dir.lock_submit()?;
         return submit(&a, &dir, &resolved);
     }
     let points: Vec<_> = resolved.points.iter().map(|l| l.point.clone()).collect();

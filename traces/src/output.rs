@@ -354,7 +354,13 @@ impl Lock {
     /// Locks a directory through its lock file `DIR/.lock` (kept: it is the
     /// directory's own bookkeeping).
     pub fn dir(dir: &Path) -> Result<Lock, OutputError> {
-        Self::acquire(&dir.join(".lock"), dir, false)
+        Self::dir_part(dir, ".lock")
+    }
+
+    /// Locks one part of a directory through the lock file `DIR/NAME` (kept),
+    /// so writers of different parts (a sweep's shards) may run at once.
+    pub fn dir_part(dir: &Path, name: &str) -> Result<Lock, OutputError> {
+        Self::acquire(&dir.join(name), dir, false)
     }
 
     fn acquire(lock: &Path, target: &Path, remove: bool) -> Result<Lock, OutputError> {
