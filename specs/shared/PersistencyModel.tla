@@ -1,7 +1,7 @@
 -------------------------- MODULE PersistencyModel --------------------------
 (***************************************************************************)
-(* The persistency model every pmsim specification shares (DESIGN.md,      *)
-(* "Persistency model for crash states"): x86 with ADR (Px86).             *)
+(* The persistency model every pmsim specification shares (the one        *)
+(* ARCHITECTURE.md describes for crash states): x86 with ADR (Px86).       *)
 (*                                                                         *)
 (* Per cache line there is a volatile value (what loads see) and a         *)
 (* persisted value (what survives a crash). A store updates the volatile   *)
