@@ -802,50 +802,10 @@ impl Simulator {
             .collect();
         let xpline = self.cfg.optane.xpline_bytes;
         let dimm_counters = if self.full { self.optane.drained_counters() } else { Vec::new() };
-        let dimms: Vec<DimmReport> = dimm_counters
-            .iter()
-            .enumerate()
-            .map(|(i, c)| DimmReport {
-                dimm: i as u32,
-                writes: c.writes,
-                xpbuffer_hits: c.xpbuffer_hits,
-                xpbuffer_misses: c.writes - c.xpbuffer_hits,
-                sequential_writes: c.sequential_writes,
-                random_writes: c.writes - c.sequential_writes,
-                reads: c.reads,
-                media_reads: c.media_reads,
-                rmw_reads: c.rmw_reads,
-                media_writes: c.media_writes,
-                write_amplification: ratio(c.media_writes * xpline, c.writes * 64),
-            })
-            .collect();
-        let media_writes: u64 = dimm_counters.iter().map(|c| c.media_writes).sum();
-        let media_reads: u64 = dimm_counters.iter().map(|c| c.media_reads).sum();
-        let rmw_reads: u64 = dimm_counters.iter().map(|c| c.rmw_reads).sum();
-        let pm_writes = overall.pm_writes();
-        let pm = PmReport {
-            write_bytes: 64 * pm_writes,
-            flushed_bytes: 64 * overall.dirty_flushes,
-            evicted_bytes: 64 * overall.evictions,
-            nt_bytes: 64 * overall.nt_lines,
-            media_write_bytes: media_writes * xpline,
-            media_read_bytes: media_reads * xpline,
-            rmw_read_bytes: rmw_reads * xpline,
-            write_amplification: ratio(media_writes * xpline, 64 * pm_writes),
-            sequential_writes: overall.sequential_writes,
-            random_writes: pm_writes - overall.sequential_writes,
-        };
-        let cc = self.cache.counters;
-        let cache = CacheReport {
-            sets: self.cfg.cache.sets,
-            ways: self.cfg.cache.ways,
-            accesses: cc.accesses,
-            hits: cc.hits,
-            fills: cc.fills,
-            evictions: cc.evictions,
-            dirty_evictions: cc.dirty_evictions,
-            dirty_lines_at_end: if self.full { self.cache.dirty_lines() } else { 0 },
-        };
+        let dimms = dimm_counters.iter().enumerate().map(|(i, c)| DimmReport::new(i as u32, c, xpline)).collect();
+        let pm = PmReport::new(&overall, &dimm_counters, xpline);
+        let dirty_at_end = if self.full { self.cache.dirty_lines() } else { 0 };
+        let cache = CacheReport::new(&self.cfg.cache, &self.cache.counters, dirty_at_end);
         let sites = if self.site_table.is_empty() { Vec::new() } else { self.sites.report(&self.site_table) };
         Report {
             trace: self.trace_name.clone(),
@@ -864,14 +824,6 @@ impl Simulator {
             sites,
             config: self.cfg.clone(),
         }
-    }
-}
-
-fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 {
-        0.0
-    } else {
-        a as f64 / b as f64
     }
 }
 

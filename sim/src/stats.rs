@@ -2,9 +2,17 @@
 //! kept per thread, per region and per operation type ([`Counters`]), what the
 //! report shows for each ([`Stats`], derived from counters), the columns the
 //! text printer shows ([`COLUMNS`]), and the report itself ([`Report`]).
+//!
+//! Every derived figure (ratios, misses, byte totals, per-operation times)
+//! is computed here, in the constructor of the report row beside the
+//! counters it is derived from, and nowhere else: the simulator only counts
+//! and sums, and the figures read the report's JSON, so a statistic has one
+//! definition and one name.
 
-use crate::config::{Config, Scope};
+use crate::cache::CacheCounters;
+use crate::config::{CacheConfig, Config, Scope};
 use crate::distance::{bucket_label, FIRST_BUCKET, HIST_BUCKETS};
+use crate::optane::DimmCounters;
 use pmsim_traces::Category;
 use serde::Serialize;
 
@@ -192,6 +200,8 @@ pub struct Stats {
     pub persist_ns_per_op: Option<f64>,
 }
 
+/// `a / b`, 0 when `b` is 0 (a run without flushes or PM writes has no
+/// ratio to show, and JSON has no NaN).
 fn ratio(a: u64, b: u64) -> f64 {
     if b == 0 {
         0.0
@@ -360,6 +370,26 @@ pub struct DimmReport {
     pub write_amplification: f64,
 }
 
+impl DimmReport {
+    /// DIMM `dimm`'s row from its counters; `xpline` is the media's write
+    /// unit in bytes (a write to the DIMM is one 64 B line).
+    pub fn new(dimm: u32, c: &DimmCounters, xpline: u64) -> DimmReport {
+        DimmReport {
+            dimm,
+            writes: c.writes,
+            xpbuffer_hits: c.xpbuffer_hits,
+            xpbuffer_misses: c.writes - c.xpbuffer_hits,
+            sequential_writes: c.sequential_writes,
+            random_writes: c.writes - c.sequential_writes,
+            reads: c.reads,
+            media_reads: c.media_reads,
+            rmw_reads: c.rmw_reads,
+            media_writes: c.media_writes,
+            write_amplification: ratio(c.media_writes * xpline, c.writes * 64),
+        }
+    }
+}
+
 /// What reached PM, over all DIMMs.
 #[derive(Clone, Debug, Serialize)]
 pub struct PmReport {
@@ -381,6 +411,30 @@ pub struct PmReport {
     pub random_writes: u64,
 }
 
+impl PmReport {
+    /// What reached PM: the bytes the caches wrote (`overall`, summed over
+    /// every thread) and what the DIMMs made of them (`dimms`, empty when
+    /// only reflushes are counted); `xpline` is the media's write unit.
+    pub fn new(overall: &Counters, dimms: &[DimmCounters], xpline: u64) -> PmReport {
+        let media_writes: u64 = dimms.iter().map(|c| c.media_writes).sum();
+        let media_reads: u64 = dimms.iter().map(|c| c.media_reads).sum();
+        let rmw_reads: u64 = dimms.iter().map(|c| c.rmw_reads).sum();
+        let pm_writes = overall.pm_writes();
+        PmReport {
+            write_bytes: 64 * pm_writes,
+            flushed_bytes: 64 * overall.dirty_flushes,
+            evicted_bytes: 64 * overall.evictions,
+            nt_bytes: 64 * overall.nt_lines,
+            media_write_bytes: media_writes * xpline,
+            media_read_bytes: media_reads * xpline,
+            rmw_read_bytes: rmw_reads * xpline,
+            write_amplification: ratio(media_writes * xpline, 64 * pm_writes),
+            sequential_writes: overall.sequential_writes,
+            random_writes: pm_writes - overall.sequential_writes,
+        }
+    }
+}
+
 /// The cache model's own counters.
 #[derive(Clone, Debug, Serialize)]
 pub struct CacheReport {
@@ -394,6 +448,23 @@ pub struct CacheReport {
     pub dirty_evictions: u64,
     /// Dirty lines still cached when the trace ends (never reached PM).
     pub dirty_lines_at_end: u64,
+}
+
+impl CacheReport {
+    /// The cache's geometry and counters; `dirty_lines_at_end` is counted
+    /// by the caller, who knows whether the cache was modelled at all.
+    pub fn new(cfg: &CacheConfig, c: &CacheCounters, dirty_lines_at_end: u64) -> CacheReport {
+        CacheReport {
+            sets: cfg.sets,
+            ways: cfg.ways,
+            accesses: c.accesses,
+            hits: c.hits,
+            fills: c.fills,
+            evictions: c.evictions,
+            dirty_evictions: c.dirty_evictions,
+            dirty_lines_at_end,
+        }
+    }
 }
 
 /// Everything a run measured; `--json` prints it as is.
@@ -465,5 +536,29 @@ mod tests {
         d.hist[2] = 0;
         d.add(&c);
         assert_eq!(d, c);
+    }
+
+    #[test]
+    fn pm_and_dimm_rows() {
+        let c = Counters { dirty_flushes: 6, evictions: 1, nt_lines: 1, sequential_writes: 3, ..Default::default() };
+        let d = DimmCounters {
+            writes: 8,
+            xpbuffer_hits: 5,
+            sequential_writes: 3,
+            reads: 2,
+            media_writes: 3,
+            media_reads: 2,
+            rmw_reads: 1,
+        };
+        let dimm = DimmReport::new(1, &d, 256);
+        assert_eq!((dimm.xpbuffer_misses, dimm.random_writes), (3, 5));
+        assert_eq!(dimm.write_amplification, 1.5, "3 XPLines of 256 B for 8 lines of 64 B");
+        let pm = PmReport::new(&c, &[d, d], 256);
+        assert_eq!((pm.write_bytes, pm.flushed_bytes, pm.evicted_bytes, pm.nt_bytes), (512, 384, 64, 64));
+        assert_eq!((pm.media_write_bytes, pm.media_read_bytes, pm.rmw_read_bytes), (1536, 1024, 512));
+        assert_eq!(pm.write_amplification, 3.0);
+        assert_eq!(pm.random_writes, 5);
+        let none = PmReport::new(&Counters::default(), &[], 256);
+        assert_eq!(none.write_amplification, 0.0, "no writes, no ratio (and no NaN in the JSON)");
     }
 }
