@@ -31,6 +31,9 @@ enum Command {
     /// Flush-hygiene findings of a trace (redundant and unwritten flushes, empty fences, stores never
     /// made durable, reflushes at distance 0) with their code sites; --deny KIND fails on them.
     Lint(cmd::lint::LintArgs),
+    /// Two runs side by side (traces or saved `sim --json` reports): every figure, per region and
+    /// operation, the code sites that changed most; --fail-if BOUND exits 1 on a regression, for CI.
+    Diff(cmd::diff::DiffArgs),
     /// Replay the published Optane microbenchmarks (FAST '20) through the contention model and print
     /// model beside published value with the relative error (fitted points and validation points).
     Calibrate(cmd::calibrate::CalibrateArgs),
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Lint(a) => cmd::lint::run(a),
+        Command::Diff(a) => cmd::diff::run(a),
         Command::Calibrate(a) => cmd::calibrate::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::TraceExec(a) => cmd::trace_exec::run(a),

@@ -408,3 +408,66 @@ fn calibrate_prints_every_published_point_with_its_error() {
     let o = pmsim(&["calibrate", "--point", "op=clwb"]);
     fails_with(&o, &["family= is required"]);
 }
+
+/// `pmsim diff` fails a CI job exactly when the candidate crosses a bound, and
+/// `pmsim lint --deny` exactly when the denied finding is present.
+#[test]
+fn diff_and_lint_fail_ci_only_when_a_bound_is_crossed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let (base, nv, saved) = (path("base.pmt"), path("nv.pmt"), path("nv.json"));
+    for (alloc, t) in [("base", &base), ("nvalloc-log", &nv)] {
+        let o = short_threadtest(alloc, &["--trace", t]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // nvalloc-log reflushes far less than base (its slab headers are striped).
+    let o = pmsim(&["diff", &base, &nv, "--fail-if", "reflush_ratio>+5%"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("ok    reflush_ratio>+5%"), "{}", stdout(&o));
+    fails_with(
+        &pmsim(&["diff", &nv, &base, "--fail-if", "reflush_ratio>+5%"]),
+        &["regresses from", "reflush_ratio>+5%"],
+    );
+    fails_with(&pmsim(&["diff", &base, &nv, "--fail-if", "reflush_ratio<-20%"]), &["reflush_ratio<-20%"]);
+    // A saved report compares with the trace it came from: nothing changed.
+    let o = pmsim(&["sim", &nv, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&saved, &o.stdout).unwrap();
+    let o = pmsim(&[
+        "diff",
+        &saved,
+        &nv,
+        "--json",
+        "--fail-if",
+        "flushes_per_op>+0%",
+        "--fail-if",
+        "regions/wal/flushes>+0",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["overall"].as_array().unwrap().iter().all(|r| r["delta"] == 0.0), "{v}");
+    assert_eq!(v["verdicts"].as_array().unwrap().len(), 2);
+    // Bad bounds and bad reports are refused before any replay.
+    fails_with(&pmsim(&["diff", &base, &nv, "--fail-if", "flushes=3"]), &["--fail-if flushes=3"]);
+    fails_with(&pmsim(&["diff", &base, &nv, "--fail-if", "regions/nowhere/flushes>1"]), &["has no figure"]);
+    std::fs::write(path("bad.json"), "{\"overall\": ").unwrap();
+    fails_with(&pmsim(&["diff", &path("bad.json"), &nv]), &["bad.json", "line 1"]);
+
+    // lint: deny a finding the trace has, then one it lacks.
+    let o = pmsim(&["lint", &base, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let count = |kind: &str| {
+        let f = v["findings"].as_array().unwrap().iter().find(|f| f["kind"] == kind).unwrap();
+        f["count"].as_u64().unwrap()
+    };
+    assert!(count("reflush-distance-0") > 0, "base flushes its slab header twice in a row: {v}");
+    assert_eq!(count("redundant-flush"), 0, "{v}");
+    fails_with(
+        &pmsim(&["lint", &base, "--deny", "reflush-distance-0"]),
+        &["denied findings present: reflush-distance-0"],
+    );
+    let o = pmsim(&["lint", &base, "--deny", "redundant-flush"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    fails_with(&pmsim(&["lint", &base, "--deny", "nonsense"]), &["unknown finding"]);
+}

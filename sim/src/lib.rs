@@ -44,6 +44,7 @@ pub mod cache;
 pub mod calibrate;
 pub mod config;
 pub mod contention;
+pub mod diff;
 pub mod distance;
 pub mod export;
 pub mod fastmap;

@@ -11,9 +11,9 @@ use pmsim_traces::{line_of, Event, FenceKind, Record, SiteTable, Visit};
 use serde::Serialize;
 use std::collections::HashMap;
 
-/// The kinds of finding, by their `--deny` names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
+/// The kinds of finding, by their `--deny` names (JSON prints the same
+/// names, [`Finding::name`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Finding {
     /// A flush of a line with no store to it since its previous flush.
     RedundantFlush,
@@ -26,6 +26,12 @@ pub enum Finding {
     NotDurable,
     /// A flush of the line the same thread flushed last (reflush distance 0).
     ReflushDistance0,
+}
+
+impl Serialize for Finding {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
 }
 
 impl Finding {

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod calibrate;
 pub mod crash;
+pub mod diff;
 pub mod export;
 pub mod lint;
 pub mod reproduce;

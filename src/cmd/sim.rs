@@ -3,7 +3,7 @@
 
 use super::CmdResult;
 use clap::Args;
-use pmsim_sim::{Config, Contention, Scope, Simulator};
+use pmsim_sim::{Config, Contention, Report, Scope, Simulator};
 use pmsim_traces::output::{Output, Policy};
 use pmsim_traces::TraceReader;
 use std::io::{BufWriter, Write};
@@ -13,21 +13,8 @@ use std::path::{Path, PathBuf};
 pub struct SimArgs {
     /// The .pmt file.
     file: PathBuf,
-    /// Machine model in TOML (defaults and the source of every constant: sim/optane.toml).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// A flush at a reflush distance below this is a reflush [config default: 4].
-    #[arg(long)]
-    threshold: Option<u64>,
-    /// Whose flushes count towards a reflush distance [config default: thread].
-    #[arg(long, value_parser = ["thread", "dimm", "global"])]
-    scope: Option<String>,
-    /// eADR: caches are persistent, flushes cost nothing, only evictions reach PM.
-    #[arg(long)]
-    eadr: bool,
-    /// Compute the reflush statistics only (no cache, Optane or latency model; faster).
-    #[arg(long)]
-    reflush_only: bool,
+    #[command(flatten)]
+    model: ModelArgs,
     /// Write the first flushes of each region category (NVAlloc Fig. 2) to this .csv or .json file.
     #[arg(long, value_name = "OUT")]
     access_map: Option<PathBuf>,
@@ -57,24 +44,61 @@ pub struct SimArgs {
     top: usize,
 }
 
+/// The model options `pmsim sim` and `pmsim diff` share.
+#[derive(Args)]
+pub struct ModelArgs {
+    /// Machine model in TOML (defaults and the source of every constant: sim/optane.toml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// A flush at a reflush distance below this is a reflush [config default: 4].
+    #[arg(long)]
+    threshold: Option<u64>,
+    /// Whose flushes count towards a reflush distance [config default: thread].
+    #[arg(long, value_parser = ["thread", "dimm", "global"])]
+    scope: Option<String>,
+    /// eADR: caches are persistent, flushes cost nothing, only evictions reach PM.
+    #[arg(long)]
+    eadr: bool,
+    /// Compute the reflush statistics only (no cache, Optane or latency model; faster).
+    #[arg(long)]
+    reflush_only: bool,
+}
+
+impl ModelArgs {
+    /// The configuration: the file's (or the defaults) with the options applied.
+    pub fn config(&self) -> Result<Config, Box<dyn std::error::Error>> {
+        let mut cfg = match &self.config {
+            Some(p) => Config::from_file(p)?,
+            None => Config::default(),
+        };
+        if let Some(t) = self.threshold {
+            cfg.reflush.threshold = t;
+        }
+        if let Some(s) = &self.scope {
+            cfg.reflush.scope = s.parse::<Scope>()?;
+        }
+        cfg.eadr |= self.eadr;
+        cfg.reflush_only |= self.reflush_only;
+        Ok(cfg)
+    }
+}
+
+/// Replays a trace file through the models of `cfg`.
+pub fn replay(file: &Path, cfg: Config) -> Result<(Simulator, Report), Box<dyn std::error::Error>> {
+    let mut reader = TraceReader::open(file)?;
+    let mut sim = Simulator::new(cfg, reader.header())?;
+    sim.replay(&mut reader)?;
+    let report = sim.report();
+    Ok((sim, report))
+}
+
 enum MapFormat {
     Csv,
     Json,
 }
 
 pub fn run(a: SimArgs) -> CmdResult {
-    let mut cfg = match &a.config {
-        Some(p) => Config::from_file(p)?,
-        None => Config::default(),
-    };
-    if let Some(t) = a.threshold {
-        cfg.reflush.threshold = t;
-    }
-    if let Some(s) = &a.scope {
-        cfg.reflush.scope = s.parse::<Scope>()?;
-    }
-    cfg.eadr |= a.eadr;
-    cfg.reflush_only |= a.reflush_only;
+    let mut cfg = a.model.config()?;
     // Refuse a bad output name before the (possibly long) replay, not after.
     let map = match &a.access_map {
         None => None,
@@ -87,7 +111,7 @@ pub fn run(a: SimArgs) -> CmdResult {
             cfg.access_map.per_category = a.access_map_n;
             let mut policy = Policy::new(a.force);
             policy.input(&a.file);
-            if let Some(c) = &a.config {
+            if let Some(c) = &a.model.config {
                 policy.input(c);
             }
             let out = policy.create(p)?;
@@ -102,10 +126,7 @@ pub fn run(a: SimArgs) -> CmdResult {
     } else {
         None
     };
-    let mut reader = TraceReader::open(&a.file)?;
-    let mut sim = Simulator::new(cfg, reader.header())?;
-    sim.replay(&mut reader)?;
-    let report = sim.report();
+    let (sim, report) = replay(&a.file, cfg)?;
     if a.by.is_some() && report.sites.is_empty() {
         return Err(format!(
             "{}: the trace names no code sites (it predates format version 2, or its tracer records none)",

@@ -1,0 +1,93 @@
+//! `pmsim diff A B`: the figures of two runs side by side (traces replayed
+//! now, or reports saved by `pmsim sim --json`), and `--fail-if` thresholds
+//! that make the exit status 1 when the candidate B regresses from the
+//! baseline A, for CI.
+
+use super::sim::{replay, ModelArgs};
+use super::CmdResult;
+use clap::Args;
+use pmsim_sim::diff::{cell, write_text, Comparison, Threshold};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+#[derive(Args)]
+#[command(after_help = "Examples:\n  \
+pmsim diff base.pmt nvalloc.pmt\n  \
+pmsim diff before.json after.pmt --fail-if 'flushes_per_op>+2%' --fail-if 'regions/wal/reflush_ratio>0.3'\n\n\
+Thresholds: NAME>+5% (B rose more than 5 % above A), NAME>+0.1 (rose by more than 0.1), NAME>1500 (B above \
+1500), and the same with < and - for figures that must not fall. NAME is a figure of the table (flushes_per_op, \
+reflush_ratio, persist_ns_per_op, write_amplification, …) or a path into the report: regions/NAME/FIELD, \
+ops/OP/FIELD, threads/TID/FIELD, sites/NAME/FIELD, pm/FIELD.")]
+pub struct DiffArgs {
+    /// The baseline: a .pmt trace, or a report saved by `pmsim sim --json`.
+    a: PathBuf,
+    /// The candidate, compared against A.
+    b: PathBuf,
+    /// Exit with status 1 if B crosses this bound (repeatable; see below).
+    #[arg(long, value_name = "BOUND")]
+    fail_if: Vec<String>,
+    /// Code sites listed (those whose persist time changed most).
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    json: bool,
+    /// How traces are replayed (saved reports keep the options they were made with).
+    #[command(flatten)]
+    model: ModelArgs,
+}
+
+pub fn run(a: DiffArgs) -> CmdResult {
+    // Bad thresholds are refused before any replay.
+    let thresholds = a.fail_if.iter().map(|t| Threshold::parse(t)).collect::<Result<Vec<_>, _>>()?;
+    let cfg = a.model.config()?;
+    let ra = load(&a.a, &cfg)?;
+    let rb = load(&a.b, &cfg)?;
+    let (na, nb) = (a.a.display().to_string(), a.b.display().to_string());
+    let c = Comparison::new((&na, &ra), (&nb, &rb), &thresholds, a.top)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &c)?;
+        writeln!(out)?;
+    } else {
+        write_text(&c, &mut out)?;
+    }
+    out.flush()?;
+    let failed: Vec<String> =
+        c.failures().map(|v| format!("{} (a {}, b {})", v.threshold.text, cell(Some(v.a)), cell(Some(v.b)))).collect();
+    if !failed.is_empty() {
+        return Err(format!("{} regresses from {}: {}", nb, na, failed.join("; ")).into());
+    }
+    Ok(())
+}
+
+/// The report of `path`: a saved JSON report as it is (the `report` of a
+/// `--contention` output), or a trace replayed with `cfg`.
+fn load(path: &Path, cfg: &pmsim_sim::Config) -> Result<Value, Box<dyn std::error::Error>> {
+    let mut first = [0u8; 1];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut first))
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let looks_json = n == 1 && (first[0] == b'{' || first[0].is_ascii_whitespace());
+    if !looks_json {
+        let (_, report) = replay(path, cfg.clone())?;
+        return Ok(serde_json::to_value(report)?);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| {
+        format!("{}: line {}, column {}: not a pmsim report: {e}", path.display(), e.line(), e.column())
+    })?;
+    let v = match v.get("report") {
+        Some(r) if v.get("contention").is_some() => r.clone(),
+        _ => v,
+    };
+    if v.get("overall").is_none() {
+        return Err(format!(
+            "{}: offset 0: a JSON file without an `overall` field is not a `pmsim sim --json` report",
+            path.display()
+        )
+        .into());
+    }
+    Ok(v)
+}
