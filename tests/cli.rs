@@ -302,22 +302,26 @@ fn crash_explores_a_traced_run_and_reports_a_removed_flush() {
         assert!(o.status.success(), "{}", stderr(&o));
         ts
     };
-    let good = record("good.pmt", "nvalloc-log", true);
-    assert!(Path::new(&format!("{good}.img")).is_file(), "--values saves the heap image next to the trace");
-    let o = pmsim(&["crash", &good, "--every", "50", "--bound", "16", "--json"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
-    assert!(v["images"].as_u64().unwrap() > 0 && v["violation"].is_null(), "{v}");
+    // Each allocator with crash recovery: the real code passes, its
+    // mutation (a removed flush or swapped order) is caught and replays.
+    for (alloc, mutation) in [("nvalloc-log", "dest-flush"), ("llfree", "free-before-unpublish")] {
+        let good = record(&format!("{alloc}.pmt"), alloc, true);
+        assert!(Path::new(&format!("{good}.img")).is_file(), "--values saves the heap image next to the trace");
+        let o = pmsim(&["crash", &good, "--every", "50", "--bound", "16", "--json"]);
+        assert!(o.status.success(), "{alloc}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+        assert!(v["images"].as_u64().unwrap() > 0 && v["violation"].is_null(), "{v}");
 
-    let bad = record("bad.pmt", "nvalloc-log:mutation=dest-flush", true);
-    let o = pmsim(&["crash", &bad, "--bound", "16"]);
-    assert!(!o.status.success());
-    let out = stdout(&o);
-    assert!(out.contains("VIOLATION") && out.contains("not persisted"), "{out}");
-    let replay = out.lines().find_map(|l| l.strip_prefix("replay       pmsim ")).expect("a replay command");
-    let o = pmsim(&replay.split(' ').collect::<Vec<_>>());
-    let problem = out.lines().find(|l| l.starts_with("problem ")).expect("a problem line");
-    assert!(!o.status.success() && stdout(&o).contains(problem), "{}", stdout(&o));
+        let bad = record(&format!("{alloc}-bad.pmt"), &format!("{alloc}:mutation={mutation}"), true);
+        let o = pmsim(&["crash", &bad, "--bound", "16"]);
+        assert!(!o.status.success());
+        let out = stdout(&o);
+        assert!(out.contains("VIOLATION") && out.contains("not persisted"), "{alloc}:{mutation}: {out}");
+        let replay = out.lines().find_map(|l| l.strip_prefix("replay       pmsim ")).expect("a replay command");
+        let o = pmsim(&replay.split(' ').collect::<Vec<_>>());
+        let problem = out.lines().find(|l| l.starts_with("problem ")).expect("a problem line");
+        assert!(!o.status.success() && stdout(&o).contains(problem), "{}", stdout(&o));
+    }
 
     let plain = record("plain.pmt", "nvalloc-log", false);
     let o = pmsim(&["crash", &plain]);

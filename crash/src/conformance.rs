@@ -22,6 +22,7 @@ use pmsim_traces::{TraceFile, WriterOptions};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Expands to the conformance tests of an allocator (see the module docs).
@@ -38,7 +39,8 @@ macro_rules! conformance_tests {
 
         #[test]
         fn conformance_sigkill_recovery() {
-            $crate::conformance::sigkill_recovery($family, $spec, "conformance_sigkill_recovery");
+            let name = $crate::conformance::test_name(module_path!(), "conformance_sigkill_recovery");
+            $crate::conformance::sigkill_recovery($family, $spec, &name);
         }
 
         #[test]
@@ -60,7 +62,10 @@ struct Scratch(PathBuf);
 impl Scratch {
     fn new(tag: &str) -> Scratch {
         let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-        let p = base.join(format!("pmsim-conformance-{}-{tag}", std::process::id()));
+        // Unique within the process too: suites of several allocators run in parallel.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let p = base.join(format!("pmsim-conformance-{}-{tag}-{n}", std::process::id()));
         std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         Scratch(p)
     }
@@ -100,6 +105,15 @@ pub fn every_workload(family: &'static dyn Family, spec: &str) {
             assert!(o.run.peak.live_bytes > 0, "{name} on {spec}: peak live never sampled");
             assert_eq!(o.run.end.live_bytes, 0, "{name} on {spec}, {threads} thread(s): bytes left live");
         }
+    }
+}
+
+/// The name the test harness gives test `f` of module `module` (its path
+/// without the crate's name), for re-running just it.
+pub fn test_name(module: &str, f: &str) -> String {
+    match module.split_once("::") {
+        Some((_, inner)) => format!("{inner}::{f}"),
+        None => f.to_string(),
     }
 }
 

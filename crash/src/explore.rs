@@ -154,6 +154,11 @@ pub struct Summary {
     /// over images, and the most in one image.
     pub retained: u64,
     pub max_retained: u64,
+    /// Blocks of interrupted operations left allocated but unpublished
+    /// where the allocator allows it (LLFree's lost frames): summed over
+    /// images, and the most in one image.
+    pub lost: u64,
+    pub max_lost: u64,
     /// Images whose recovery was crashed at each of its fences, the
     /// recovery fences crashed at, and the images recovered after such a crash.
     pub recovery_crashed_images: u64,
@@ -250,6 +255,8 @@ pub fn explore(
         t.complete_points += sum.complete_points;
         t.retained += sum.retained;
         t.max_retained = t.max_retained.max(sum.max_retained);
+        t.lost += sum.lost;
+        t.max_lost = t.max_lost.max(sum.max_lost);
         t.recovery_crashed_images += sum.recovery_crashed_images;
         t.recovery_fences += sum.recovery_fences;
         t.recovery_crash_images += sum.recovery_crash_images;
@@ -290,7 +297,7 @@ pub(crate) struct ImageRun {
     fingerprint: u64,
     /// Per pending line of the point: whether the recovery or the checks read it.
     read: Vec<bool>,
-    retained: u64,
+    kept: Kept,
     /// Crashes inside its recovery: fences and images explored.
     pub(crate) recovery_fences: u64,
     pub(crate) recovery_images: u64,
@@ -488,8 +495,10 @@ impl Worker<'_> {
                 for (a, &b) in read_lines.iter_mut().zip(&r.read) {
                     *a |= b;
                 }
-                sum.retained += r.retained;
-                sum.max_retained = sum.max_retained.max(r.retained);
+                sum.retained += r.kept.retained;
+                sum.max_retained = sum.max_retained.max(r.kept.retained);
+                sum.lost += r.kept.lost;
+                sum.max_lost = sum.max_lost.max(r.kept.lost);
                 if nested {
                     sum.recovery_crashed_images += 1;
                     sum.recovery_fences += r.recovery_fences;
@@ -572,14 +581,14 @@ impl Worker<'_> {
             problem: None,
             fingerprint: h.finish(),
             read,
-            retained: 0,
+            kept: Kept::default(),
             recovery_fences: 0,
             recovery_images: 0,
         };
         match r {
             Err(p) => run.problem = Some((p, None)),
-            Ok(retained) => {
-                run.retained = retained;
+            Ok(kept) => {
+                run.kept = kept;
                 if nested {
                     crate::recrash::crash_recovery(self, path, pending, keep, objs, &mut run)?;
                 }
@@ -589,10 +598,19 @@ impl Worker<'_> {
     }
 }
 
+/// Live blocks an image's recovery kept that no completed operation needs,
+/// allowed by the allocator's design.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Kept {
+    /// Reached by the mark of a reachability-based recovery (stale words).
+    pub(crate) retained: u64,
+    /// Of interrupted operations, unpublished ([`CrashTarget::interrupted_may_lose`]).
+    pub(crate) lost: u64,
+}
+
 /// Recovers one image and checks it (see the crate documentation); the
-/// live blocks a reachability-based recovery retained. Reads of the
-/// recovered image go to `watch` (so they count for the image's
-/// recovery-visible state).
+/// live blocks its recovery kept by design. Reads of the recovered image go
+/// to `watch` (so they count for the image's recovery-visible state).
 pub(crate) fn check_image(
     heap: &Heap,
     watch: Option<&AccessWatch>,
@@ -600,7 +618,7 @@ pub(crate) fn check_image(
     objs: &[Obj],
     ops: &[Op],
     opts: &Options,
-) -> Result<u64, String> {
+) -> Result<Kept, String> {
     let base = heap.base() as *const u8;
     let raw = |off: u64, len: u64| -> Vec<u8> {
         // SAFETY: callers pass ranges inside the heap (checked against its size).
@@ -662,6 +680,8 @@ pub(crate) fn check_image(
         format!("{what} of {} bytes at {:#x} (op ending at event {})", o.size, o.off, op.end_index)
     };
     let reachability = target.reachability_recovery();
+    let may_lose = target.interrupted_may_lose();
+    let mut lost = 0u64;
     // Under a reachability-based recovery, a completed malloc_to whose
     // destination no longer names it (the program moved the pointer) must
     // survive only while the program can still reach it: the mark from the
@@ -704,7 +724,11 @@ pub(crate) fn check_image(
             Expect::InFlight => {
                 if let Some(d) = o.dest.filter(|&d| container_live(d)) {
                     let (v, live) = (word(d), is_live(o.off));
-                    if live && v != o.off && reachability {
+                    if live && v != o.off && may_lose {
+                        // Allocated before it was published, or unpublished
+                        // before it was freed: a lost block, by design.
+                        lost += 1;
+                    } else if live && v != o.off && reachability {
                         // Some other word named the block (a stale copy of
                         // a pointer, say): the block is retained or leaked,
                         // the operation is not torn.
@@ -784,7 +808,7 @@ pub(crate) fn check_image(
             taken.insert(i, (o, s));
         }
     }
-    Ok(retained)
+    Ok(Kept { retained, lost })
 }
 
 #[cfg(test)]
@@ -874,10 +898,11 @@ mod tests {
         bytes[0x2008..0x2010].copy_from_slice(&0x3000u64.to_le_bytes());
         let opts = Options::default();
         let reached = Fixed(vec![(0x2000, 64), (0x3000, 64)]);
-        assert_eq!(check_image(&heap, None, &reached, &[], &[], &opts), Ok(2), "both retained");
+        let two = Kept { retained: 2, lost: 0 };
+        assert_eq!(check_image(&heap, None, &reached, &[], &[], &opts), Ok(two), "both retained");
         let leaked = Fixed(vec![(0x2000, 64), (0x3000, 64), (0x4000, 64)]);
         let e = check_image(&heap, None, &leaked, &[], &[], &opts).unwrap_err();
         assert!(e.contains("1 leaked allocation(s), not reached from the roots") && e.contains("0x4000"), "{e}");
-        assert_eq!(check_image(&heap, None, &leaked, &[], &[], &Options { leak_bound: 1, ..opts }), Ok(2));
+        assert_eq!(check_image(&heap, None, &leaked, &[], &[], &Options { leak_bound: 1, ..opts }), Ok(two));
     }
 }

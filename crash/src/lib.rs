@@ -36,7 +36,10 @@
 //!   that recovery re-publishes or clears excepted); a completed plain
 //!   `malloc` must be live too where the allocator makes it durable (NVAlloc-LOG);
 //! * an interrupted `malloc_to` / `free_from` is atomic: its block is live
-//!   exactly when its destination holds it;
+//!   exactly when its destination holds it — except where the allocator
+//!   allocates before it publishes and unpublishes before it frees (LLFree):
+//!   there the block may be live and unpublished, a *lost* block, counted
+//!   (at most one per thread with an operation in flight), not a violation;
 //! * a completed `free` left its block free, and no live allocation is left
 //!   that no operation accounts for. Under a reachability-based recovery
 //!   (NVAlloc-GC), such a block is *retained* — counted and reported, not a

@@ -1,11 +1,19 @@
-//! The conformance suite on a registered allocator: NVAlloc-LOG, found
-//! through the registry as `pmsim run` finds it, with the removed flush of
-//! the destination word as its broken variant.
+//! The conformance suite on the registered allocators with crash recovery,
+//! found through the registry as `pmsim run` finds them, each with a broken
+//! variant the crash explorer must catch: NVAlloc-LOG without the flush of
+//! the destination word; LLFree with `free_from`'s two steps swapped (the
+//! frame freed before its destination is cleared).
 
 use pmsim_model::family::Family;
 
-fn nvalloc() -> &'static dyn Family {
-    pmsim_model::registry::find("nvalloc-log", &[]).expect("NVAlloc is registered")
+fn registered(name: &str) -> &'static dyn Family {
+    pmsim_model::registry::find(name, &[]).unwrap_or_else(|| panic!("{name} is registered"))
 }
 
-pmsim_crash::conformance_tests!(nvalloc(), "nvalloc-log", recovery, mutated: "nvalloc-log:mutation=dest-flush");
+mod nvalloc_log {
+    pmsim_crash::conformance_tests!(super::registered("nvalloc-log"), "nvalloc-log", recovery, mutated: "nvalloc-log:mutation=dest-flush");
+}
+
+mod llfree {
+    pmsim_crash::conformance_tests!(super::registered("llfree"), "llfree", recovery, mutated: "llfree:mutation=free-before-unpublish");
+}

@@ -321,8 +321,8 @@ impl Allocator for Bump {
         (4 * wl.heap_size_hint(threads)).next_multiple_of(2 << 20)
     }
 
-    fn crash_target(cfg: BumpConfig) -> Option<Box<dyn CrashTarget>> {
-        Some(recovery_target::<Self>(cfg))
+    fn crash_target(cfg: BumpConfig) -> Result<Box<dyn CrashTarget>, String> {
+        Ok(recovery_target::<Self>(cfg))
     }
 }
 

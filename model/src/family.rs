@@ -71,11 +71,15 @@ pub trait Allocator: PmAllocator {
         wl.heap_size_hint(threads)
     }
 
-    /// The crash explorer's view of this allocator: `None` without crash
-    /// recovery; allocators with it return `Some(recovery_target::<Self>(cfg))`.
-    fn crash_target(cfg: Self::Config) -> Option<Box<dyn CrashTarget>> {
+    /// The crash explorer's view of this allocator: `Err` (why) without
+    /// crash recovery for `cfg`; allocators with it return
+    /// `Ok(recovery_target::<Self>(cfg))`.
+    fn crash_target(cfg: Self::Config) -> Result<Box<dyn CrashTarget>, String> {
         let _ = cfg;
-        None
+        Err(format!(
+            "no crash recovery for allocator '{}' yet (implement pmsim_model::family::Recoverable for it)",
+            Self::FAMILY
+        ))
     }
 }
 
@@ -93,6 +97,17 @@ pub trait Recoverable: Allocator {
     /// block no operation accounts for is then *retained* when the crash
     /// checks' own mark of the recovered image reaches it, and a leak otherwise.
     fn reachability_recovery(cfg: &Self::Config) -> bool {
+        let _ = cfg;
+        false
+    }
+
+    /// Whether an interrupted `malloc_to` / `free_from` may leave its block
+    /// allocated but not named by its destination (LLFree's *lost frames*:
+    /// the allocation is durable before the publication, and a free's
+    /// unpublication before the free). Such a block is counted as lost,
+    /// not a violation; a live block of any other operation, or of none,
+    /// stays a leak. At most one per thread with an operation in flight.
+    fn interrupted_may_lose(cfg: &Self::Config) -> bool {
         let _ = cfg;
         false
     }
@@ -126,6 +141,11 @@ pub trait CrashTarget: Send + Sync {
 
     /// See [`Recoverable::reachability_recovery`].
     fn reachability_recovery(&self) -> bool;
+
+    /// See [`Recoverable::interrupted_may_lose`].
+    fn interrupted_may_lose(&self) -> bool {
+        false
+    }
 
     /// Runs the allocator's own recovery on `heap` (a crash image), as the
     /// next run after a real crash would.
@@ -173,6 +193,10 @@ impl<A: Recoverable> CrashTarget for RecoveryTarget<A> {
 
     fn reachability_recovery(&self) -> bool {
         A::reachability_recovery(&self.cfg)
+    }
+
+    fn interrupted_may_lose(&self) -> bool {
+        A::interrupted_may_lose(&self.cfg)
     }
 
     fn recover(&self, heap: &Heap) -> Result<Box<dyn Recovered>, String> {
@@ -334,11 +358,6 @@ impl<A: Allocator> Family for Native<A> {
 
     fn crash_target(&self, params: &Params) -> Result<Box<dyn CrashTarget>, String> {
         let cfg = typed::<A>(params).map_err(|e| format!("the trace's allocator parameters: {e}"))?;
-        A::crash_target(cfg).ok_or_else(|| {
-            format!(
-                "no crash recovery for allocator '{}' yet (implement pmsim_model::family::Recoverable for it)",
-                A::FAMILY
-            )
-        })
+        A::crash_target(cfg)
     }
 }

@@ -35,7 +35,9 @@ contents; interrupted malloc_to/free_from atomic; completed frees free; new allo
 nothing. A live block no operation accounts for is a leak, except under a reachability-based
 recovery (NVAlloc-GC), where the checks mark the recovered image from the roots themselves: a
 block that mark reaches is retained (kept by a stale word; counted, not a violation), one it does
-not reach is a leak. The first failing image is reported with the stores it kept and dropped and
+not reach is a leak. Where an allocator allocates before it publishes (LLFree), an interrupted
+malloc_to/free_from may leave its block live but unpublished: counted as lost, not a violation.
+The first failing image is reported with the stores it kept and dropped and
 the command that replays exactly it. Exit status 1 on a violation.
 
 Coverage: two images of a point are equivalent when they agree on every byte that the recovery and
@@ -196,6 +198,12 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
         println!(
             "retained     {} live block(s) no operation accounts for, reached by the mark from the roots (at most {} in one image)",
             s.retained, s.max_retained
+        );
+    }
+    if s.lost > 0 || s.max_lost > 0 {
+        println!(
+            "lost         {} block(s) of interrupted operations allocated but not published, as the allocator allows (at most {} in one image)",
+            s.lost, s.max_lost
         );
     }
     if s.recovery_crashed_images > 0 {

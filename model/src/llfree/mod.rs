@@ -48,7 +48,7 @@ pub use thread::LlFreeThread;
 use crate::alloc::{Footprint, PmAllocator};
 use crate::config::AllocConfig;
 use crate::error::AllocError;
-use crate::family::Allocator;
+use crate::family::{recovery_target, Allocator, CrashTarget, Recoverable};
 use crate::heap::Heap;
 use crate::live::LiveBytes;
 use crate::mech::mutation::Mutation;
@@ -80,8 +80,9 @@ pub struct LlFreeConfig {
     pub allocated: f64,
     /// A tree with more free frames than this fraction is *free*.
     pub free: f64,
-    /// A removed flush, for checkers to catch (only `ll-counter-flush`
-    /// concerns LLFree; see [`Mutation`]).
+    /// A removed flush or swapped order, for checkers to catch
+    /// (`ll-counter-flush`, `free-before-unpublish`, `ll-trust-counters`
+    /// concern LLFree; see [`Mutation`]).
     pub mutation: Mutation,
 }
 
@@ -114,10 +115,16 @@ impl AllocConfig for LlFreeConfig {
                 ),
             ));
         }
-        if !matches!(self.mutation, Mutation::None | Mutation::LlCounterFlush) {
+        if !matches!(
+            self.mutation,
+            Mutation::None | Mutation::LlCounterFlush | Mutation::FreeBeforeUnpublish | Mutation::LlTrustCounters
+        ) {
             return Err(AllocError::config(
                 NAME,
-                format!("mutation = {} does not concern LLFree (it has ll-counter-flush)", self.mutation.name()),
+                format!(
+                    "mutation = {} does not concern LLFree (it has ll-counter-flush, free-before-unpublish, ll-trust-counters)",
+                    self.mutation.name()
+                ),
             ));
         }
         Ok(())
@@ -182,7 +189,8 @@ impl LlFree {
         t.op_begin(OpKind::Recovery, 0);
         regions(&mut t, &z);
         let lower = Lower::new(z, cfg.persist()).with_mutation(cfg.mutation);
-        let (report, free) = recovery::recover(&mut t, &lower).map_err(|e| e.in_file(heap))?;
+        let trust = cfg.mutation == Mutation::LlTrustCounters;
+        let (report, free) = recovery::recover_as(&mut t, &lower, trust).map_err(|e| e.in_file(heap))?;
         t.op_end(OpKind::Recovery, 0);
         drop(t);
         Ok(LlFree::assemble(cfg, pm, lower, &free, report))
@@ -293,6 +301,39 @@ impl Allocator for LlFree {
         let frames = wl.peak_objects(threads).saturating_add(64).saturating_mul(frame);
         let want = (frames + frames / 4 + (16 << 20)).max((threads as u64 + 1) * (64 << 20));
         want.div_ceil(2 << 20) * (2 << 20)
+    }
+
+    /// Under ADR only: the explorer's persistency model is ADR's, while an
+    /// eADR run leaves its stores unflushed on purpose.
+    fn crash_target(cfg: LlFreeConfig) -> Result<Box<dyn CrashTarget>, String> {
+        if cfg.eadr {
+            return Err("LLFree with eadr=true: its stores are never flushed, and the crash explorer models ADR \
+                        (trace it with eadr=false)"
+                .into());
+        }
+        Ok(recovery_target::<Self>(cfg))
+    }
+}
+
+impl Recoverable for LlFree {
+    /// Every CAS of the lower level is flushed and fenced in the call.
+    fn plain_mallocs_durable(_cfg: &LlFreeConfig) -> bool {
+        true
+    }
+
+    /// `malloc_to` allocates, then publishes; `free_from` unpublishes, then
+    /// frees: a crash in between loses the frame (see [`recovery`]).
+    fn interrupted_may_lose(_cfg: &LlFreeConfig) -> bool {
+        true
+    }
+
+    fn live_blocks(&self, t: &mut LlFreeThread) -> Vec<(u64, u64)> {
+        self.allocations(t.pm())
+    }
+
+    /// Every child counter against its bit field ([`Lower::check`]).
+    fn check_metadata(&self, t: &mut LlFreeThread) -> Result<(), String> {
+        self.check(t.pm())
     }
 }
 

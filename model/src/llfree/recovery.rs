@@ -10,7 +10,14 @@
 //! not yet with the caller, or a free begun but its bit not yet cleared — at
 //! most one per thread in flight (the paper's *lost frames*). LLFree cannot
 //! tell such a frame from a live one; for `malloc_to`/`free_from` the caller
-//! can, by what its persistent roots reach (see [`super::thread`]).
+//! can, by what its persistent roots reach (see [`super::thread`]). This is
+//! the bound the crash explorer holds it to: a live frame no completed
+//! operation accounts for must be the block of an operation the crash
+//! interrupted (`Recoverable::interrupted_may_lose`).
+//!
+//! Recovery is idempotent: it rewrites each counter from its bit field
+//! (never the bits), and the *running* marker it writes last only says what
+//! a crash already said.
 
 use super::lower::{Lower, TREE_CHILDREN};
 use super::zone::{Marker, Zone};
@@ -35,6 +42,18 @@ pub struct RecoveryReport {
 /// Recovers the lower level if the zone was not shut down cleanly, marks it
 /// running, and returns the free frames per tree (for the upper level).
 pub fn recover(t: &mut PmThread, lower: &Lower) -> Result<(RecoveryReport, Vec<u32>), AllocError> {
+    recover_as(t, lower, false)
+}
+
+/// [`recover`]; with `trust_counters` (the [`Mutation::LlTrustCounters`]
+/// mutation) the counters are kept even after a crash.
+///
+/// [`Mutation::LlTrustCounters`]: crate::mech::mutation::Mutation::LlTrustCounters
+pub fn recover_as(
+    t: &mut PmThread,
+    lower: &Lower,
+    trust_counters: bool,
+) -> Result<(RecoveryReport, Vec<u32>), AllocError> {
     let zone: Zone = lower.zone;
     let marker = Zone::marker(t);
     let crashed = match marker {
@@ -43,7 +62,7 @@ pub fn recover(t: &mut PmThread, lower: &Lower) -> Result<(RecoveryReport, Vec<u
         m => return Err(AllocError::corrupt(NAME, format!("zone page: unknown startup/shutdown marker {m}"))),
     };
     let mut rep = RecoveryReport { crashed, ..Default::default() };
-    if crashed {
+    if crashed && !trust_counters {
         rep.children_fixed = lower.rebuild(t)?;
     }
     let ntrees = zone.nhuge.div_ceil(TREE_CHILDREN) as usize;

@@ -26,6 +26,7 @@ use super::upper::Class;
 use super::zone::{CHILD_FRAMES, FRAME, HUGE};
 use super::LlFree;
 use crate::alloc::AllocThread;
+use crate::mech::mutation::Mutation;
 use crate::pm::PmThread;
 use pmsim_traces::OpKind;
 use std::sync::Arc;
@@ -169,13 +170,16 @@ impl LlFreeThread {
     fn free_impl(&mut self, off: u64, dest: Option<u64>) {
         self.t.op_begin(OpKind::Free, off);
         let pfn = self.ll.lower.zone.pfn_of(off).unwrap_or_else(|| panic!("free of heap offset {off:#x}: not a frame"));
+        // The mutation swaps the two steps (see [`Mutation::FreeBeforeUnpublish`]).
+        let swapped = self.ll.cfg.mutation == Mutation::FreeBeforeUnpublish;
+        let order = if swapped { Some(self.put(pfn)) } else { None };
         if let Some(d) = dest {
             self.t.store_u64(d, 0);
             if self.ll.cfg.persist() {
                 self.t.persist(d, 8);
             }
         }
-        let order = self.put(pfn);
+        let order = order.unwrap_or_else(|| self.put(pfn));
         self.ll.account(self.t.tid(), -((FRAME << order) as i64));
         self.t.op_end(OpKind::Free, 0);
     }

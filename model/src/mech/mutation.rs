@@ -21,7 +21,8 @@ pub enum Mutation {
     WalEntryFlush,
     /// The flush of the bitmap bit a small malloc sets (NVAlloc-LOG).
     BitmapFlush,
-    /// The flush of `*dest` after a small `malloc_to` publishes its block.
+    /// The flush of `*dest` after a small `malloc_to` publishes its block
+    /// (NVAlloc).
     DestFlush,
     /// The flush of slab morphing's step flag when it becomes 2 (index
     /// table complete), before step 3 rewrites the bitmap.
@@ -37,11 +38,19 @@ pub enum Mutation {
     /// after): correct unless the recovery itself crashes in between, which
     /// only crashes inside recovery (`pmsim crash --recovery-crashes`) explore.
     WalClearFirst,
+    /// `free_from` frees the block *before* it clears and persists `*dest`
+    /// (the two steps swapped; LLFree): a crash in between leaves the
+    /// destination naming a free frame.
+    FreeBeforeUnpublish,
+    /// LLFree's recovery after a crash trusts the child counters instead of
+    /// rebuilding them from the bit fields: a counter a crash left off by one
+    /// survives, which only the metadata check (counters against bit fields) sees.
+    LlTrustCounters,
 }
 
 impl Mutation {
     /// Every mutation but `None`.
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 9] = [
         Mutation::WalEntryFlush,
         Mutation::BitmapFlush,
         Mutation::DestFlush,
@@ -49,6 +58,8 @@ impl Mutation {
         Mutation::LogAltFlush,
         Mutation::LlCounterFlush,
         Mutation::WalClearFirst,
+        Mutation::FreeBeforeUnpublish,
+        Mutation::LlTrustCounters,
     ];
 
     /// The configuration spelling (`wal-entry-flush`, …).
@@ -62,6 +73,8 @@ impl Mutation {
             Mutation::LogAltFlush => "log-alt-flush",
             Mutation::LlCounterFlush => "ll-counter-flush",
             Mutation::WalClearFirst => "wal-clear-first",
+            Mutation::FreeBeforeUnpublish => "free-before-unpublish",
+            Mutation::LlTrustCounters => "ll-trust-counters",
         }
     }
 }

@@ -427,8 +427,8 @@ impl Allocator for NvAlloc {
         as_map(&NvAllocConfig { arenas: cfg.arena_count() as u32, ..cfg.clone() })
     }
 
-    fn crash_target(cfg: NvAllocConfig) -> Option<Box<dyn CrashTarget>> {
-        Some(recovery_target::<Self>(cfg))
+    fn crash_target(cfg: NvAllocConfig) -> Result<Box<dyn CrashTarget>, String> {
+        Ok(recovery_target::<Self>(cfg))
     }
 }
 
