@@ -475,3 +475,56 @@ fn diff_and_lint_fail_ci_only_when_a_bound_is_crossed() {
     assert!(o.status.success(), "{}", stderr(&o));
     fails_with(&pmsim(&["lint", &base, "--deny", "nonsense"]), &["unknown finding"]);
 }
+
+/// Every number the figures read is in a real `pmsim sim --json` report
+/// (the report a `--traced` row is made of); the other documents (native
+/// report, timings, access map) are checked against the rows of a real
+/// `pmsim reproduce` in tests/reproduce.rs.
+#[test]
+fn sim_json_holds_every_number_the_figures_read() {
+    use pmsim_analyses::fields::{check, Need, Source, ALL};
+    let o = pmsim(&["sim", SAMPLE, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    check(&v, Source::Sim).unwrap_or_else(|e| panic!("{e}"));
+    for f in ALL.iter().filter(|f| f.source == Source::Sim) {
+        let got = v.pointer(f.path).unwrap_or_else(|| panic!("{} missing", f.path));
+        assert!(got.is_number() || f.need != Need::Always, "{}: {got}", f.path);
+    }
+}
+
+/// A row whose statistic was renamed (as an older or newer pmsim would
+/// write it) makes `sweep merge` fail with one line naming the shard file
+/// and the JSON path, instead of drawing zeros.
+#[test]
+fn a_renamed_statistic_fails_the_merge_naming_file_and_path() {
+    use pmsim_analyses::store::{decode_line, encode_line};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("d");
+    let o = pmsim(&[
+        "sweep",
+        "--set",
+        "alloc=base",
+        "--set",
+        "workload=threadtest",
+        "--set",
+        "mode=sim",
+        "--out",
+        d.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let shard = d.join("shards").join("0.jsonl");
+    let text = std::fs::read(&shard).unwrap();
+    let mut row = decode_line(text.strip_suffix(b"\n").unwrap()).unwrap();
+    let overall = row.result.sim.as_mut().unwrap()["overall"].as_object_mut().unwrap();
+    let v = overall.remove("reflush_ratio").unwrap();
+    overall.insert("reflush_share".into(), v);
+    std::fs::write(&shard, encode_line(&row)).unwrap();
+    let csv = dir.path().join("x.csv");
+    let o = pmsim(&["sweep", "merge", d.to_str().unwrap(), "--csv", csv.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(e.contains(shard.to_str().unwrap()) && e.contains("/overall/reflush_ratio"), "{e}");
+    assert!(!csv.exists(), "a CSV of zeros was written");
+}

@@ -50,6 +50,25 @@ fn check_report(out: &Path) {
     assert!(html.contains("<tr><td>pmdk</td><td>threadtest</td><td>1000</td>"), "PMDK's access map missing");
 }
 
+/// Every number the figures read ([`pmsim_analyses::fields`]) is a number
+/// in some real row of the report's sweeps (merging checked that every row
+/// has the fields it must have; this checks the ones only some runs have).
+fn every_field_is_in_some_row(out: &Path) {
+    use pmsim_analyses::fields::{read, Source, ALL};
+    let mut rows = Vec::new();
+    for e in std::fs::read_dir(out.join("sweeps")).unwrap() {
+        let dir = pmsim_analyses::SweepDir::new(e.unwrap().path());
+        rows.extend(pmsim_analyses::merge(&dir).unwrap_or_else(|e| panic!("{e}")).1);
+    }
+    for f in ALL {
+        let found = match f.source {
+            Source::AccessPoint => rows.iter().flat_map(|r| &r.result.access_map).any(|p| read(p, *f).is_some()),
+            _ => rows.iter().any(|r| r.num(*f).is_some()),
+        };
+        assert!(found, "{f:?}: in no row of {}", out.display());
+    }
+}
+
 #[test]
 fn reproduce_tiny_writes_the_report_and_its_sweeps_merge() {
     let tmp = tempfile::tempdir().unwrap();
@@ -64,6 +83,7 @@ fn reproduce_tiny_writes_the_report_and_its_sweeps_merge() {
     let o = pmsim(&["reproduce", "--scale", "tiny", "--out", out.to_str().unwrap(), "--traced", &traced_arg]);
     assert!(o.status.success(), "{}", stderr(&o));
     check_report(&out);
+    every_field_is_in_some_row(&out);
 
     // Each experiment's sweep directory merges on its own.
     let sweep = out.join("sweeps").join("stripes");

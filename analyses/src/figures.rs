@@ -3,6 +3,7 @@
 //! (`None` when the rows hold nothing it can draw). They read rows only, so
 //! any result set — a merged Slurm sweep, an edited experiment — can be drawn.
 
+use crate::fields::{self, *};
 use crate::plot::{Figure, Kind, Panel, Series};
 use crate::point::value_text;
 use crate::row::Row;
@@ -87,9 +88,9 @@ pub fn fig1a(rows: &[Row]) -> Option<Figure> {
         let mut cats = Vec::new();
         let (mut re, mut reg) = (Vec::new(), Vec::new());
         for r in &of {
-            let f = r.sim_f64("/overall/flushes").unwrap_or(0.0);
-            let rf = r.sim_f64("/overall/reflushes").unwrap_or(0.0);
-            let pct = if f > 0.0 { 100.0 * rf / f } else { 0.0 };
+            let f = r.num(FLUSHES).unwrap_or(0.0);
+            let rf = r.num(REFLUSHES).unwrap_or(0.0);
+            let pct = 100.0 * r.num(REFLUSH_RATIO).unwrap_or(0.0);
             cats.push(alloc_label(r, &[]));
             re.push(pct);
             reg.push(if f > 0.0 { 100.0 - pct } else { 0.0 });
@@ -146,8 +147,8 @@ pub fn fig2(rows: &[Row]) -> Option<Figure> {
             .result
             .access_map
             .iter()
-            .filter(|p| p.get("category").and_then(Value::as_str) == Some("meta"))
-            .filter_map(|p| Some((p.get("nth")?.as_f64()?, p.get("heap_offset")?.as_f64()?)))
+            .filter(|p| p.get(AP_CATEGORY).and_then(Value::as_str) == Some("meta"))
+            .filter_map(|p| Some((fields::read(p, AP_NTH)?, fields::read(p, AP_HEAP_OFFSET)?)))
             .collect();
         let offs: Vec<u64> = pts.iter().map(|p| p.1 as u64).collect();
         let xplines = distinct(offs.iter().map(|o| o / 256)).len();
@@ -190,7 +191,6 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
     if rs.is_empty() {
         return None;
     }
-    const SLOTS: [&str; 6] = ["meta", "wal", "log", "data", "unmapped", "fence"];
     let mut table = Table::new(&[
         "allocator",
         "workload",
@@ -206,21 +206,22 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
     let mut panels = Vec::new();
     for wl in distinct(rs.iter().map(|r| r.point.workload.clone())) {
         let mut cats = Vec::new();
-        let mut vals = vec![Vec::new(); SLOTS.len()];
+        let mut vals = vec![Vec::new(); PERSIST_SLOTS.len()];
         for r in rs.iter().filter(|r| r.point.workload == wl) {
-            let ops = r.sim_f64("/overall/ops").filter(|&o| o > 0.0).unwrap_or(1.0);
+            let ops = r.num(SIM_OPS).filter(|&o| o > 0.0).unwrap_or(1.0);
             cats.push(alloc_label(r, &[]));
             let mut cells = vec![alloc_label(r, &[]), wl.clone(), r.point.threads.to_string()];
-            for (k, s) in SLOTS.iter().enumerate() {
-                let v = r.sim_f64(&format!("/overall/persist_ns/{s}")).unwrap_or(0.0) / ops;
+            for (k, (_, f)) in PERSIST_SLOTS.iter().enumerate() {
+                let v = r.num(*f).unwrap_or(0.0) / ops;
                 vals[k].push(v);
                 cells.push(format!("{v:.1}"));
             }
             cells.push(format!("{:.1}", per_op(r).unwrap_or(0.0)));
             table.push(cells);
         }
-        let series: Vec<Series<f64>> = SLOTS
+        let series: Vec<Series<f64>> = PERSIST_SLOTS
             .iter()
+            .map(|(s, _)| s)
             .zip(vals)
             .filter(|(_, v)| v.iter().any(|&x| x > 0.0))
             .map(|(s, v)| (format!("flush {s}"), v))
@@ -261,11 +262,11 @@ pub fn fig15a(rows: &[Row]) -> Option<Figure> {
     for r in &rs {
         let w = wls.iter().position(|x| *x == r.point.workload).expect("listed");
         let a = allocs.iter().position(|x| *x == alloc_label(r, &[])).expect("listed");
-        let mapped = mib(r.native_f64("/peak/mapped_bytes").unwrap_or(0.0));
-        let l = mib(r.native_f64("/peak/live_bytes").unwrap_or(0.0));
+        let mapped = mib(r.num(PEAK_MAPPED).unwrap_or(0.0));
+        let l = mib(r.num(PEAK_LIVE).unwrap_or(0.0));
         series[a].1[w] = mapped;
         live[w] = live[w].max(l);
-        let cap = r.native_f64("/params/live_cap").map(mib);
+        let cap = r.num(LIVE_CAP).map(mib);
         table.push(vec![
             r.point.workload.clone(),
             alloc_label(r, &[]),
@@ -297,10 +298,7 @@ pub fn fig15a(rows: &[Row]) -> Option<Figure> {
 
 /// Fig. 15b: slabs by space utilization at the working-set point.
 pub fn fig15b(rows: &[Row]) -> Option<Figure> {
-    let rs: Vec<&Row> = fragbench(rows)
-        .into_iter()
-        .filter(|r| r.result.native.as_ref().and_then(|n| n.pointer("/snapshot/slabs")).is_some_and(|s| !s.is_null()))
-        .collect();
+    let rs: Vec<&Row> = fragbench(rows).into_iter().filter(|r| r.num(SLABS_LOW).is_some()).collect();
     if rs.is_empty() {
         return None;
     }
@@ -310,8 +308,8 @@ pub fn fig15b(rows: &[Row]) -> Option<Figure> {
         let mut cats = Vec::new();
         let mut v: [Vec<f64>; 3] = Default::default();
         for r in rs.iter().filter(|r| alloc_label(r, &[]) == alloc) {
-            let get = |k: &str| r.native_f64(&format!("/snapshot/slabs/{k}")).unwrap_or(0.0);
-            let (lo, mid, hi) = (get("low"), get("mid"), get("high"));
+            let get = |f| r.num(f).unwrap_or(0.0);
+            let (lo, mid, hi) = (get(SLABS_LOW), get(SLABS_MID), get(SLABS_HIGH));
             cats.push(r.point.workload.replace("fragbench-", "").to_uppercase());
             v[0].push(lo);
             v[1].push(mid);
@@ -378,8 +376,8 @@ pub fn fig16a(rows: &[Row]) -> Option<Figure> {
             format!("{}{}", alloc_label(r, &["stripes"]), on(r)),
             r.point.threads.to_string(),
             num(param_f64(r, "stripes")),
-            num(r.sim_f64("/overall/flushes")),
-            format!("{:.2}", 100.0 * r.sim_f64("/overall/reflush_ratio").unwrap_or(0.0)),
+            num(r.num(FLUSHES)),
+            format!("{:.2}", 100.0 * r.num(REFLUSH_RATIO).unwrap_or(0.0)),
             format!("{:.1}", per_op(r).unwrap_or(0.0)),
         ]);
     }
@@ -396,9 +394,7 @@ pub fn fig16a(rows: &[Row]) -> Option<Figure> {
                 x_label: "bit stripes".into(),
                 y_label: "reflushes / flushes (%)".into(),
                 kind: Kind::Lines {
-                    series: lines_over(&rs, "stripes", name, |r| {
-                        r.sim_f64("/overall/reflush_ratio").map(|x| 100.0 * x)
-                    }),
+                    series: lines_over(&rs, "stripes", name, |r| r.num(REFLUSH_RATIO).map(|x| 100.0 * x)),
                     log2_x: true,
                 },
             },
@@ -435,18 +431,17 @@ pub fn fig16b(rows: &[Row]) -> Option<Figure> {
             r.point.workload.clone(),
             alloc_label(r, &["su"]),
             num(param_f64(r, "su")),
-            num(r.native_f64("/peak/mapped_bytes").map(mib)),
-            num(r.timing("elapsed_s").map(|s| s * 1e3)),
-            num(r.sim_f64("/overall/persist_ns/total").map(|n| n / 1e6)),
+            num(r.num(PEAK_MAPPED).map(mib)),
+            num(r.num(ELAPSED_S).map(|s| s * 1e3)),
+            num(r.num(PERSIST_TOTAL).map(|n| n / 1e6)),
         ]);
     }
-    let mut time =
-        lines_over(&rs, "su", |r| format!("{} native run", name(r)), |r| r.timing("elapsed_s").map(|s| s * 1e3));
+    let mut time = lines_over(&rs, "su", |r| format!("{} native run", name(r)), |r| r.num(ELAPSED_S).map(|s| s * 1e3));
     time.extend(lines_over(
         &rs,
         "su",
         |r| format!("{} est. persist", name(r)),
-        |r| r.sim_f64("/overall/persist_ns/total").map(|n| n / 1e6),
+        |r| r.num(PERSIST_TOTAL).map(|n| n / 1e6),
     ));
     time.retain(|s| !s.1.is_empty());
     Some(Figure {
@@ -462,7 +457,7 @@ pub fn fig16b(rows: &[Row]) -> Option<Figure> {
                 x_label: "SU threshold".into(),
                 y_label: "peak mapped (MiB)".into(),
                 kind: Kind::Lines {
-                    series: lines_over(&rs, "su", name, |r| r.native_f64("/peak/mapped_bytes").map(mib)),
+                    series: lines_over(&rs, "su", name, |r| r.num(PEAK_MAPPED).map(mib)),
                     log2_x: false,
                 },
             },
@@ -488,8 +483,8 @@ pub fn fig19(rows: &[Row]) -> Option<Figure> {
     let name =
         |r: &Row| format!("{}{} {} ×{} threads", alloc_label(r, &["stripes"]), on(r), domain(r), r.point.threads);
     let pm_per_op = |r: &Row| {
-        let ops = r.sim_f64("/overall/ops").filter(|&o| o > 0.0)?;
-        Some(r.sim_f64("/overall/pm_writes")? / ops)
+        let ops = r.num(SIM_OPS).filter(|&o| o > 0.0)?;
+        Some(r.num(PM_WRITES)? / ops)
     };
     let mut table =
         Table::new(&["allocator", "persistence", "threads", "stripes", "persist ns/op", "PM writes/op", "evictions"]);
@@ -501,7 +496,7 @@ pub fn fig19(rows: &[Row]) -> Option<Figure> {
             num(param_f64(r, "stripes")),
             format!("{:.1}", per_op(r).unwrap_or(0.0)),
             format!("{:.3}", pm_per_op(r).unwrap_or(0.0)),
-            num(r.sim_f64("/overall/evictions")),
+            num(r.num(EVICTIONS)),
         ]);
     }
     Some(Figure {
@@ -563,10 +558,10 @@ pub fn compare(rows: &[Row]) -> Option<Figure> {
             alloc_label(r, &[]),
             r.point.workload.clone(),
             r.point.threads.to_string(),
-            num(r.sim_f64("/overall/reflush_ratio")),
-            num(r.write_amplification()),
+            num(r.num(REFLUSH_RATIO)),
+            num(r.num(WRITE_AMPLIFICATION)),
             num(per_op(r)),
-            num(r.timing("ops_per_s")),
+            num(r.num(OPS_PER_S)),
             r.result.sim_skipped.as_ref().map_or(String::new(), |_| "not traced by pmsim's tracer".into()),
         ]);
     }
@@ -585,10 +580,10 @@ pub fn compare(rows: &[Row]) -> Option<Figure> {
                   a trace from the Valgrind tool is given to the report."
             .into(),
         panels: vec![
-            bars("reflush ratio", "reflushes / flushes", metric(&|r| r.sim_f64("/overall/reflush_ratio"))),
-            bars("write amplification", "media / DIMM bytes", metric(&|r| r.write_amplification())),
+            bars("reflush ratio", "reflushes / flushes", metric(&|r| r.num(REFLUSH_RATIO))),
+            bars("write amplification", "media / DIMM bytes", metric(&|r| r.num(WRITE_AMPLIFICATION))),
             bars("estimated persist time", "ns per operation", metric(&per_op)),
-            bars("native throughput", "Mops/s", metric(&|r| r.timing("ops_per_s").map(|x| x / 1e6))),
+            bars("native throughput", "Mops/s", metric(&|r| r.num(OPS_PER_S).map(|x| x / 1e6))),
         ],
         table,
     })

@@ -5,6 +5,7 @@
 //! alone.
 
 pub mod experiment;
+pub mod fields;
 pub mod figures;
 pub mod plot;
 pub mod point;

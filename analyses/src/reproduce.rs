@@ -20,6 +20,7 @@
 //! report as extra rows of an experiment: see [`Traced`].
 
 use crate::experiment::{Experiment, Meta};
+use crate::fields;
 use crate::figures;
 use crate::plot::{self, Figure};
 use crate::point::{Mode, Point};
@@ -82,6 +83,7 @@ impl Traced {
         if v.pointer("/overall/flushes").is_none() {
             return Err(format!("{name}: not a pmsim simulator report (no overall.flushes)"));
         }
+        fields::check(&v, fields::Source::Sim).map_err(|e| format!("{name}: {e}"))?;
         let threads = v.get("threads").and_then(Value::as_array).map_or(1, |t| t.len().max(1)) as u32;
         let dimms = v.as_object_mut().and_then(|o| o.remove("dimms"));
         let point = Point {

@@ -4,6 +4,7 @@
 //! Two runs of the same single-threaded point give rows whose `point` and
 //! `result` are equal; multi-threaded points depend on the interleaving.
 
+use crate::fields::{self, Field, Source};
 use crate::point::Point;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -70,24 +71,19 @@ impl Row {
         Row { env: Env::default(), ..self.clone() }
     }
 
-    /// A number of the simulator's report by JSON pointer (`/overall/reflush_ratio`).
-    pub fn sim_f64(&self, pointer: &str) -> Option<f64> {
-        self.result.sim.as_ref()?.pointer(pointer)?.as_f64()
-    }
-
-    /// A number of the native report by JSON pointer (`/peak/mapped_bytes`).
-    pub fn native_f64(&self, pointer: &str) -> Option<f64> {
-        self.result.native.as_ref()?.pointer(pointer)?.as_f64()
-    }
-
-    /// A native timing (`ops_per_s`, `elapsed_s`, …).
-    pub fn timing(&self, key: &str) -> Option<f64> {
-        self.env.native_timing.get(key)?.as_f64()
-    }
-
-    /// Simulator-wide write amplification (media bytes / bytes written to the DIMMs).
-    pub fn write_amplification(&self) -> Option<f64> {
-        self.sim_f64("/pm/write_amplification")
+    /// A number the figures read ([`fields`](crate::fields)): `None` when the
+    /// row has no document of the field's source, or the field is absent or
+    /// null there. Rows are checked against every field when they are loaded
+    /// ([`fields::check_row`]), so a missing statistic is an error there,
+    /// not a `None` here. Access-map fields are per point: read them with
+    /// [`fields::read`].
+    pub fn num(&self, f: Field) -> Option<f64> {
+        match f.source {
+            Source::Sim => fields::read(self.result.sim.as_ref()?, f),
+            Source::Native => fields::read(self.result.native.as_ref()?, f),
+            Source::Timing => self.env.native_timing.get(f.path.trim_start_matches('/'))?.as_f64(),
+            Source::AccessPoint => None,
+        }
     }
 
     /// An allocator parameter as the instance ran with it (`stripes`, `su`, …),

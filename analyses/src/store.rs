@@ -295,7 +295,8 @@ impl ShardWriter {
 
 /// The merged result set of a sweep directory: every point's row, in point
 /// order. Errors when a row belongs to no point of the experiment, when a
-/// point has two rows, or when points are missing (with the `--resume` hint).
+/// point has two rows, when a row lacks a number the figures read
+/// ([`crate::fields`]), or when points are missing (with the `--resume` hint).
 pub fn merge(dir: &SweepDir) -> Result<(Resolved, Vec<Row>, Vec<String>), StoreError> {
     let r = dir.load()?.ok_or_else(|| format!("{}: no experiment.json: not a sweep directory", dir.root.display()))?;
     let (rows, warnings) = dir.read_rows()?;
@@ -312,6 +313,9 @@ pub fn merge(dir: &SweepDir) -> Result<(Resolved, Vec<Row>, Vec<String>), StoreE
                 row.id
             ));
         }
+        // A row the figures cannot read fails here, naming its file, rather
+        // than drawing zeros.
+        crate::fields::check_row(&row).map_err(|e| format!("{}: row of point {}: {e}", file.display(), row.id))?;
         if let Some((other, _)) = &slots[i] {
             return Err(format!(
                 "point {} ({}) has two rows: in {} and in {}",

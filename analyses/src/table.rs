@@ -2,6 +2,7 @@
 //! print, and the headline table of a result set (every parameter that
 //! varies, then the headline results).
 
+use crate::fields::*;
 use crate::point::value_text;
 use crate::row::Row;
 use std::collections::BTreeSet;
@@ -154,34 +155,33 @@ pub fn headline(rows: &[Row]) -> Table {
         c.extend(wl_keys.iter().map(|k| get(&p.workload_params, k)));
         c.extend(sim_keys.iter().map(|k| get(&p.sim, k)));
         c.push(p.seed.to_string());
-        let slabs = r.result.native.as_ref().and_then(|n| n.pointer("/snapshot/slabs")).and_then(|s| {
-            Some(format!("{}/{}/{}", s.get("low")?.as_u64()?, s.get("mid")?.as_u64()?, s.get("high")?.as_u64()?))
-        });
+        let slabs = match (r.num(SLABS_LOW), r.num(SLABS_MID), r.num(SLABS_HIGH)) {
+            (Some(lo), Some(mid), Some(hi)) => Some(format!("{lo}/{mid}/{hi}")),
+            _ => None,
+        };
         c.extend([
-            num(r.sim_f64("/overall/flushes")),
-            num(r.sim_f64("/overall/reflushes")),
-            num(r.sim_f64("/overall/reflush_ratio")),
-            num(r.sim_f64("/overall/pm_writes")),
-            num(r.write_amplification()),
-            num(r.sim_f64("/overall/persist_ns/total")),
-            num(r.sim_f64("/overall/persist_ns_per_op").or_else(|| per_op(r))),
-            num(r.native_f64("/ops").or_else(|| r.sim_f64("/overall/ops"))),
-            num(r.native_f64("/peak/live_bytes")),
-            num(r.native_f64("/peak/mapped_bytes")),
+            num(r.num(FLUSHES)),
+            num(r.num(REFLUSHES)),
+            num(r.num(REFLUSH_RATIO)),
+            num(r.num(PM_WRITES)),
+            num(r.num(WRITE_AMPLIFICATION)),
+            num(r.num(PERSIST_TOTAL)),
+            num(per_op(r)),
+            num(r.num(NATIVE_OPS).or_else(|| r.num(SIM_OPS))),
+            num(r.num(PEAK_LIVE)),
+            num(r.num(PEAK_MAPPED)),
             slabs.unwrap_or_else(|| "-".into()),
-            num(r.timing("ops_per_s")),
+            num(r.num(OPS_PER_S)),
         ]);
         t.push(c);
     }
     t
 }
 
-/// Estimated persist time per operation of the whole run (the overall row
-/// has no per-op figure when the trace counts its operations per type only).
+/// Estimated persist time per operation of the whole run, as the simulator
+/// derived it (`None` without operations).
 pub fn per_op(r: &Row) -> Option<f64> {
-    let total = r.sim_f64("/overall/persist_ns/total")?;
-    let ops = r.sim_f64("/overall/ops").filter(|&o| o > 0.0)?;
-    Some(total / ops)
+    r.num(PERSIST_PER_OP)
 }
 
 pub fn write_csv(rows: &[Row], w: &mut dyn Write) -> io::Result<()> {

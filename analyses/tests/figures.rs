@@ -3,6 +3,7 @@
 //! must exist, be well-formed (the PNG's chunks and checksums, the SVG's
 //! envelope) and carry the axis labels.
 
+use pmsim_analyses::fields::check_row;
 use pmsim_analyses::figures::{by_id, FIGURES};
 use pmsim_analyses::plot::{render, Kind};
 use pmsim_analyses::Row;
@@ -25,7 +26,8 @@ fn sim(flushes: f64, reflush: f64, ops: f64, eadr: bool, scale: f64) -> Value {
             "flushes": flushes, "reflushes": (flushes * reflush).round(), "reflush_ratio": reflush,
             "pm_writes": if eadr { ops * 0.05 } else { flushes }, "evictions": ops * 0.05, "ops": ops,
             "persist_ns": { "meta": total * 0.5, "wal": total * 0.2, "log": total * 0.1, "data": 0.0,
-                            "unmapped": 0.0, "fence": total * 0.2, "total": total }
+                            "unmapped": 0.0, "fence": total * 0.2, "total": total },
+            "persist_ns_per_op": total / ops
         },
         "pm": { "write_amplification": 1.0 + reflush }
     })
@@ -192,6 +194,9 @@ fn every_figure_renders_as_svg_and_png_with_labelled_axes() {
     for (id, _, f) in FIGURES {
         assert!(f(&[]).is_none(), "{id}: drew something from no rows");
         let rows = data(id);
+        for r in &rows {
+            check_row(r).unwrap_or_else(|e| panic!("{id}: the test's rows are not of the shape sweeps write: {e}"));
+        }
         let fig = by_id(id).unwrap()(&rows).unwrap_or_else(|| panic!("{id}: nothing drawn from its rows"));
         assert_eq!(&fig.id, id);
         assert!(!fig.caption.is_empty() && !fig.table.rows.is_empty(), "{id}: caption and table");

@@ -1,0 +1,235 @@
+//! Every number the figures and tables read from a result row, declared
+//! once with its JSON path.
+//!
+//! A row holds the reports of other commands as JSON (the simulator's
+//! `pmsim sim --json` report, the native run's report, its timings, the
+//! access map). The figures read them only through the [`Field`]s declared
+//! here, and [`check_row`] checks every field against each row when rows are
+//! loaded (merging a sweep, reading a `--traced` report): a statistic renamed
+//! in the simulator or the runner is then an error naming the JSON path and
+//! the file, not a figure of zeros. `tests/reproduce.rs` checks every field
+//! against the rows of a real `pmsim reproduce` and `tests/cli.rs` against a
+//! real `pmsim sim --json` report.
+
+use crate::row::Row;
+use serde_json::Value;
+
+/// Which JSON document of a row a field lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The simulator's report (`Results::sim`, as `pmsim sim --json` prints it).
+    Sim,
+    /// The native run's report without its timings (`Results::native`).
+    Native,
+    /// The native run's timings (`Env::native_timing`).
+    Timing,
+    /// Each point of the access map (`Results::access_map`).
+    AccessPoint,
+}
+
+impl Source {
+    fn name(self) -> &'static str {
+        match self {
+            Source::Sim => "the simulator report",
+            Source::Native => "the native report",
+            Source::Timing => "the native timings",
+            Source::AccessPoint => "an access-map point",
+        }
+    }
+}
+
+/// When a field must be there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// In every document of its source, a number.
+    Always,
+    /// In every document of its source, a number or `null` (a figure that
+    /// has no value, e.g. persist time per operation without operations).
+    OrNull,
+    /// Only in the runs that measure it (one workload's parameter, the
+    /// slabs of allocators that have slabs); the figures show `-` or leave
+    /// the row out without it. Where present it must be a number.
+    Some,
+}
+
+/// A number a figure reads: where it lives and whether it must be there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub source: Source,
+    /// A JSON pointer into the source document (`/overall/flushes`).
+    pub path: &'static str,
+    pub need: Need,
+}
+
+/// Declares the fields and [`ALL`] together, so that a field the figures
+/// read cannot be left out of the check.
+macro_rules! fields {
+    ($($(#[doc = $doc:literal])+ $name:ident = $src:ident $path:literal $need:ident,)+) => {
+        $($(#[doc = $doc])+ pub const $name: Field = Field { source: Source::$src, path: $path, need: Need::$need };)+
+        /// Every field, in declaration order.
+        pub const ALL: &[Field] = &[$($name,)+];
+    };
+}
+
+fields! {
+    /// Flush instructions of the whole run.
+    FLUSHES = Sim "/overall/flushes" Always,
+    /// Flushes at a distance below the threshold.
+    REFLUSHES = Sim "/overall/reflushes" Always,
+    /// Reflushes / flushes.
+    REFLUSH_RATIO = Sim "/overall/reflush_ratio" Always,
+    /// Operations begun.
+    SIM_OPS = Sim "/overall/ops" Always,
+    /// 64 B writes that reached PM.
+    PM_WRITES = Sim "/overall/pm_writes" Always,
+    /// Dirty lines evicted to PM.
+    EVICTIONS = Sim "/overall/evictions" Always,
+    /// Estimated persist time of metadata flushes (ns).
+    PERSIST_META = Sim "/overall/persist_ns/meta" Always,
+    /// … of write-ahead-log flushes.
+    PERSIST_WAL = Sim "/overall/persist_ns/wal" Always,
+    /// … of bookkeeping-log flushes.
+    PERSIST_LOG = Sim "/overall/persist_ns/log" Always,
+    /// … of user-data flushes.
+    PERSIST_DATA = Sim "/overall/persist_ns/data" Always,
+    /// … of flushes outside every region.
+    PERSIST_UNMAPPED = Sim "/overall/persist_ns/unmapped" Always,
+    /// … of fences that ordered no flush.
+    PERSIST_FENCE = Sim "/overall/persist_ns/fence" Always,
+    /// Estimated persist time in all (ns).
+    PERSIST_TOTAL = Sim "/overall/persist_ns/total" Always,
+    /// Estimated persist time per operation (null without operations).
+    PERSIST_PER_OP = Sim "/overall/persist_ns_per_op" OrNull,
+    /// Media bytes / bytes written to the DIMMs.
+    WRITE_AMPLIFICATION = Sim "/pm/write_amplification" Always,
+    /// Peak bytes mapped by the allocator.
+    PEAK_MAPPED = Native "/peak/mapped_bytes" Always,
+    /// Peak bytes of live data.
+    PEAK_LIVE = Native "/peak/live_bytes" Always,
+    /// Operations of the native run.
+    NATIVE_OPS = Native "/ops" Always,
+    /// Fragbench's cap on live data (Fragbench only).
+    LIVE_CAP = Native "/params/live_cap" Some,
+    /// Slabs under 30 % used at the working-set point (allocators with slabs,
+    /// workloads with a working-set point).
+    SLABS_LOW = Native "/snapshot/slabs/low" Some,
+    /// … 30–70 % used.
+    SLABS_MID = Native "/snapshot/slabs/mid" Some,
+    /// … over 70 % used.
+    SLABS_HIGH = Native "/snapshot/slabs/high" Some,
+    /// Wall time of the native run (s).
+    ELAPSED_S = Timing "/elapsed_s" Always,
+    /// Operations per second of the native run's measured part.
+    OPS_PER_S = Timing "/ops_per_s" Always,
+    /// The n-th flush of its category.
+    AP_NTH = AccessPoint "/nth" Always,
+    /// The flushed line's offset in the heap.
+    AP_HEAP_OFFSET = AccessPoint "/heap_offset" Always,
+}
+
+/// The persist-time slots of Fig. 11, in the simulator's order, with their names.
+pub const PERSIST_SLOTS: [(&str, Field); 6] = [
+    ("meta", PERSIST_META),
+    ("wal", PERSIST_WAL),
+    ("log", PERSIST_LOG),
+    ("data", PERSIST_DATA),
+    ("unmapped", PERSIST_UNMAPPED),
+    ("fence", PERSIST_FENCE),
+];
+
+/// The category of an access-map point (a string, so not a [`Field`]; checked
+/// with them).
+pub const AP_CATEGORY: &str = "category";
+
+/// A field's value in `doc` (a document of the field's source): `None` when
+/// absent or null. Absence is an error only in [`check`].
+pub fn read(doc: &Value, f: Field) -> Option<f64> {
+    doc.pointer(f.path)?.as_f64()
+}
+
+/// Checks every field of `source` in `doc`: one line naming the first path
+/// that is missing or not a number.
+pub fn check(doc: &Value, source: Source) -> Result<(), String> {
+    for f in ALL.iter().filter(|f| f.source == source) {
+        let bad = |what: &str| {
+            Err(format!("{} has {what} at {} (a figure reads it: was the statistic renamed?)", source.name(), f.path))
+        };
+        match (doc.pointer(f.path), f.need) {
+            (None, Need::Always | Need::OrNull) => return bad("no number"),
+            (None, Need::Some) | (Some(Value::Null), Need::OrNull | Need::Some) | (Some(Value::Number(_)), _) => {}
+            (Some(_), _) => return bad("something other than a number"),
+        }
+    }
+    if source == Source::AccessPoint && !doc.get(AP_CATEGORY).is_some_and(Value::is_string) {
+        return Err(format!("{} has no category string at /{AP_CATEGORY}", source.name()));
+    }
+    Ok(())
+}
+
+/// Checks every document of a row that it holds.
+pub fn check_row(r: &Row) -> Result<(), String> {
+    if let Some(sim) = &r.result.sim {
+        check(sim, Source::Sim)?;
+    }
+    if let Some(native) = &r.result.native {
+        check(native, Source::Native)?;
+        check(&Value::Object(r.env.native_timing.clone()), Source::Timing)?;
+    }
+    r.result.access_map.iter().try_for_each(|p| check(p, Source::AccessPoint))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sim_doc() -> Value {
+        json!({
+            "overall": {
+                "flushes": 4, "reflushes": 1, "reflush_ratio": 0.25, "ops": 2, "pm_writes": 3, "evictions": 0,
+                "persist_ns": {"meta": 1.0, "wal": 0.0, "log": 0.0, "data": 0.0, "unmapped": 0.0, "fence": 0.0,
+                               "total": 1.0},
+                "persist_ns_per_op": null
+            },
+            "pm": {"write_amplification": 1.0}
+        })
+    }
+
+    #[test]
+    fn a_missing_or_renamed_statistic_is_an_error_naming_its_path() {
+        let mut v = sim_doc();
+        check(&v, Source::Sim).unwrap();
+        assert_eq!(read(&v, REFLUSH_RATIO), Some(0.25));
+        assert_eq!(read(&v, PERSIST_PER_OP), None, "null reads as nothing");
+        let o = v["overall"].as_object_mut().unwrap();
+        let r = o.remove("reflush_ratio").unwrap();
+        o.insert("reflush_share".into(), r);
+        let e = check(&v, Source::Sim).unwrap_err();
+        assert!(e.contains("/overall/reflush_ratio") && e.contains("simulator report"), "{e}");
+        let mut v = sim_doc();
+        v["overall"]["flushes"] = json!("4");
+        assert!(check(&v, Source::Sim).unwrap_err().contains("/overall/flushes"));
+        let mut v = sim_doc();
+        v["overall"]["flushes"] = Value::Null;
+        assert!(check(&v, Source::Sim).is_err(), "null where a number must be");
+    }
+
+    #[test]
+    fn fields_only_some_runs_have_may_be_absent_but_not_wrong() {
+        let mut v = json!({"peak": {"mapped_bytes": 1, "live_bytes": 1}, "ops": 3});
+        check(&v, Source::Native).unwrap();
+        v["snapshot"] = json!({"slabs": null});
+        check(&v, Source::Native).unwrap();
+        v["params"] = json!({"live_cap": "big"});
+        assert!(check(&v, Source::Native).unwrap_err().contains("/params/live_cap"));
+        assert!(check(&json!({"nth": 1, "heap_offset": 64}), Source::AccessPoint).unwrap_err().contains("category"));
+    }
+
+    #[test]
+    fn every_path_is_declared_once() {
+        for (i, f) in ALL.iter().enumerate() {
+            assert!(f.path.starts_with('/'), "{f:?}");
+            assert!(!ALL[..i].iter().any(|g| g.source == f.source && g.path == f.path), "{f:?} twice");
+        }
+    }
+}
