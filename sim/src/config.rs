@@ -138,6 +138,13 @@ pub struct TimingConfig {
     /// nor the next one: the locality the interleaved writes of many threads
     /// lose.
     pub dimm_switch_ns: f64,
+    /// Added to a write's drain for each other thread with writes queued
+    /// ahead of it at the same memory controller: the head-of-line blocking
+    /// of many writers sharing slow DIMMs, which lowers their bandwidth while
+    /// write amplification stays near 1.
+    pub writer_ns: f64,
+    /// DIMMs per memory controller (DIMM `d` is on controller `d / imc_dimms`).
+    pub imc_dimms: u32,
     /// The media's time to write one XPLine.
     pub media_write_ns: f64,
     /// The media's time to read one XPLine (the read of a read-modify-write).
@@ -152,15 +159,17 @@ impl Default for TimingConfig {
     fn default() -> Self {
         TimingConfig {
             store_ns: 2.0,
-            flush_issue_ns: 34.0,
+            flush_issue_ns: 35.0,
             flush_to_wpq_ns: 32.0,
-            nt_to_wpq_ns: 55.0,
+            nt_to_wpq_ns: 54.6,
             fence_ns: 10.0,
-            wpq_entries: 20,
-            dimm_write_ns: 22.0,
-            dimm_switch_ns: 30.0,
-            media_write_ns: 60.0,
-            media_read_ns: 51.0,
+            wpq_entries: 64,
+            dimm_write_ns: 17.7,
+            dimm_switch_ns: 12.0,
+            writer_ns: 1.25,
+            imc_dimms: 3,
+            media_write_ns: 104.4,
+            media_read_ns: 53.5,
             reorder_events: 1 << 18,
         }
     }
@@ -291,6 +300,9 @@ impl Config {
         if t.wpq_entries == 0 || t.wpq_entries > 1 << 16 {
             return Err(format!("timing.wpq_entries must be between 1 and 65536 (got {})", t.wpq_entries));
         }
+        if t.imc_dimms == 0 {
+            return Err("timing.imc_dimms must be at least 1".into());
+        }
         if t.reorder_events == 0 {
             return Err("timing.reorder_events must be at least 1".into());
         }
@@ -302,6 +314,7 @@ impl Config {
             ("fence_ns", t.fence_ns),
             ("dimm_write_ns", t.dimm_write_ns),
             ("dimm_switch_ns", t.dimm_switch_ns),
+            ("writer_ns", t.writer_ns),
             ("media_write_ns", t.media_write_ns),
             ("media_read_ns", t.media_read_ns),
         ];

@@ -18,10 +18,19 @@
 //! - the **media**: one XPLine write (or read) at a time, so completed
 //!   XPLines queue behind each other.
 //!
+//! Shared per memory controller (`timing.imc_dimms` DIMMs each): the
+//! **writers** with writes queued. Each other thread with writes queued at
+//! the controller when a write arrives adds `timing.writer_ns` to that
+//! write's drain. FAST '20 (§5.3) measured that per-DIMM write bandwidth falls
+//! as more threads write to the DIMMs while write amplification stays near 1,
+//! and attributes it to head-of-line blocking in the controller's queues;
+//! this term is that fall, with its one constant fitted to Fig. 4.
+//!
 //! A fence waits until every write its thread issued before it was accepted.
-//! So one thread is bound by latency, a few fill the DIMMs, and many lose
-//! locality: their writes interleave at each DIMM, so fewer follow a write to
-//! the same XPLine, and XPLines evicted half written cost the media twice.
+//! So one thread is bound by latency, a few fill the DIMMs, and many slow
+//! them down: their writes queue behind each other's at the controller, and
+//! interleave at each DIMM, so fewer follow a write to the same XPLine, and
+//! XPLines evicted half written cost the media twice.
 //!
 //! The trace is a stream in recorded order. The scheduler holds back the
 //! events of threads that are ahead in virtual time, at most
@@ -55,6 +64,7 @@ struct Costs {
     fence: u64,
     dimm_write: u64,
     dimm_switch: u64,
+    writer: u64,
     media_write: u64,
     media_read: u64,
 }
@@ -117,8 +127,10 @@ struct Thread {
 /// One DIMM's shared state in time.
 #[derive(Clone, Debug)]
 struct DimmTime {
-    /// Drain-done times of the writes in the WPQ, oldest first (a ring).
+    /// Drain-done times of the writes in the WPQ, oldest first (a ring),
+    /// and the thread of each.
     wpq: Vec<u64>,
+    wpq_tid: Vec<u32>,
     head: usize,
     len: usize,
     /// When the DIMM can take the next write from the queue.
@@ -130,6 +142,48 @@ struct DimmTime {
     busy: u64,
     wpq_wait: u64,
     media_wait: u64,
+}
+
+impl DimmTime {
+    /// The oldest write leaves the WPQ, and its memory controller's count.
+    #[inline(always)]
+    fn pop(&mut self, imc: &mut Imc) {
+        imc.leave(self.wpq_tid[self.head] as usize);
+        self.head = (self.head + 1) % self.wpq.len();
+        self.len -= 1;
+    }
+}
+
+/// Who has writes queued at one memory controller (over its DIMMs' WPQs).
+#[derive(Clone, Debug, Default)]
+struct Imc {
+    /// Writes queued per thread id.
+    queued: Vec<u32>,
+    /// Threads with any.
+    writers: u32,
+}
+
+impl Imc {
+    /// The threads other than `t` with writes queued.
+    #[inline(always)]
+    fn others(&mut self, t: usize) -> u32 {
+        if t >= self.queued.len() {
+            self.queued.resize(t + 1, 0);
+        }
+        self.writers - (self.queued[t] > 0) as u32
+    }
+
+    #[inline(always)]
+    fn enter(&mut self, t: usize) {
+        self.writers += (self.queued[t] == 0) as u32;
+        self.queued[t] += 1;
+    }
+
+    #[inline(always)]
+    fn leave(&mut self, t: usize) {
+        self.queued[t] -= 1;
+        self.writers -= (self.queued[t] == 0) as u32;
+    }
 }
 
 /// Per-thread figures of a contention replay.
@@ -192,6 +246,9 @@ pub struct Contention {
     reorder: usize,
     optane: Optane,
     dimms: Vec<DimmTime>,
+    /// The memory controllers; DIMM `d` is on controller `d / imc_dimms`.
+    imcs: Vec<Imc>,
+    imc_dimms: usize,
     threads: Vec<Thread>,
     /// Ids of the threads that started and have not ended.
     live: Vec<u32>,
@@ -214,6 +271,7 @@ impl Contention {
         let entries = cfg.optane.xpbuffer_entries as usize;
         let dimm = DimmTime {
             wpq: vec![0; q],
+            wpq_tid: vec![0; q],
             head: 0,
             len: 0,
             drain_free: 0,
@@ -232,6 +290,7 @@ impl Contention {
                 fence: ps(t.fence_ns),
                 dimm_write: ps(t.dimm_write_ns),
                 dimm_switch: ps(t.dimm_switch_ns),
+                writer: ps(t.writer_ns),
                 media_write: ps(t.media_write_ns),
                 media_read: ps(t.media_read_ns),
             },
@@ -239,6 +298,8 @@ impl Contention {
             reorder: t.reorder_events as usize,
             optane: Optane::new(&cfg.optane),
             dimms: vec![dimm; cfg.optane.dimms as usize],
+            imcs: vec![Imc::default(); cfg.optane.dimms.div_ceil(t.imc_dimms) as usize],
+            imc_dimms: t.imc_dimms as usize,
             threads: Vec::new(),
             live: Vec::new(),
             dirty: U64Map::new(),
@@ -363,7 +424,7 @@ impl Contention {
                 let (d, new) = self.dirty.get_or_insert_mut(line, 0);
                 if !new && *d == 1 {
                     *d = 0;
-                    let accepted = self.write(line, issue + c.flush_to_wpq);
+                    let accepted = self.write(t, line, issue + c.flush_to_wpq);
                     let th = &mut self.threads[t];
                     th.persisted_at = th.persisted_at.max(accepted);
                     if kind == FlushKind::Clflush {
@@ -414,32 +475,34 @@ impl Contention {
     }
 
     fn nt_write(&mut self, t: usize, line: u64) {
-        let accepted = self.write(line, self.threads[t].clock + self.c.nt_to_wpq);
+        let accepted = self.write(t, line, self.threads[t].clock + self.c.nt_to_wpq);
         let th = &mut self.threads[t];
         th.persisted_at = th.persisted_at.max(accepted);
     }
 
-    /// A 64 B write arriving at its DIMM's WPQ at `arrive`: returns when the
-    /// queue accepted it (it is persistent from then on).
+    /// A 64 B write of thread `t` arriving at its DIMM's WPQ at `arrive`:
+    /// returns when the queue accepted it (it is persistent from then on).
     #[inline]
-    fn write(&mut self, line: u64, arrive: u64) -> u64 {
+    fn write(&mut self, t: usize, line: u64, arrive: u64) -> u64 {
         let w = self.optane.write(line);
         let c = self.c;
         let d = &mut self.dimms[w.dimm as usize];
+        let imc = &mut self.imcs[w.dimm as usize / self.imc_dimms];
         let cap = d.wpq.len();
         // Entries drained by the time this write arrives have left the queue.
         while d.len > 0 && d.wpq[d.head] <= arrive {
-            d.head = (d.head + 1) % cap;
-            d.len -= 1;
+            d.pop(imc);
         }
         let mut accepted = arrive;
         if d.len == cap {
             let oldest = d.wpq[d.head];
             d.wpq_wait += oldest - arrive;
             accepted = oldest;
-            d.head = (d.head + 1) % cap;
-            d.len -= 1;
+            d.pop(imc);
         }
+        // The other threads with writes queued ahead of this one at its
+        // memory controller.
+        let others = imc.others(t);
         let mut start = accepted.max(d.drain_free);
         let e = w.entry as usize;
         // The XPLine (on a hit) or the victim (on a miss) may still be on its
@@ -459,7 +522,7 @@ impl Contention {
         if !w.hit {
             d.wb_end[e] = 0;
         }
-        let done = start + c.dimm_write + if w.sequential { 0 } else { c.dimm_switch };
+        let done = start + c.dimm_write + if w.sequential { 0 } else { c.dimm_switch } + c.writer * others as u64;
         d.drain_free = done;
         if w.completed {
             let m = done.max(d.media_free);
@@ -469,7 +532,9 @@ impl Contention {
         }
         let tail = (d.head + d.len) % cap;
         d.wpq[tail] = done;
+        d.wpq_tid[tail] = t as u32;
         d.len += 1;
+        imc.enter(t);
         accepted
     }
 
