@@ -433,3 +433,71 @@ fn pmdk_threadtest_is_traced_and_simulated() {
     );
     assert!(at(&|s| s["function"] == "pmemobj_alloc") > 0 && at(&|s| s["function"] == "pmemobj_free") > 0, "{sites:?}");
 }
+
+/// `--window-at pmemobj_alloc` records one marker at the first allocation, and
+/// `pmsim sim` reports the steady state (no pool creation) beside the whole run.
+#[test]
+fn pmdk_window_at_the_first_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let pm = dir.path().to_str().unwrap();
+    let trace = |name: &str, func: &str| {
+        let out = dir.path().join(name);
+        let o = pmsim(&[
+            "trace-exec",
+            "--example",
+            "pmdk-threadtest",
+            "--window-at",
+            func,
+            "--pm-dir",
+            pm,
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            "2",
+            "200",
+            "64",
+            "1",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        (out, o)
+    };
+    let (out, _) = trace("w.pmt", "pmemobj_alloc");
+    let (_, evs) = read(&out);
+    let markers: Vec<usize> = evs
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, e))| matches!(e, OwnedEvent::Marker { label, .. } if label == "window:pmemobj_alloc"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(markers.len(), 1, "one window marker");
+    let first_malloc =
+        evs.iter().position(|(_, e)| matches!(e, OwnedEvent::OpBegin { op: OpKind::Malloc, .. })).unwrap();
+    assert!(markers[0] > first_malloc, "the marker is inside the first allocation");
+    let flushes_before = evs[..markers[0]].iter().filter(|(_, e)| matches!(e, OwnedEvent::Flush { .. })).count();
+    assert!(flushes_before > 0, "pool creation flushes before the window");
+
+    let o = pmsim(&["sim", out.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let w = &v["window"];
+    assert_eq!(w["from"], "marker window:pmemobj_alloc");
+    let (whole, win) = (&v["overall"], &w["report"]["overall"]);
+    assert_eq!(
+        whole["flushes"].as_u64().unwrap() - win["flushes"].as_u64().unwrap(),
+        flushes_before as u64,
+        "the window counts every flush after the marker"
+    );
+    assert!(
+        win["reflush_ratio"].as_f64().unwrap() > whole["reflush_ratio"].as_f64().unwrap(),
+        "the steady state reflushes more than the diluted whole run: {win} vs {whole}"
+    );
+    let o = pmsim(&["sim", out.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("window: from marker window:pmemobj_alloc") && text.contains("whole run"), "{text}");
+
+    // A function never called: a warning, no window, and asking for it is an error.
+    let (out, o) = trace("n.pmt", "no_such_function");
+    assert!(stderr(&o).contains("never called"), "{}", stderr(&o));
+    let e = one_error_line(&pmsim(&["sim", out.to_str().unwrap(), "--from-marker", "window"]));
+    assert!(e.contains("the window never began"), "{e}");
+}

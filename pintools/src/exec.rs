@@ -27,6 +27,9 @@ pub struct TraceExec {
     /// Names for the trace header (empty: left out).
     pub allocator: String,
     pub workload: String,
+    /// Record the marker `window:FUNCTION` at the first call of this function
+    /// (empty: none), so that `pmsim sim` reports the figures from there on.
+    pub window_at: String,
     /// Extra environment for the program.
     pub env: Vec<(OsString, OsString)>,
     /// Where the tool is built and cached ([`cache_dir`] by default).
@@ -48,6 +51,7 @@ impl TraceExec {
             force: false,
             allocator: String::new(),
             workload: String::new(),
+            window_at: String::new(),
             env: Vec::new(),
             cache: None,
             quiet: false,
@@ -64,6 +68,9 @@ pub struct Traced {
     pub stats: TraceStats,
     /// Wall time of the traced run (Valgrind included, the tool build not).
     pub elapsed: Duration,
+    /// The tool's warnings (e.g. a `--window-at` function never called), one
+    /// line each, without the `pmtrace: warning: ` prefix.
+    pub warnings: Vec<String>,
 }
 
 /// The program to run: an existing executable path, or a name on `$PATH`.
@@ -121,6 +128,9 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
     if !opts.workload.is_empty() {
         cmd.arg(format!("--pmt-workload={}", opts.workload));
     }
+    if !opts.window_at.is_empty() {
+        cmd.arg(format!("--pmt-window-at={}", opts.window_at));
+    }
     cmd.arg("--").arg(&program).args(&opts.args).envs(opts.env.iter().map(|(k, v)| (k, v)));
     if opts.quiet {
         cmd.stdout(std::process::Stdio::null());
@@ -173,7 +183,13 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
         });
     }
     match status.code() {
-        Some(0) => Ok(Traced { out: opts.out.clone(), header, stats, elapsed }),
+        Some(0) => {
+            let warnings = log_text
+                .lines()
+                .filter_map(|l| l.split_once("pmtrace: warning: ").map(|(_, w)| w.trim().to_string()))
+                .collect();
+            Ok(Traced { out: opts.out.clone(), header, stats, elapsed, warnings })
+        }
         Some(code) => {
             Err(PintoolsError::Exited { program: name, status: code, out: opts.out.clone(), events: stats.events })
         }

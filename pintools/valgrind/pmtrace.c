@@ -72,6 +72,7 @@ static Bool clo_values = False;              /* --pmt-values=yes|no */
 static const HChar *clo_version = "";        /* --pmt-pmsim-version=V */
 static const HChar *clo_allocator = "";      /* --pmt-allocator=NAME */
 static const HChar *clo_workload = "";       /* --pmt-workload=NAME */
+static const HChar *clo_window_at = "";      /* --pmt-window-at=FUNCTION */
 
 static Bool pmt_process_cmd_line_option(const HChar *arg) {
     if VG_STR_CLO (arg, "--pmt-out", clo_out) {
@@ -80,6 +81,7 @@ static Bool pmt_process_cmd_line_option(const HChar *arg) {
     } else if VG_STR_CLO (arg, "--pmt-pmsim-version", clo_version) {
     } else if VG_STR_CLO (arg, "--pmt-allocator", clo_allocator) {
     } else if VG_STR_CLO (arg, "--pmt-workload", clo_workload) {
+    } else if VG_STR_CLO (arg, "--pmt-window-at", clo_window_at) {
     } else
         return False;
     return True;
@@ -90,7 +92,8 @@ static void pmt_print_usage(void) {
                 "    --pm-dir=DIR              files mapped from under DIR are PM [/dev/shm]\n"
                 "    --pmt-values=yes|no       record the bytes of every PM store [no]\n"
                 "    --pmt-allocator=NAME      allocator name for the trace header\n"
-                "    --pmt-workload=NAME       workload name for the trace header\n");
+                "    --pmt-workload=NAME       workload name for the trace header\n"
+                "    --pmt-window-at=FUNCTION  record the marker window:FUNCTION at the first call of FUNCTION\n");
 }
 
 static void pmt_print_debug_usage(void) {
@@ -613,6 +616,25 @@ static void add_call(IRSB *sb, const HChar *name, void *fn, IRExpr **args, IRExp
     addStmtToIRSB(sb, IRStmt_Dirty(di));
 }
 
+/* The window marker: once, at the first entry of --pmt-window-at's function,
+ * so that pmsim sim reports the figures from there on beside the whole run's
+ * (the steady state of a program, without its setup). */
+static Bool window_opened;
+static HChar window_label[256];
+
+static void h_window(void) {
+    if (window_opened || !tracing) return;
+    window_opened = True;
+    check(pmt_marker(&writer, trace_tid(VG_(get_running_tid)()), 0, window_label, VG_(strlen)(window_label)));
+}
+
+/* Whether the instruction at `a` is the entry of --pmt-window-at's function. */
+static Bool is_window_entry(Addr a) {
+    const HChar *f = NULL;
+    if (window_opened || clo_window_at[0] == 0) return False;
+    return VG_(get_fnname_if_entry)(VG_(current_DiEpoch)(), a, &f) && f && VG_(strcmp)(f, clo_window_at) == 0;
+}
+
 /* A store of `data`'s size at `addr` (when `guard` holds), after it happened. */
 static void add_store(IRSB *sb, IRExpr *addr, IRExpr *data, IRExpr *guard, Bool nt) {
     Int size = sizeofIRType(typeOfIRExpr(sb->tyenv, data));
@@ -666,6 +688,7 @@ static IRSB *pmt_instrument(VgCallbackClosure *closure, IRSB *in, const VexGuest
             ins_len = st->Ist.IMark.len;
             ins = classify((const UChar *)ins_addr, ins_len, &riprel, &disp);
             addStmtToIRSB(out, st);
+            if (is_window_entry(ins_addr)) add_call(out, "h_window", h_window, mkIRExprVec_0(), NULL);
             break;
 
         case Ist_Store: /* a store (movnt* ones are plain stores in IR) */
@@ -854,6 +877,7 @@ static void pmt_post_clo_init(void) {
     }
     out_fd = (Int)sr_Res(r);
     live[1] = True; /* the main thread */
+    VG_(snprintf)(window_label, sizeof window_label, "window:%s", clo_window_at);
 }
 
 static void pmt_fini(Int exitcode) {
@@ -866,6 +890,9 @@ static void pmt_fini(Int exitcode) {
                   clo_pm_dir);
         return;
     }
+    if (clo_window_at[0] && !window_opened)
+        VG_(umsg)("pmtrace: warning: --pmt-window-at=%s: the function was never called; the trace has no window\n",
+                  clo_window_at);
     if (tracing) {
         UInt t;
         for (t = 1; t <= PMT_MAX_THREADS; t++)

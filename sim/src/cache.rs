@@ -40,6 +40,19 @@ pub struct CacheCounters {
     pub dirty_evictions: u64,
 }
 
+impl CacheCounters {
+    /// What was counted since `earlier` (a window's figures).
+    pub fn since(&self, earlier: &CacheCounters) -> CacheCounters {
+        CacheCounters {
+            accesses: self.accesses - earlier.accesses,
+            hits: self.hits - earlier.hits,
+            fills: self.fills - earlier.fills,
+            evictions: self.evictions - earlier.evictions,
+            dirty_evictions: self.dirty_evictions - earlier.dirty_evictions,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct CpuCache {
     ways: usize,

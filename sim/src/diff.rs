@@ -348,6 +348,25 @@ pub fn cell(v: Option<f64>) -> String {
     }
 }
 
+/// The named figures of two reports of one run (the whole run and a window),
+/// without a change column: they measure different spans.
+pub fn write_side_by_side(
+    a: &crate::Report,
+    (la, lb): (&str, &str),
+    b: &crate::Report,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let (va, vb) =
+        (serde_json::to_value(a).map_err(io::Error::other)?, serde_json::to_value(b).map_err(io::Error::other)?);
+    let w = METRICS.iter().map(|m| m.name.len()).max().unwrap_or(0);
+    writeln!(out, "{:<w$}  {:>14}  {:>14}", "figure", la, lb)?;
+    for m in METRICS {
+        writeln!(out, "{:<w$}  {:>14}  {:>14}", m.name, cell(lookup(&va, m.name)), cell(lookup(&vb, m.name)))?;
+    }
+    Ok(())
+}
+
+/// The human-readable comparison.
 pub fn write_text(c: &Comparison, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "a  {}\nb  {}\n", c.a, c.b)?;
     let w = c.overall.iter().map(|r| r.metric.len()).max().unwrap_or(0).max(6);

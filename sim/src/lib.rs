@@ -62,6 +62,6 @@ pub use config::{Config, ConfigError, Policy, Scope, TimingConfig, DEFAULT_TOML}
 pub use contention::{write_text as write_contention_text, Contention, ContentionReport};
 pub use distance::DistanceTracker;
 pub use print::write_text;
-pub use simulator::Simulator;
+pub use simulator::{Simulator, WindowAt};
 pub use sites::{write_sites, SiteReport};
-pub use stats::{Report, Stats};
+pub use stats::{Report, Stats, WindowReport};

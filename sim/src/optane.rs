@@ -53,6 +53,21 @@ pub struct DimmCounters {
     pub rmw_reads: u64,
 }
 
+impl DimmCounters {
+    /// What was counted since `earlier` (a window's figures).
+    pub fn since(&self, earlier: &DimmCounters) -> DimmCounters {
+        DimmCounters {
+            writes: self.writes - earlier.writes,
+            xpbuffer_hits: self.xpbuffer_hits - earlier.xpbuffer_hits,
+            sequential_writes: self.sequential_writes - earlier.sequential_writes,
+            reads: self.reads - earlier.reads,
+            media_writes: self.media_writes - earlier.media_writes,
+            media_reads: self.media_reads - earlier.media_reads,
+            rmw_reads: self.rmw_reads - earlier.rmw_reads,
+        }
+    }
+}
+
 /// One DIMM: its write buffer and counters.
 #[derive(Clone, Debug)]
 struct Dimm {
@@ -186,6 +201,11 @@ impl Optane {
         if !d.buf.contains(xpl) {
             d.counters.media_reads += 1;
         }
+    }
+
+    /// Counters per DIMM as they stand (the start of a window).
+    pub fn counters(&self) -> Vec<DimmCounters> {
+        self.dimms.iter().map(|d| d.counters).collect()
     }
 
     /// Counters per DIMM, with the partly written XPLines still buffered

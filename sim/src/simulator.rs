@@ -9,11 +9,11 @@
 //! only when a new thread, region, operation type or nesting depth appears).
 
 use crate::access_map::{AccessMap, AccessPoint};
-use crate::cache::{line_span, lines, CpuCache};
+use crate::cache::{line_span, lines, CacheCounters, CpuCache};
 use crate::config::{Config, ConfigError, Scope};
 use crate::distance::{bucket_of, DistanceTracker, FIRST};
 use crate::fastmap::U64Map;
-use crate::optane::Optane;
+use crate::optane::{DimmCounters, Optane};
 use crate::sites::SiteCounters;
 use crate::stats::*;
 use pmsim_traces::{
@@ -175,6 +175,52 @@ pub struct Simulator {
     sites: SiteCounters,
     cur_site: u32,
     site_table: SiteTable,
+
+    /// Where the window begins, and the counters when it began.
+    window_at: WindowAt,
+    /// Operations still to begin before an operation window opens (0: none).
+    ops_to_window: u64,
+    window: Option<Box<WindowStart>>,
+}
+
+/// Where the window of a replay begins: the figures are then reported for the
+/// whole run and, separately, from that point on (a steady state without the
+/// setup, e.g. PMDK's pool creation).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum WindowAt {
+    /// No window.
+    #[default]
+    None,
+    /// At the first marker labelled exactly so, or `LABEL:…` (the Valgrind
+    /// tool's `--window-at FUNC` records `window:FUNC`).
+    Marker(String),
+    /// After this many operations have begun.
+    Ops(u64),
+}
+
+impl WindowAt {
+    fn matches(&self, label: &str) -> bool {
+        match self {
+            WindowAt::Marker(m) => label.strip_prefix(m.as_str()).is_some_and(|r| r.is_empty() || r.starts_with(':')),
+            _ => false,
+        }
+    }
+}
+
+/// Every counter as it stood when the window began.
+struct WindowStart {
+    from: String,
+    events: u64,
+    ctx: Vec<Counters>,
+    regions: Vec<Counters>,
+    sites: SiteCounters,
+    dimms: Vec<DimmCounters>,
+    cache: CacheCounters,
+}
+
+/// `now` minus `then` element by element; elements made since count in full.
+fn since_each(now: &[Counters], then: &[Counters]) -> Vec<Counters> {
+    now.iter().enumerate().map(|(i, c)| then.get(i).map_or_else(|| c.clone(), |e| c.since(e))).collect()
 }
 
 impl Simulator {
@@ -234,6 +280,9 @@ impl Simulator {
             sites: SiteCounters::default(),
             cur_site: 0,
             site_table: SiteTable::default(),
+            window_at: WindowAt::None,
+            ops_to_window: 0,
+            window: None,
             cfg,
         };
         for r in &header.regions {
@@ -260,6 +309,39 @@ impl Simulator {
             (true, false) => EADR,
             (true, true) => ADR,
         }
+    }
+
+    /// Reports a window besides the whole run (see [`WindowAt`]); call before
+    /// the replay.
+    pub fn set_window(&mut self, at: WindowAt) {
+        self.ops_to_window = match at {
+            WindowAt::Ops(n) => n + 1,
+            _ => 0,
+        };
+        self.window_at = at;
+    }
+
+    /// Whether the window began (its marker was seen, or enough operations).
+    pub fn window_started(&self) -> bool {
+        self.window.is_some()
+    }
+
+    /// Copies every counter: the window begins here.
+    #[cold]
+    #[inline(never)]
+    fn open_window(&mut self, from: String) {
+        if self.window.is_some() {
+            return;
+        }
+        self.window = Some(Box::new(WindowStart {
+            from,
+            events: self.ctx_ctr.iter().map(Counters::events).sum(),
+            ctx: self.ctx_ctr.clone(),
+            regions: self.region_ctr.clone(),
+            sites: self.sites.clone(),
+            dimms: self.optane.counters(),
+            cache: self.cache.counters,
+        }));
     }
 
     /// Replays a whole trace (its header must be the one given to `new`).
@@ -332,6 +414,7 @@ impl Simulator {
                 self.regions.remove(id);
                 self.hot.fill(HotRegion::default());
             }
+            Event::Marker { label, .. } if self.window_at.matches(label) => self.open_window(format!("marker {label}")),
             _ => {}
         }
     }
@@ -494,9 +577,22 @@ impl Simulator {
     /// Operation row `row` begins in thread `t`: its context becomes current.
     #[inline(always)]
     fn op_begin(&mut self, t: usize, row: u32) {
+        if self.ops_to_window != 0 {
+            self.count_op_to_window();
+        }
         self.threads[t].ops.push(row);
         let x = self.enter_ctx(t, row);
         self.ctx_ctr[x as usize].ops += 1;
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn count_op_to_window(&mut self) {
+        self.ops_to_window -= 1;
+        if self.ops_to_window == 0 {
+            let skipped: u64 = self.ctx_ctr.iter().map(|c| c.ops).sum();
+            self.open_window(format!("operation {}", skipped + 1));
+        }
     }
 
     /// Closes the innermost open operation of row `row` in thread `t` (and
@@ -766,10 +862,38 @@ impl Simulator {
                 self.drain_nt(t);
             }
         }
+        let dimms = if self.full { self.optane.drained_counters() } else { Vec::new() };
+        let dirty_at_end = if self.full { self.cache.dirty_lines() } else { 0 };
+        let counts = Counts {
+            ctx: &self.ctx_ctr,
+            regions: &self.region_ctr,
+            sites: &self.sites,
+            dimms: &dimms,
+            cache: &self.cache.counters,
+        };
+        let mut report = self.report_of(&counts, dirty_at_end);
+        if let Some(w) = &self.window {
+            let ctx = since_each(&self.ctx_ctr, &w.ctx);
+            let regions = since_each(&self.region_ctr, &w.regions);
+            let sites = self.sites.since(&w.sites);
+            let dimms: Vec<DimmCounters> = dimms.iter().zip(&w.dimms).map(|(n, e)| n.since(e)).collect();
+            let cache = self.cache.counters.since(&w.cache);
+            let counts = Counts { ctx: &ctx, regions: &regions, sites: &sites, dimms: &dimms, cache: &cache };
+            report.window = Some(Box::new(WindowReport {
+                from: w.from.clone(),
+                events_before: w.events,
+                report: self.report_of(&counts, dirty_at_end),
+            }));
+        }
+        report
+    }
+
+    /// The report of a set of counters (the whole run's, or a window's).
+    fn report_of(&self, k: &Counts<'_>, dirty_at_end: u64) -> Report {
         let mut overall = Counters::default();
         let mut per_thread = vec![Counters::default(); self.threads.len()];
         let mut per_op = vec![Counters::default(); self.op_kinds.len()];
-        for (c, &(t, o)) in self.ctx_ctr.iter().zip(&self.ctx_key) {
+        for (c, &(t, o)) in k.ctx.iter().zip(&self.ctx_key) {
             overall.add(c);
             per_thread[t as usize].add(c);
             per_op[o as usize].add(c);
@@ -785,7 +909,7 @@ impl Simulator {
         let regions = self
             .region_rows
             .iter()
-            .zip(&self.region_ctr)
+            .zip(k.regions)
             .filter(|(_, c)| !c.is_empty())
             .map(|((name, category), c)| RegionReport {
                 name: name.clone(),
@@ -801,12 +925,10 @@ impl Simulator {
             .map(|(k, c)| OpReport { op: k.map_or("none".to_string(), OpKind::name), stats: Stats::from_counters(c) })
             .collect();
         let xpline = self.cfg.optane.xpline_bytes;
-        let dimm_counters = if self.full { self.optane.drained_counters() } else { Vec::new() };
-        let dimms = dimm_counters.iter().enumerate().map(|(i, c)| DimmReport::new(i as u32, c, xpline)).collect();
-        let pm = PmReport::new(&overall, &dimm_counters, xpline);
-        let dirty_at_end = if self.full { self.cache.dirty_lines() } else { 0 };
-        let cache = CacheReport::new(&self.cfg.cache, &self.cache.counters, dirty_at_end);
-        let sites = if self.site_table.is_empty() { Vec::new() } else { self.sites.report(&self.site_table) };
+        let dimms = k.dimms.iter().enumerate().map(|(i, c)| DimmReport::new(i as u32, c, xpline)).collect();
+        let pm = PmReport::new(&overall, k.dimms, xpline);
+        let cache = CacheReport::new(&self.cfg.cache, k.cache, dirty_at_end);
+        let sites = if self.site_table.is_empty() { Vec::new() } else { k.sites.report(&self.site_table) };
         Report {
             trace: self.trace_name.clone(),
             events: overall.events(),
@@ -822,9 +944,19 @@ impl Simulator {
             pm,
             cache,
             sites,
+            window: None,
             config: self.cfg.clone(),
         }
     }
+}
+
+/// The counters a report is made of.
+struct Counts<'a> {
+    ctx: &'a [Counters],
+    regions: &'a [Counters],
+    sites: &'a SiteCounters,
+    dimms: &'a [DimmCounters],
+    cache: &'a CacheCounters,
 }
 
 /// A trace replay in mode `M`: the decoder hands stores, flushes and fences

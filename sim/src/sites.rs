@@ -50,6 +50,19 @@ impl SiteCounters {
         self.rows.resize((i + 1).next_power_of_two(), SiteRow::default());
     }
 
+    /// What was counted since `earlier`, an earlier copy (a window's rows).
+    pub fn since(&self, earlier: &SiteCounters) -> SiteCounters {
+        let mut rows = self.rows.clone();
+        for (r, e) in rows.iter_mut().zip(&earlier.rows) {
+            r.flushes -= e.flushes;
+            r.reflushes -= e.reflushes;
+            r.dirty_flushes -= e.dirty_flushes;
+            r.fences -= e.fences;
+            r.persist_ps -= e.persist_ps;
+        }
+        SiteCounters { rows }
+    }
+
     /// The rows that counted something, named from `table`, costliest first
     /// (persist time, then flushes, then fences; then by id).
     pub fn report(&self, table: &SiteTable) -> Vec<SiteReport> {

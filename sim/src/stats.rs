@@ -65,6 +65,20 @@ macro_rules! counters {
                 }
             }
 
+            /// What was counted since `earlier`, an earlier copy of the same
+            /// counters (they only grow): the figures of a window.
+            pub fn since(&self, earlier: &Counters) -> Counters {
+                let mut d = self.clone();
+                $(d.$name -= earlier.$name;)+
+                for (a, b) in d.hist.iter_mut().zip(&earlier.hist) {
+                    *a -= b;
+                }
+                for (a, b) in d.persist_ps.iter_mut().zip(&earlier.persist_ps) {
+                    *a -= b;
+                }
+                d
+            }
+
             /// Whether anything at all was counted.
             pub fn is_empty(&self) -> bool {
                 true $(&& self.$name == 0)+
@@ -488,8 +502,24 @@ pub struct Report {
     /// first (only for traces that name the sites of their flushes).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sites: Vec<crate::sites::SiteReport>,
+    /// The same figures from the start of a window on (`--from-marker`,
+    /// `--skip-ops`, or a `window` marker the tracer recorded): the models ran
+    /// over the whole trace, so the window starts warm, but only what happened
+    /// inside it is counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<Box<WindowReport>>,
     /// The configuration the figures were computed with.
     pub config: Config,
+}
+
+/// A window's figures and where it began.
+#[derive(Clone, Debug, Serialize)]
+pub struct WindowReport {
+    /// What started it: `marker window:pmemobj_alloc`, `operation 1001`.
+    pub from: String,
+    /// Events replayed before the window began.
+    pub events_before: u64,
+    pub report: Report,
 }
 
 impl Report {

@@ -30,6 +30,10 @@ pub struct DiffArgs {
     /// Code sites listed (those whose persist time changed most).
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// Compare the windows of the two runs (`--from-marker`, `--skip-ops` or a recorded `window`
+    /// marker), not the whole runs.
+    #[arg(long)]
+    window: bool,
     /// Print the comparison as JSON.
     #[arg(long)]
     json: bool,
@@ -42,8 +46,16 @@ pub fn run(a: DiffArgs) -> CmdResult {
     // Bad thresholds are refused before any replay.
     let thresholds = a.fail_if.iter().map(|t| Threshold::parse(t)).collect::<Result<Vec<_>, _>>()?;
     let cfg = a.model.config()?;
-    let ra = load(&a.a, &cfg)?;
-    let rb = load(&a.b, &cfg)?;
+    let pick = |path: &Path, r: Value| -> Result<Value, Box<dyn std::error::Error>> {
+        if !a.window {
+            return Ok(r);
+        }
+        r.pointer("/window/report").cloned().ok_or_else(|| {
+            format!("{}: --window: the run has no window (no `window` marker; `pmsim sim --from-marker` or --skip-ops makes one)", path.display()).into()
+        })
+    };
+    let ra = pick(&a.a, load(&a.a, &cfg)?)?;
+    let rb = pick(&a.b, load(&a.b, &cfg)?)?;
     let (na, nb) = (a.a.display().to_string(), a.b.display().to_string());
     let c = Comparison::new((&na, &ra), (&nb, &rb), &thresholds, a.top)?;
     let mut out = std::io::stdout().lock();

@@ -3,7 +3,7 @@
 
 use super::CmdResult;
 use clap::Args;
-use pmsim_sim::{Config, Contention, Report, Scope, Simulator};
+use pmsim_sim::{Config, Contention, Report, Scope, Simulator, WindowAt};
 use pmsim_traces::output::{Output, Policy};
 use pmsim_traces::TraceReader;
 use std::io::{BufWriter, Write};
@@ -29,6 +29,14 @@ pub struct SimArgs {
     /// becomes `{"report": …, "contention": …}`.
     #[arg(long)]
     contention: bool,
+    /// Also report the figures from the first marker with this label on (or `LABEL:…`), e.g. one a
+    /// program recorded with pmtrace_marker, or `window` from `pmsim trace-exec --window-at FUNC`
+    /// (traces with a `window` marker get that window without asking).
+    #[arg(long, value_name = "LABEL", conflicts_with = "skip_ops")]
+    from_marker: Option<String>,
+    /// Also report the figures from the (N+1)-th operation on: the steady state after N operations.
+    #[arg(long, value_name = "N")]
+    skip_ops: Option<u64>,
     /// Print the report as JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -83,10 +91,17 @@ impl ModelArgs {
     }
 }
 
-/// Replays a trace file through the models of `cfg`.
+/// Replays a trace file through the models of `cfg`, with the window of a
+/// `window` marker if the trace has one.
 pub fn replay(file: &Path, cfg: Config) -> Result<(Simulator, Report), Box<dyn std::error::Error>> {
+    replay_window(file, cfg, WindowAt::Marker("window".into()))
+}
+
+/// Replays a trace file, reporting a window from `at` on besides the whole run.
+fn replay_window(file: &Path, cfg: Config, at: WindowAt) -> Result<(Simulator, Report), Box<dyn std::error::Error>> {
     let mut reader = TraceReader::open(file)?;
     let mut sim = Simulator::new(cfg, reader.header())?;
+    sim.set_window(at);
     sim.replay(&mut reader)?;
     let report = sim.report();
     Ok((sim, report))
@@ -126,7 +141,19 @@ pub fn run(a: SimArgs) -> CmdResult {
     } else {
         None
     };
-    let (sim, report) = replay(&a.file, cfg)?;
+    let asked = match (&a.from_marker, a.skip_ops) {
+        (Some(m), _) => Some(WindowAt::Marker(m.clone())),
+        (None, Some(n)) => Some(WindowAt::Ops(n)),
+        (None, None) => None,
+    };
+    let (sim, report) = replay_window(&a.file, cfg, asked.clone().unwrap_or(WindowAt::Marker("window".into())))?;
+    if let (Some(at), None) = (&asked, &report.window) {
+        let why = match at {
+            WindowAt::Marker(m) => format!("no marker labelled {m:?} (or {m}:…)"),
+            _ => format!("{} operation(s), none after the first {}", report.overall.ops, a.skip_ops.unwrap_or(0)),
+        };
+        return Err(format!("{}: the window never began: the trace has {why}", a.file.display()).into());
+    }
     if a.by.is_some() && report.sites.is_empty() {
         return Err(format!(
             "{}: the trace names no code sites (it predates format version 2, or its tracer records none)",
@@ -154,6 +181,10 @@ pub fn run(a: SimArgs) -> CmdResult {
             writeln!(out, "file         {}", a.file.display())?;
             pmsim_sim::write_text(&report, &mut out)?;
         }
+    }
+    if let (false, Some(w)) = (a.json, &report.window) {
+        writeln!(out, "\nwindow: from {} ({} events before it)\n", w.from, w.events_before)?;
+        pmsim_sim::diff::write_side_by_side(&report, ("whole run", "window"), &w.report, &mut out)?;
     }
     if let (false, Some(c)) = (a.json, &contention) {
         pmsim_sim::write_contention_text(c, &mut out)?;

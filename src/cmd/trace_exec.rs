@@ -33,6 +33,10 @@ pub struct TraceExecArgs {
     /// Workload name for the trace header.
     #[arg(long, default_value = "")]
     workload: String,
+    /// Start a window at the first call of this function (e.g. pmemobj_alloc): the trace records the
+    /// marker window:FUNCTION there, and `pmsim sim` reports the figures from it on beside the whole run.
+    #[arg(long, value_name = "FUNCTION")]
+    window_at: Option<String>,
     /// Trace an example program pmsim ships (built on first use); the arguments after -- are its own,
     /// after the PM directory it takes first. pmdk-threadtest: [ITERATIONS [OBJECTS [SIZE [THREADS]]]].
     #[arg(long, value_parser = ["pmdk-threadtest"])]
@@ -65,11 +69,20 @@ pub fn run(a: TraceExecArgs) -> CmdResult {
     if !a.workload.is_empty() {
         t.workload = a.workload.clone();
     }
+    if let Some(f) = &a.window_at {
+        if f.is_empty() || f.len() > 200 || f.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!("--window-at {f:?}: expected a function name").into());
+        }
+        t.window_at = f.clone();
+    }
     let traced = trace_exec(&t)?;
     print_summary(&traced, a.json)
 }
 
 fn print_summary(t: &Traced, json: bool) -> CmdResult {
+    for w in &t.warnings {
+        eprintln!("pmsim: warning: {w}");
+    }
     let kind = |k: &str| t.stats.by_kind.get(k).copied().unwrap_or(0);
     let mut out = std::io::stdout().lock();
     if json {
@@ -78,6 +91,7 @@ fn print_summary(t: &Traced, json: bool) -> CmdResult {
             "header": t.header,
             "stats": t.stats,
             "seconds": t.elapsed.as_secs_f64(),
+            "warnings": t.warnings,
         });
         serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
