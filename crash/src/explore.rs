@@ -647,7 +647,11 @@ pub(crate) fn check_image(
         })
         .collect();
 
-    let mut rec: Box<dyn Recovered> = target.recover(heap).map_err(|e| format!("recovery failed: {e}"))?;
+    // The image is a scratch copy: its path means nothing to the reader (and
+    // differs between runs, so a replay would not repeat the message).
+    let scratch = heap.path().display().to_string();
+    let mut rec: Box<dyn Recovered> =
+        target.recover(heap).map_err(|e| format!("recovery failed: {}", e.replace(&scratch, "the crash image")))?;
     rec.check().map_err(|e| format!("recovered metadata inconsistent: {e}"))?;
     let live = rec.live_allocations();
     rec.check().map_err(|e| format!("the allocator's metadata check failed after recovery: {e}"))?;

@@ -2,7 +2,8 @@
 //! found through the registry as `pmsim run` finds them, each with a broken
 //! variant the crash explorer must catch: NVAlloc-LOG without the flush of
 //! the destination word; LLFree with `free_from`'s two steps swapped (the
-//! frame freed before its destination is cleared).
+//! frame freed before its destination is cleared); Makalu without the flush
+//! of its undo-log entries.
 
 use pmsim_model::family::Family;
 
@@ -12,6 +13,10 @@ fn registered(name: &str) -> &'static dyn Family {
 
 mod nvalloc_log {
     pmsim_crash::conformance_tests!(super::registered("nvalloc-log"), "nvalloc-log", recovery, mutated: "nvalloc-log:mutation=dest-flush");
+}
+
+mod makalu {
+    pmsim_crash::conformance_tests!(super::registered("makalu"), "makalu", recovery, mutated: "makalu:mutation=undo-entry-flush");
 }
 
 mod llfree {

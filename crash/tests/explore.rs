@@ -302,3 +302,37 @@ fn crashes_inside_llfree_recovery() {
         s.recovery_crashed_images, s.recovery_fences, s.recovery_crash_images
     );
 }
+
+/// Makalu: its undo log and offline GC pass over 10,000 images; blocks a
+/// stale word keeps are retained, counted by the checks' own mark.
+#[test]
+fn makalu_passes_over_10k_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = record(dir.path(), "mk", "makalu", "threadtest", THREADTEST_LONG, true);
+    let s = run(&t, &Options { bound: 8, every: 1, ..Options::default() });
+    assert_passes(&s, 10_000);
+    eprintln!("retained {} (at most {} in one image)", s.retained, s.max_retained);
+}
+
+/// Makalu's GC leaving a block's count of marked objects stale is seen by
+/// the metadata check (counts against mark bits) at the first crash.
+#[test]
+fn makalu_metadata_check_catches_a_stale_mark_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = record(dir.path(), "mkstale", "makalu:mutation=mark-count-stale", "threadtest", THREADTEST, true);
+    let opts = Options { bound: 16, every: 4, ..Options::default() };
+    let s = run(&t, &opts);
+    let v = s.violation.expect("the stale count is caught");
+    assert!(v.problem.contains("metadata inconsistent") && v.problem.contains("hb_n_marks"), "{}", v.problem);
+    eprintln!("mark-count-stale caught after {} images: {}", s.images, v.problem);
+}
+
+/// Crashes inside Makalu's recovery (its rollback and offline GC).
+#[test]
+fn crashes_inside_makalu_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = record(dir.path(), "mkrc", "makalu", "threadtest", THREADTEST, true);
+    let s = run(&t, &Options { bound: 4, every: 8, recovery_crashes: 8, ..Options::default() });
+    assert_passes(&s, 100);
+    assert!(s.recovery_crashed_images > 0 && s.recovery_crash_images > s.recovery_crashed_images);
+}

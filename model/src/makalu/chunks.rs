@@ -41,6 +41,11 @@ impl Chunks {
         self.top
     }
 
+    /// The free chunks `(first block, blocks)`, by first block.
+    pub fn free_chunks(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.by_start.iter().map(|(&b, &n)| (b, n))
+    }
+
     /// Free blocks in chunks (for reports).
     pub fn free_blocks_total(&self) -> u64 {
         self.by_start.values().sum()

@@ -27,6 +27,7 @@
 use super::NAME;
 use crate::error::AllocError;
 use crate::heap::HEADER_SIZE;
+use crate::mech::mutation::Mutation;
 use crate::mech::undo::UndoLog;
 use crate::pm::PmThread;
 
@@ -85,6 +86,8 @@ pub struct Layout {
     pub hdrs: u64,
     pub data: u64,
     pub nblocks: u64,
+    /// A removed flush or step for checkers to catch (see [`Mutation`]).
+    pub mutation: Mutation,
 }
 
 impl Layout {
@@ -99,7 +102,8 @@ impl Layout {
         if n < 4 {
             return Err(AllocError::too_small(NAME, format!("heap of {size} bytes holds fewer than 4 Makalu blocks")));
         }
-        Ok(Layout { log, hdrs, data: hdrs + (n * HDR).next_multiple_of(4096), nblocks: n })
+        let data = hdrs + (n * HDR).next_multiple_of(4096);
+        Ok(Layout { log, hdrs, data, nblocks: n, mutation: Mutation::None })
     }
 
     /// Writes the base metadata of a new heap (the magic last, made durable last).
@@ -139,8 +143,13 @@ impl Layout {
         t.load_u64(BASE + M_MAGIC) == MAGIC
     }
 
+    /// The same geometry with a mutation (for checkers to catch).
+    pub fn with_mutation(self, mutation: Mutation) -> Layout {
+        Layout { mutation, ..self }
+    }
+
     pub fn log(&self) -> UndoLog {
-        UndoLog::new(BASE + M_LOG_VERSION, self.log, LOG_SLOTS)
+        UndoLog::new(BASE + M_LOG_VERSION, self.log, LOG_SLOTS).with_mutation(self.mutation)
     }
 
     pub fn state(&self, t: &PmThread) -> u64 {
@@ -174,6 +183,19 @@ impl Layout {
     pub fn block_of(&self, off: u64) -> Option<u64> {
         let b = off.checked_sub(self.data)? / BLOCK;
         (b < self.nblocks).then_some(b)
+    }
+}
+
+/// The bits of mark word `wi` (64 objects each) that belong to one of a
+/// block's `n` objects.
+#[inline]
+pub fn valid_marks(n: u64, wi: u64) -> u64 {
+    if (wi + 1) * 64 <= n {
+        u64::MAX
+    } else if wi * 64 < n {
+        (1u64 << (n % 64)) - 1
+    } else {
+        0
     }
 }
 

@@ -43,10 +43,11 @@ pub use thread::MakaluThread;
 use crate::alloc::{Footprint, PmAllocator};
 use crate::config::AllocConfig;
 use crate::error::AllocError;
-use crate::family::Allocator;
+use crate::family::{recovery_target, Allocator, CrashTarget, Recoverable};
 use crate::heap::Heap;
 use crate::live::LiveBytes;
 use crate::mech::dirty::DirtyLines;
+use crate::mech::mutation::Mutation;
 use crate::params::as_map;
 use crate::pm::{Pm, PmThread};
 use chunks::Chunks;
@@ -74,11 +75,14 @@ pub struct MakaluConfig {
     pub reclaim_min: u32,
     /// Lines in each thread's table of lazily flushed mark-bit lines.
     pub dirty_lines: u32,
+    /// A removed flush or step, for checkers to catch (`undo-entry-flush`,
+    /// `mark-count-stale` concern Makalu; see [`Mutation`]).
+    pub mutation: Mutation,
 }
 
 impl Default for MakaluConfig {
     fn default() -> Self {
-        MakaluConfig { small_max: 400, freelist_max: 512, reclaim_min: 8, dirty_lines: 64 }
+        MakaluConfig { small_max: 400, freelist_max: 512, reclaim_min: 8, dirty_lines: 64, mutation: Mutation::None }
     }
 }
 
@@ -98,6 +102,12 @@ impl AllocConfig for MakaluConfig {
         }
         if !self.dirty_lines.is_power_of_two() {
             return bad(format!("dirty_lines = {} (a power of two)", self.dirty_lines));
+        }
+        if !matches!(self.mutation, Mutation::None | Mutation::UndoEntryFlush | Mutation::MarkCountStale) {
+            return bad(format!(
+                "mutation = {} does not concern Makalu (it has undo-entry-flush, mark-count-stale)",
+                self.mutation.name()
+            ));
         }
         Ok(())
     }
@@ -139,7 +149,7 @@ impl Makalu {
             return Err(AllocError::exists(NAME, "already holds a Makalu heap (open it instead)").in_file(heap));
         }
         t.op_begin(OpKind::Init, 0);
-        let lay = Layout::plan(heap.size()).map_err(|e| e.in_file(heap))?;
+        let lay = Layout::plan(heap.size()).map_err(|e| e.in_file(heap))?.with_mutation(cfg.mutation);
         register_regions(&mut t, &lay);
         lay.format(&mut t);
         t.op_end(OpKind::Init, 0);
@@ -152,7 +162,7 @@ impl Makalu {
     pub fn open(heap: &Heap, pm: Pm, cfg: MakaluConfig) -> Result<Arc<Makalu>, AllocError> {
         cfg.validate()?;
         let mut t = pm.thread(0);
-        let lay = Layout::read(&t, heap.size()).map_err(|e| e.in_file(heap))?;
+        let lay = Layout::read(&t, heap.size()).map_err(|e| e.in_file(heap))?.with_mutation(cfg.mutation);
         t.op_begin(OpKind::Recovery, 0);
         register_regions(&mut t, &lay);
         let crashed = !heap.was_clean() || lay.state(&t) != state::SHUTDOWN;
@@ -269,6 +279,54 @@ impl Makalu {
         v
     }
 
+    /// Checks the persistent metadata against itself and the chunk lists,
+    /// as it must be when no thread holds objects in a free list (right
+    /// after open): the headers tile the blocks below the bump pointer;
+    /// every small block's count of marked objects is the number of its
+    /// mark bits set, and no bit past its last object is set; the free
+    /// chunks the headers describe are exactly the chunk lists; and no
+    /// undo-log entry is open. The first disagreement, in one line.
+    pub fn check(&self, t: &PmThread) -> Result<(), String> {
+        let chunks = self.chunks.lock().unwrap();
+        let top = t.load_u64(self.lay.rgn_curr_off());
+        if top != chunks.top() {
+            return Err(format!("bump pointer at block {top}, the chunk lists at {}", chunks.top()));
+        }
+        let walked = recovery::walk(t, &self.lay, top).map_err(|e| e.to_string())?;
+        for &(b, k) in &walked.used {
+            let recovery::Kind::Small(sz) = k else { continue };
+            let h = self.lay.hdr(b);
+            let n = objs_per_block(sz);
+            let mut set = 0;
+            for wi in 0..4u64 {
+                let m = t.load_u64(h + H_MARKS + 8 * wi);
+                let valid = layout::valid_marks(n, wi);
+                if m & !valid != 0 {
+                    return Err(format!("block {b}: mark bits set past its {n} objects of {sz} bytes"));
+                }
+                set += m.count_ones() as u64;
+            }
+            let count = t.load_u64(h + H_NMARKS);
+            if count != set {
+                return Err(format!("block {b}: hb_n_marks = {count} but {set} mark bits set"));
+            }
+        }
+        let listed: Vec<(u64, u64)> = chunks.free_chunks().collect();
+        if walked.free != listed {
+            let first = walked.free.iter().zip(&listed).find(|(a, b)| a != b);
+            return Err(format!(
+                "{} free chunks in the headers, {} in the chunk lists (first difference: {:?})",
+                walked.free.len(),
+                listed.len(),
+                first
+            ));
+        }
+        if let Some(e) = self.lay.log().open_entry(t) {
+            return Err(format!("undo-log entry {e} is open (stamped with the current version)"));
+        }
+        Ok(())
+    }
+
     fn add_live(&self, tid: u32, bytes: i64) {
         self.live.add(tid, bytes);
     }
@@ -325,8 +383,7 @@ impl Makalu {
             for wi in 0..n.div_ceil(64) {
                 let w = h + H_MARKS + 8 * wi;
                 let old = t.load_u64(w);
-                let valid = if (wi + 1) * 64 <= n { u64::MAX } else { (1u64 << (n % 64)) - 1 };
-                let free = !old & valid;
+                let free = !old & layout::valid_marks(n, wi);
                 if free == 0 {
                     continue;
                 }
@@ -345,14 +402,7 @@ impl Makalu {
         let _guard = self.stripe(b);
         let h = self.lay.hdr(b);
         for wi in 0..4 {
-            let valid = if (wi + 1) * 64 <= n {
-                u64::MAX
-            } else if wi * 64 < n {
-                (1u64 << (n % 64)) - 1
-            } else {
-                0
-            };
-            t.store_u64(h + H_MARKS + 8 * wi, valid);
+            t.store_u64(h + H_MARKS + 8 * wi, layout::valid_marks(n, wi));
         }
         t.store_u64(h + H_NMARKS, n);
         dirty.note(t, h);
@@ -389,6 +439,32 @@ impl Allocator for Makalu {
 
     fn close(self: Arc<Self>, _heap: &Heap) -> Result<Pm, AllocError> {
         Makalu::close(self)
+    }
+
+    fn crash_target(cfg: MakaluConfig) -> Result<Box<dyn CrashTarget>, String> {
+        Ok(recovery_target::<Self>(cfg))
+    }
+}
+
+impl Recoverable for Makalu {
+    /// An allocation survives a crash only if the GC reaches it from the roots.
+    fn plain_mallocs_durable(_cfg: &MakaluConfig) -> bool {
+        false
+    }
+
+    /// The offline GC keeps what its conservative mark reaches (§9.2).
+    fn reachability_recovery(_cfg: &MakaluConfig) -> bool {
+        true
+    }
+
+    /// Right after open no free list holds an object: the marked ones are live.
+    fn live_blocks(&self, t: &mut MakaluThread) -> Vec<(u64, u64)> {
+        t.marked_objects()
+    }
+
+    /// See [`Makalu::check`].
+    fn check_metadata(&self, t: &mut MakaluThread) -> Result<(), String> {
+        self.check(t.pm())
     }
 }
 

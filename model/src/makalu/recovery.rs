@@ -16,11 +16,12 @@
 
 use super::chunks::Chunks;
 use super::layout::{
-    flag, objs_per_block, Layout, BLOCK, GRANULE, H_BLOCK, H_FLAG, H_MARKS, H_NMARKS, H_SZ, MEDIUM_MAX,
+    flag, objs_per_block, valid_marks, Layout, BLOCK, GRANULE, H_BLOCK, H_FLAG, H_MARKS, H_NMARKS, H_SZ, MEDIUM_MAX,
 };
 use super::NAME;
 use crate::error::AllocError;
 use crate::mech::mark;
+use crate::mech::mutation::Mutation;
 use crate::pm::PmThread;
 use serde::Serialize;
 
@@ -51,25 +52,27 @@ pub(super) struct Recovered {
     pub report: RecoveryReport,
 }
 
-#[derive(Clone, Copy)]
-enum Kind {
+/// What a used block holds.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Kind {
+    /// Objects of this many bytes.
     Small(u64),
+    /// The first of this many blocks of one large object.
     Large(u64),
 }
 
-fn corrupt(m: String) -> AllocError {
-    AllocError::corrupt(NAME, m)
+/// The headers walked from block 0 to the bump pointer.
+pub(super) struct Walk {
+    /// Free chunks `(first block, blocks)`, by first block.
+    pub free: Vec<(u64, u64)>,
+    /// Used blocks (small blocks, first blocks of large objects), by block.
+    pub used: Vec<(u64, Kind)>,
 }
 
-pub(super) fn recover(t: &mut PmThread, lay: &Layout, crashed: bool) -> Result<Recovered, AllocError> {
-    let mut report = RecoveryReport { crashed, ..Default::default() };
-    report.undone = lay.log().recover(t).undone;
-    let top = t.load_u64(lay.rgn_curr_off());
-    if top > lay.nblocks {
-        return Err(corrupt(format!("bump pointer at block {top} beyond the {} blocks", lay.nblocks)));
-    }
-    let mut chunks = Chunks::new(top);
-    let mut used: Vec<(u64, Kind)> = Vec::new();
+/// Walks the headers of blocks `0..top`: each must start a free chunk, a
+/// small block or a large object that ends by `top`, and name its block.
+pub(super) fn walk(t: &PmThread, lay: &Layout, top: u64) -> Result<Walk, AllocError> {
+    let mut w = Walk { free: Vec::new(), used: Vec::new() };
     let mut b = 0;
     while b < top {
         let h = lay.hdr(b);
@@ -85,23 +88,42 @@ pub(super) fn recover(t: &mut PmThread, lay: &Layout, crashed: bool) -> Result<R
         match f {
             flag::FREE => {
                 let n = blocks(sz)?;
-                chunks.adopt(b, n);
+                w.free.push((b, n));
                 b += n;
             }
             flag::SMALL => {
                 if sz == 0 || sz % GRANULE != 0 || sz > MEDIUM_MAX {
                     return Err(bad("impossible object size"));
                 }
-                used.push((b, Kind::Small(sz)));
+                w.used.push((b, Kind::Small(sz)));
                 b += 1;
             }
             flag::LARGE => {
                 let n = blocks(sz)?;
-                used.push((b, Kind::Large(n)));
+                w.used.push((b, Kind::Large(n)));
                 b += n;
             }
             _ => return Err(bad("no block or chunk starts here")),
         }
+    }
+    Ok(w)
+}
+
+fn corrupt(m: String) -> AllocError {
+    AllocError::corrupt(NAME, m)
+}
+
+pub(super) fn recover(t: &mut PmThread, lay: &Layout, crashed: bool) -> Result<Recovered, AllocError> {
+    let mut report = RecoveryReport { crashed, ..Default::default() };
+    report.undone = lay.log().recover(t).undone;
+    let top = t.load_u64(lay.rgn_curr_off());
+    if top > lay.nblocks {
+        return Err(corrupt(format!("bump pointer at block {top} beyond the {} blocks", lay.nblocks)));
+    }
+    let mut chunks = Chunks::new(top);
+    let Walk { free, used } = walk(t, lay, top)?;
+    for (b, n) in free {
+        chunks.adopt(b, n);
     }
     let mut reclaim = Vec::new();
     if !crashed {
@@ -170,19 +192,14 @@ fn collect(
                 for (wi, &m) in new.iter().enumerate() {
                     let w = h + H_MARKS + 8 * wi as u64;
                     let old = t.load_u64(w);
-                    let valid = if (wi as u64 + 1) * 64 <= n {
-                        u64::MAX
-                    } else if (wi as u64) * 64 < n {
-                        (1u64 << (n % 64)) - 1
-                    } else {
-                        0
-                    };
-                    was += (old & valid & !m).count_ones() as u64;
+                    was += (old & valid_marks(n, wi as u64) & !m).count_ones() as u64;
                     t.store_u64(w, m);
                 }
                 let live: u64 = new.iter().map(|m| m.count_ones() as u64).sum();
                 report.gc_freed += was;
-                t.store_u64(h + H_NMARKS, live);
+                if lay.mutation != Mutation::MarkCountStale {
+                    t.store_u64(h + H_NMARKS, live);
+                }
                 t.flush(h);
                 if live == 0 {
                     report.gc_freed_blocks += 1;

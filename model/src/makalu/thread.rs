@@ -31,6 +31,11 @@ impl MakaluThread {
         &self.mk
     }
 
+    /// The thread's persistence handle.
+    pub fn pm(&mut self) -> &mut PmThread {
+        &mut self.t
+    }
+
     /// The usable size of the object at `off` (see [`Makalu::usable_size`]).
     pub fn usable_size(&self, off: u64) -> Option<u64> {
         self.mk.usable_size(&self.t, off)

@@ -46,11 +46,19 @@ pub enum Mutation {
     /// rebuilding them from the bit fields: a counter a crash left off by one
     /// survives, which only the metadata check (counters against bit fields) sees.
     LlTrustCounters,
+    /// The flush of a new undo-log entry ([`super::undo::Section::store_u64`],
+    /// Makalu): the core header store it covers may be durable while the
+    /// entry is not, so recovery cannot roll an interrupted section back.
+    UndoEntryFlush,
+    /// Makalu's offline GC rewrites a block's mark bits but leaves its count
+    /// of marked objects (`hb_n_marks`) as the crash left it, which only the
+    /// metadata check (counts against mark bits) sees at once.
+    MarkCountStale,
 }
 
 impl Mutation {
     /// Every mutation but `None`.
-    pub const ALL: [Mutation; 9] = [
+    pub const ALL: [Mutation; 11] = [
         Mutation::WalEntryFlush,
         Mutation::BitmapFlush,
         Mutation::DestFlush,
@@ -60,6 +68,8 @@ impl Mutation {
         Mutation::WalClearFirst,
         Mutation::FreeBeforeUnpublish,
         Mutation::LlTrustCounters,
+        Mutation::UndoEntryFlush,
+        Mutation::MarkCountStale,
     ];
 
     /// The configuration spelling (`wal-entry-flush`, …).
@@ -75,6 +85,8 @@ impl Mutation {
             Mutation::WalClearFirst => "wal-clear-first",
             Mutation::FreeBeforeUnpublish => "free-before-unpublish",
             Mutation::LlTrustCounters => "ll-trust-counters",
+            Mutation::UndoEntryFlush => "undo-entry-flush",
+            Mutation::MarkCountStale => "mark-count-stale",
         }
     }
 }

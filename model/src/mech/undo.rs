@@ -22,6 +22,7 @@
 //! entries from slot 0 on, and an entry is durable before the next one is
 //! written, so the valid entries of an unfinished section are a prefix.
 
+use crate::mech::mutation::Mutation;
 use crate::pm::PmThread;
 
 /// Bytes per entry.
@@ -33,6 +34,8 @@ pub struct UndoLog {
     version_off: u64,
     entries: u64,
     slots: u64,
+    /// [`Mutation::UndoEntryFlush`] removes the flush of each entry.
+    mutation: Mutation,
 }
 
 /// What recovery found.
@@ -47,7 +50,12 @@ impl UndoLog {
     /// its own) and whose `slots` entries start at `entries` (64 B aligned).
     pub fn new(version_off: u64, entries: u64, slots: u64) -> UndoLog {
         assert!(version_off.is_multiple_of(64) && entries.is_multiple_of(64) && slots > 0, "misaligned undo log");
-        UndoLog { version_off, entries, slots }
+        UndoLog { version_off, entries, slots, mutation: Mutation::None }
+    }
+
+    /// The same log with a flush removed (only [`Mutation::UndoEntryFlush`] concerns it).
+    pub fn with_mutation(self, mutation: Mutation) -> UndoLog {
+        UndoLog { mutation, ..self }
     }
 
     /// Bytes the entries take.
@@ -66,6 +74,12 @@ impl UndoLog {
     /// Starts a failure-atomic section.
     pub fn begin(&self, t: &PmThread) -> Section {
         Section { log: *self, next: 0, version: t.load_u64(self.version_off) }
+    }
+
+    /// The first entry stamped with the current version (an open section), if any.
+    pub fn open_entry(&self, t: &PmThread) -> Option<u64> {
+        let version = t.load_u64(self.version_off);
+        (0..self.slots).find(|&i| t.load_u64(self.entries + i * ENTRY_BYTES + 16) == version)
     }
 
     /// Rolls back the section a crash interrupted, if any; then commits, so
@@ -108,7 +122,11 @@ impl Section {
         t.store_u64(e, addr);
         t.store_u64(e + 8, t.load_u64(addr));
         t.store_u64(e + 16, self.version);
-        t.persist(e, ENTRY_BYTES);
+        if self.log.mutation == Mutation::UndoEntryFlush {
+            t.fence(); // the mutation: the fence stays, the flush goes
+        } else {
+            t.persist(e, ENTRY_BYTES);
+        }
         self.next += 1;
         t.store_u64(addr, val);
         t.flush(addr);
