@@ -1,12 +1,14 @@
 //! The Metall-style allocator on real heap files: every workload at tiny
 //! scale through the runner, a properly closed store reopened with every
 //! object intact, an unclean store (its process SIGKILLed, or dropped
-//! without close) refused with one clear line, snapshots, and damaged
-//! management files refused by name.
+//! without close) refused with one clear line, snapshots, damaged
+//! management files refused by name, and the metadata check (bins against
+//! bitsets and the chunk directory) catching a lost non-full chunk.
 
 mod common;
 
 use common::{assert_disjoint, check_obj, every_workload, mixed_size, tmpdir, write_obj, Rng, Victim};
+use pmsim_model::config::AllocConfig;
 use pmsim_model::heap::Heap as H;
 use pmsim_model::metall::{store, CopyKind, Metall, MetallConfig};
 use pmsim_model::runner::AllocSpec;
@@ -103,6 +105,7 @@ fn check(mt: &Arc<Metall>, table: u64, objs: &[(u64, u64)], freed: &HashSet<u64>
         assert_eq!(check_obj(&t, o, mt.usable_size(o).unwrap()), Ok(len));
         want.insert(o);
     }
+    mt.check().unwrap_or_else(|e| panic!("metadata: {e}"));
     let live = mt.live_objects();
     assert_disjoint(&live);
     assert_eq!(live.iter().map(|a| a.0).collect::<HashSet<u64>>(), want);
@@ -226,4 +229,38 @@ fn damaged_management_files_are_refused_by_name() {
     let (_heap, r) = try_open(&path);
     let e = r.err().expect("refused").to_string();
     assert!(e.contains("chunk_directory") && e.contains("checksum"), "{e}");
+}
+
+/// A free from a full chunk that does not put the chunk back on its bin's
+/// non-full list (`mutation=nonfull-lost`) is seen by the metadata check at
+/// once; unseen, the store it closes would not load again.
+#[test]
+fn the_metadata_check_catches_a_lost_non_full_chunk() {
+    let d = tmpdir();
+    for (name, mutation) in [("good", "none"), ("bad", "nonfull-lost")] {
+        let path = d.path().join(name);
+        let heap = Heap::create(&path, 8 << 20).unwrap();
+        let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
+        let cfg = MetallConfig::default().with_overrides([format!("mutation={mutation}").as_str()]).unwrap();
+        let mt = Metall::create(&heap, pm, cfg).unwrap();
+        let mut t = mt.thread(0);
+        // 64 KiB objects: a 2 MiB chunk of 32 slots, filled, then one freed.
+        let objs: Vec<u64> = (0..32).map(|_| t.malloc(64 << 10).unwrap()).collect();
+        mt.check().unwrap_or_else(|e| panic!("{name}: a full chunk: {e}"));
+        t.free(objs[7]);
+        drop(t);
+        let r = mt.check();
+        if mutation == "none" {
+            r.unwrap_or_else(|e| panic!("the real code: {e}"));
+            close(heap, mt);
+            continue;
+        }
+        let e = r.expect_err("the lost non-full chunk is caught");
+        assert!(e.contains("31 of 32 slots in use but listed 0 time(s) as non-full"), "{e}");
+        drop(mt.close(&heap).unwrap());
+        heap.close().unwrap();
+        let (_heap, r) = try_open(&path);
+        let e = r.err().expect("the saved directories do not load").to_string();
+        assert!(e.contains("non-full chunks"), "{e}");
+    }
 }

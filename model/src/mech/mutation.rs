@@ -54,11 +54,16 @@ pub enum Mutation {
     /// of marked objects (`hb_n_marks`) as the crash left it, which only the
     /// metadata check (counts against mark bits) sees at once.
     MarkCountStale,
+    /// Metall's free of a slot in a full chunk does not put the chunk back
+    /// on its bin's non-full list: its free slots are never found again,
+    /// and the management data saved at close no longer loads. The metadata
+    /// check (non-full lists against the bitsets) sees it while open.
+    NonfullLost,
 }
 
 impl Mutation {
     /// Every mutation but `None`.
-    pub const ALL: [Mutation; 11] = [
+    pub const ALL: [Mutation; 12] = [
         Mutation::WalEntryFlush,
         Mutation::BitmapFlush,
         Mutation::DestFlush,
@@ -70,6 +75,7 @@ impl Mutation {
         Mutation::LlTrustCounters,
         Mutation::UndoEntryFlush,
         Mutation::MarkCountStale,
+        Mutation::NonfullLost,
     ];
 
     /// The configuration spelling (`wal-entry-flush`, …).
@@ -87,6 +93,7 @@ impl Mutation {
             Mutation::LlTrustCounters => "ll-trust-counters",
             Mutation::UndoEntryFlush => "undo-entry-flush",
             Mutation::MarkCountStale => "mark-count-stale",
+            Mutation::NonfullLost => "nonfull-lost",
         }
     }
 }

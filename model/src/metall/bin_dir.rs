@@ -42,10 +42,12 @@ impl Bin {
     }
 
     /// Frees `slot` of chunk `c`; true when the chunk became empty (and left the bin).
+    /// A full chunk goes back on the non-full list unless `requeue` is false
+    /// (the [`Mutation::NonfullLost`](crate::mech::mutation::Mutation) bug).
     ///
     /// # Panics
     /// On a double free or a chunk that is not this bin's.
-    pub fn free(&mut self, c: u64, slot: u64) -> bool {
+    pub fn free(&mut self, c: u64, slot: u64, requeue: bool) -> bool {
         let sc = self.chunks.get_mut(&c).unwrap_or_else(|| panic!("chunk {c} holds no objects of this bin"));
         assert!(sc.bits.clear(slot), "double free of slot {slot} in chunk {c}");
         let was_full = sc.used == sc.bits.len();
@@ -57,9 +59,37 @@ impl Bin {
             }
             return true;
         }
-        if was_full {
+        if was_full && requeue {
             self.nonfull.push(c);
         }
         false
+    }
+
+    /// Checks bin `b`'s chunks: each one's count of slots in use is its
+    /// bitset's, and its summary layers agree with its leaves; the non-full
+    /// list holds each chunk with a free slot exactly once, and no other.
+    pub fn check(&self, b: usize) -> Result<(), String> {
+        for (&c, sc) in &self.chunks {
+            let n = sc.bits.count();
+            if n != sc.used || n == 0 {
+                return Err(format!("bin {b}, chunk {c}: {} slots counted in use, bitset has {n}", sc.used));
+            }
+            if !sc.bits.summaries_agree() {
+                return Err(format!("bin {b}, chunk {c}: bitset summary layers disagree with its leaves"));
+            }
+            let listed = self.nonfull.iter().filter(|&&x| x == c).count();
+            let want = (sc.used < sc.bits.len()) as usize;
+            if listed != want {
+                return Err(format!(
+                    "bin {b}, chunk {c}: {} of {} slots in use but listed {listed} time(s) as non-full",
+                    sc.used,
+                    sc.bits.len()
+                ));
+            }
+        }
+        if let Some(c) = self.nonfull.iter().find(|c| !self.chunks.contains_key(c)) {
+            return Err(format!("bin {b}: non-full list names chunk {c}, which is not the bin's"));
+        }
+        Ok(())
     }
 }

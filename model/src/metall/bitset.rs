@@ -104,6 +104,19 @@ impl MultiLayerBitset {
         Some(idx)
     }
 
+    /// Slots in use (the leaf bits set, padding excluded).
+    pub fn count(&self) -> u64 {
+        let pad = (self.layers[0].len() as u64 * 64 - self.len) as u32;
+        self.layers[0].iter().map(|w| w.count_ones() as u64).sum::<u64>() - pad as u64
+    }
+
+    /// Whether every summary bit says exactly whether the word below it is full.
+    pub fn summaries_agree(&self) -> bool {
+        self.layers
+            .windows(2)
+            .all(|l| l[0].iter().enumerate().all(|(i, &w)| (l[1][i / 64] >> (i % 64) & 1 == 1) == (w == !0)))
+    }
+
     /// Frees slot `i`; false if it was free.
     pub fn clear(&mut self, i: u64) -> bool {
         assert!(i < self.len, "slot {i} of a bitset of {}", self.len);

@@ -35,9 +35,10 @@ pub mod store;
 use crate::alloc::{AllocThread, Footprint, PmAllocator};
 use crate::config::AllocConfig;
 use crate::error::AllocError;
-use crate::family::Allocator;
+use crate::family::{Allocator, CrashTarget};
 use crate::heap::{Heap, HEADER_SIZE};
 use crate::live::LiveBytes;
+use crate::mech::mutation::Mutation;
 use crate::mech::sizeclass::SizeClasses;
 use crate::params::as_map;
 use crate::pm::{Pm, PmThread};
@@ -66,11 +67,14 @@ pub struct MetallConfig {
     /// Chunk size in bytes: a power of two from 64 KiB to 2 MiB (at most
     /// 2^18 slots of 8 B, what three bitset layers cover).
     pub chunk_size: u64,
+    /// A removed step, for checkers to catch (`nonfull-lost` concerns
+    /// Metall; see [`Mutation`]).
+    pub mutation: Mutation,
 }
 
 impl Default for MetallConfig {
     fn default() -> Self {
-        MetallConfig { chunk_size: 2 << 20 }
+        MetallConfig { chunk_size: 2 << 20, mutation: Mutation::None }
     }
 }
 
@@ -81,6 +85,12 @@ impl AllocConfig for MetallConfig {
         let c = self.chunk_size;
         if !c.is_power_of_two() || !(64 << 10..=2 << 20).contains(&c) {
             return Err(AllocError::config(NAME, format!("chunk_size = {c} (a power of two from 65536 to 2097152)")));
+        }
+        if !matches!(self.mutation, Mutation::None | Mutation::NonfullLost) {
+            return Err(AllocError::config(
+                NAME,
+                format!("mutation = {} does not concern Metall (it has nonfull-lost)", self.mutation.name()),
+            ));
         }
         Ok(())
     }
@@ -269,6 +279,45 @@ impl Metall {
         v
     }
 
+    /// Checks the management data against itself (call it while no thread
+    /// allocates or frees): every bin's chunks and non-full list
+    /// ([`Bin::check`]); each small chunk of the directory is its bin's and
+    /// each bin's chunk is in the directory; a large object's body follows
+    /// its head. The first disagreement, in one line.
+    pub fn check(&self) -> Result<(), String> {
+        let bins: Vec<_> = self.bins.iter().map(|b| b.lock().unwrap()).collect();
+        let _d = self.dir_lock.lock().unwrap();
+        for (b, bin) in bins.iter().enumerate() {
+            bin.check(b)?;
+            if let Some(c) = bin.chunks.keys().find(|&&c| self.chunks.get(c) != (ChunkKind::Small { bin: b as u8 })) {
+                return Err(format!(
+                    "bin {b} holds chunk {c}, which the chunk directory records as {:?}",
+                    self.chunks.get(*c)
+                ));
+            }
+        }
+        let mut c = 0;
+        while c < self.chunks.len() {
+            match self.chunks.get(c) {
+                ChunkKind::Small { bin } if !bins.get(bin as usize).is_some_and(|g| g.chunks.contains_key(&c)) => {
+                    return Err(format!("chunk {c} holds objects of bin {bin}, which does not know it"));
+                }
+                ChunkKind::LargeHead { span } => {
+                    if let Some(b) = (c + 1..c + span as u64)
+                        .find(|&b| b >= self.chunks.len() || self.chunks.get(b) != ChunkKind::LargeBody)
+                    {
+                        return Err(format!("chunk {b}: not the body of the large object at chunk {c}"));
+                    }
+                    c += span as u64 - 1;
+                }
+                ChunkKind::LargeBody => return Err(format!("chunk {c}: the body of no large object")),
+                _ => {}
+            }
+            c += 1;
+        }
+        Ok(())
+    }
+
     fn add_live(&self, tid: u32, bytes: i64) {
         self.live.add(tid, bytes);
     }
@@ -311,7 +360,7 @@ impl Metall {
                 let sz = self.classes.size(bin as usize) as u64;
                 assert_eq!(rel % sz, 0, "free of {off:#x}: not the start of an object");
                 let mut g = self.bins[bin as usize].lock().unwrap();
-                if g.free(c, rel / sz) {
+                if g.free(c, rel / sz, self.cfg.mutation != Mutation::NonfullLost) {
                     let _d = self.dir_lock.lock().unwrap();
                     self.chunks.release(c, 1);
                 }
@@ -338,6 +387,13 @@ impl Allocator for Metall {
 
     fn close(self: Arc<Self>, heap: &Heap) -> Result<Pm, AllocError> {
         Metall::close(self, heap)
+    }
+
+    /// None: nothing of a crashed run can be recovered, by design.
+    fn crash_target(_cfg: MetallConfig) -> Result<Box<dyn CrashTarget>, String> {
+        Err("Metall keeps no crash-consistent state to explore: a datastore that was not closed properly is \
+             refused at open, whatever its heap holds (its crash consistency is the snapshot's: Metall::snapshot)"
+            .into())
     }
 }
 
