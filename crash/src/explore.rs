@@ -53,6 +53,13 @@ pub struct Options {
     /// Images per fence of a crashed recovery (exhaustive up to this many,
     /// else sampled).
     pub recovery_bound: u64,
+    /// Count, instead of reporting, an interrupted `malloc_to` that finds its
+    /// destination already naming its (free) block, where the allocator's
+    /// `free_from` leaves destinations as they are
+    /// ([`crate::CrashTarget::free_from_leaves_dest`]): the destination still
+    /// holds what an earlier `free_from` of the same block left. The one
+    /// tolerance of NVAlloc's `wal=artifact` guarantee.
+    pub allow_stale_dest: bool,
 }
 
 impl Default for Options {
@@ -68,6 +75,7 @@ impl Default for Options {
             leak_bound: 0,
             recovery_crashes: 0,
             recovery_bound: 4,
+            allow_stale_dest: false,
         }
     }
 }
@@ -159,6 +167,9 @@ pub struct Summary {
     /// images, and the most in one image.
     pub lost: u64,
     pub max_lost: u64,
+    /// Images with an interrupted `malloc_to` whose destination still named
+    /// its free block (counted under [`Options::allow_stale_dest`]).
+    pub stale_dests: u64,
     /// Images whose recovery was crashed at each of its fences, the
     /// recovery fences crashed at, and the images recovered after such a crash.
     pub recovery_crashed_images: u64,
@@ -257,6 +268,7 @@ pub fn explore(
         t.max_retained = t.max_retained.max(sum.max_retained);
         t.lost += sum.lost;
         t.max_lost = t.max_lost.max(sum.max_lost);
+        t.stale_dests += sum.stale_dests;
         t.recovery_crashed_images += sum.recovery_crashed_images;
         t.recovery_fences += sum.recovery_fences;
         t.recovery_crash_images += sum.recovery_crash_images;
@@ -499,6 +511,7 @@ impl Worker<'_> {
                 sum.max_retained = sum.max_retained.max(r.kept.retained);
                 sum.lost += r.kept.lost;
                 sum.max_lost = sum.max_lost.max(r.kept.lost);
+                sum.stale_dests += r.kept.stale_dests;
                 if nested {
                     sum.recovery_crashed_images += 1;
                     sum.recovery_fences += r.recovery_fences;
@@ -606,6 +619,9 @@ pub(crate) struct Kept {
     pub(crate) retained: u64,
     /// Of interrupted operations, unpublished ([`CrashTarget::interrupted_may_lose`]).
     pub(crate) lost: u64,
+    /// Interrupted `malloc_to`s whose destination still named their free
+    /// block (tolerated under [`Options::allow_stale_dest`]).
+    pub(crate) stale_dests: u64,
 }
 
 /// Recovers one image and checks it (see the crate documentation); the
@@ -686,6 +702,7 @@ pub(crate) fn check_image(
     let reachability = target.reachability_recovery();
     let may_lose = target.interrupted_may_lose();
     let mut lost = 0u64;
+    let mut stale_dests = 0u64;
     // Under a reachability-based recovery, a completed malloc_to whose
     // destination no longer names it (the program moved the pointer) must
     // survive only while the program can still reach it: the mark from the
@@ -738,6 +755,8 @@ pub(crate) fn check_image(
                         // the operation is not torn.
                         unaccounted
                             .push((o.off, format!("the interrupted {} left its block live, not published", desc(o))));
+                    } else if !live && v == o.off && opts.allow_stale_dest && target.free_from_leaves_dest() {
+                        stale_dests += 1;
                     } else if live != (v == o.off) {
                         return Err(format!(
                             "the interrupted {} is not atomic: block {}, destination {d:#x} holds {v:#x}",
@@ -812,7 +831,7 @@ pub(crate) fn check_image(
             taken.insert(i, (o, s));
         }
     }
-    Ok(Kept { retained, lost })
+    Ok(Kept { retained, lost, stale_dests })
 }
 
 #[cfg(test)]
@@ -902,7 +921,7 @@ mod tests {
         bytes[0x2008..0x2010].copy_from_slice(&0x3000u64.to_le_bytes());
         let opts = Options::default();
         let reached = Fixed(vec![(0x2000, 64), (0x3000, 64)]);
-        let two = Kept { retained: 2, lost: 0 };
+        let two = Kept { retained: 2, ..Kept::default() };
         assert_eq!(check_image(&heap, None, &reached, &[], &[], &opts), Ok(two), "both retained");
         let leaked = Fixed(vec![(0x2000, 64), (0x3000, 64), (0x4000, 64)]);
         let e = check_image(&heap, None, &leaked, &[], &[], &opts).unwrap_err();

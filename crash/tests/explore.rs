@@ -57,12 +57,49 @@ fn assert_passes(s: &Summary, min_images: u64) {
 }
 
 #[test]
-fn nvalloc_log_passes_over_10k_images() {
+fn nvalloc_log_strict_passes_over_10k_images() {
     let dir = tempfile::tempdir().unwrap();
-    let t = record(dir.path(), "log", "nvalloc-log", "threadtest", THREADTEST_LONG, true);
+    let t = record(dir.path(), "log", "nvalloc-log:wal=strict", "threadtest", THREADTEST_LONG, true);
     let s = run(&t, &Options { bound: 32, every: 1, ..Options::default() });
     assert_passes(&s, 10_000);
     assert!(s.exhaustive_points > 0 && s.sampled_points > 0, "both enumeration modes are exercised");
+}
+
+/// `wal=artifact` (NVAlloc's public protocol, the default) with pmsim's
+/// recovery of it, on Threadtest, Larson-small and FPTree, over 10,000 images
+/// each. Its guarantee, exactly: every check passes (no block handed out
+/// twice, no completed malloc lost or unpublished, no completed free undone,
+/// no leak) except one: an interrupted `malloc_to` may find its destination
+/// already naming the very block it is handed, left there by an earlier
+/// `free_from` of it (the artifact never clears a destination durably), and
+/// the crash leaves that pointer to a free block. On Larson-small the
+/// explorer finds it (default options report it); counting those images
+/// instead, nothing else fails. Strict runs never get this tolerance.
+#[test]
+fn nvalloc_log_artifact_guarantee_over_10k_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stale = 0;
+    for (workload, params, bound, every) in [
+        ("threadtest", THREADTEST_LONG, 32, 1),
+        ("larson-small", &["chunks=16", "rounds=400"][..], 32, 2),
+        ("fptree", &[][..], 8, 30),
+    ] {
+        let t = record(dir.path(), workload, "nvalloc-log", workload, params, true);
+        let opts = Options { bound, every, ..Options::default() };
+        if workload == "larson-small" {
+            let v = run(&t, &opts).violation.expect("the artifact's stale destination is found");
+            assert!(
+                v.problem.contains("interrupted malloc_to") && v.problem.contains("is not atomic: block free"),
+                "{}",
+                v.problem
+            );
+        }
+        let s = run(&t, &Options { allow_stale_dest: true, ..opts });
+        eprintln!("{workload}: {} stale destination(s)", s.stale_dests);
+        assert_passes(&s, 10_000);
+        stale += s.stale_dests;
+    }
+    assert!(stale > 0, "no image showed the stale destination");
 }
 
 #[test]
@@ -228,31 +265,37 @@ fn coverage_counts_distinct_states_and_completes_points_beyond_the_bound() {
     );
 }
 
-/// Crashes inside NVAlloc-LOG's recovery: the real recovery is idempotent;
-/// one that clears its WAL before redoing it is caught only there.
+/// Crashes inside NVAlloc-LOG's recovery, under both WAL protocols: the
+/// real recovery is idempotent; one that clears its WAL before redoing it
+/// (strict) or before settling each thread's newest entry (artifact) is
+/// caught only there.
 #[test]
 fn crashes_inside_nvalloc_log_recovery() {
     let dir = tempfile::tempdir().unwrap();
-    let t = record(dir.path(), "rc", "nvalloc-log", "threadtest", THREADTEST, true);
-    let opts = Options { bound: 4, every: 8, recovery_crashes: 16, ..Options::default() };
-    let s = run(&t, &opts);
-    assert_passes(&s, 100);
-    assert!(s.recovery_crashed_images > 0 && s.recovery_crash_images > s.recovery_crashed_images);
-    eprintln!(
-        "{} recoveries crashed at {} fences, {} images recovered again",
-        s.recovery_crashed_images, s.recovery_fences, s.recovery_crash_images
-    );
+    for wal in ["strict", "artifact"] {
+        let alloc = format!("nvalloc-log:wal={wal}");
+        let t = record(dir.path(), &format!("rc-{wal}"), &alloc, "threadtest", THREADTEST, true);
+        let opts = Options { bound: 4, every: 8, recovery_crashes: 16, ..Options::default() };
+        let s = run(&t, &opts);
+        assert_passes(&s, 100);
+        assert!(s.recovery_crashed_images > 0 && s.recovery_crash_images > s.recovery_crashed_images);
+        eprintln!(
+            "wal={wal}: {} recoveries crashed at {} fences, {} images recovered again",
+            s.recovery_crashed_images, s.recovery_fences, s.recovery_crash_images
+        );
 
-    let t = record(dir.path(), "rcbad", "nvalloc-log:mutation=wal-clear-first", "threadtest", THREADTEST, true);
-    let plain = run(&t, &Options { recovery_crashes: 0, during: Some(OpKind::Malloc), ..opts.clone() });
-    assert!(plain.violation.is_none(), "without crashes inside recovery the swapped order goes unseen");
-    let o = Options { recovery_crashes: 1, during: Some(OpKind::Malloc), every: 1, ..opts };
-    let s = run(&t, &o);
-    let v = s.violation.expect("the swapped order is caught by a crash inside recovery");
-    assert!(v.recovery_crash.is_some() && v.problem.contains("crash inside recovery"), "{}", v.problem);
-    eprintln!("wal-clear-first caught: {}", v.problem);
-    let one = run(&t, &Options { point: Some(v.point), image: Some(v.image), ..o });
-    assert_eq!(one.violation.map(|w| w.problem), Some(v.problem), "replay");
+        let bad = format!("{alloc}:mutation=wal-clear-first");
+        let t = record(dir.path(), &format!("rcbad-{wal}"), &bad, "threadtest", THREADTEST, true);
+        let plain = run(&t, &Options { recovery_crashes: 0, during: Some(OpKind::Malloc), ..opts.clone() });
+        assert!(plain.violation.is_none(), "wal={wal}: without crashes inside recovery the swapped order goes unseen");
+        let o = Options { recovery_crashes: 1, during: Some(OpKind::Malloc), every: 1, ..opts };
+        let s = run(&t, &o);
+        let v = s.violation.expect("the swapped order is caught by a crash inside recovery");
+        assert!(v.recovery_crash.is_some() && v.problem.contains("crash inside recovery"), "{}", v.problem);
+        eprintln!("wal={wal}: wal-clear-first caught: {}", v.problem);
+        let one = run(&t, &Options { point: Some(v.point), image: Some(v.image), ..o });
+        assert_eq!(one.violation.map(|w| w.problem), Some(v.problem), "wal={wal}: replay");
+    }
 }
 
 /// LLFree: the real code passes over 10,000 images of a traced Threadtest;

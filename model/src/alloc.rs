@@ -105,8 +105,15 @@ pub trait AllocThread: Send {
     fn malloc_to(&mut self, size: u64, dest: u64) -> Option<u64>;
 
     /// Frees the allocation whose offset is stored at `dest` and atomically
-    /// clears `dest`.
+    /// clears `dest` (unless [`AllocThread::free_from_leaves_dest`]).
     fn free_from(&mut self, dest: u64);
+
+    /// Whether `free_from` may leave `dest` as it is (NVAlloc's public code
+    /// does for small blocks, `wal=artifact`): the program clears its pointer
+    /// itself, with no flush, and a crash may leave it naming the freed block.
+    fn free_from_leaves_dest(&self) -> bool {
+        false
+    }
 
     /// Writes workload data at heap offset `off` (inside an allocation).
     fn write(&mut self, off: u64, data: &[u8]);

@@ -112,6 +112,13 @@ pub trait Recoverable: Allocator {
         false
     }
 
+    /// Whether `free_from` may leave its destination as it is
+    /// ([`crate::AllocThread::free_from_leaves_dest`]) with `cfg`.
+    fn free_from_leaves_dest(cfg: &Self::Config) -> bool {
+        let _ = cfg;
+        false
+    }
+
     /// Live allocations recovery keeps whether reached or not: what a
     /// reachability-based recovery marks from besides the heap's root slots
     /// (NVAlloc-GC's logged large extents).
@@ -144,6 +151,11 @@ pub trait CrashTarget: Send + Sync {
 
     /// See [`Recoverable::interrupted_may_lose`].
     fn interrupted_may_lose(&self) -> bool {
+        false
+    }
+
+    /// See [`Recoverable::free_from_leaves_dest`].
+    fn free_from_leaves_dest(&self) -> bool {
         false
     }
 
@@ -197,6 +209,10 @@ impl<A: Recoverable> CrashTarget for RecoveryTarget<A> {
 
     fn interrupted_may_lose(&self) -> bool {
         A::interrupted_may_lose(&self.cfg)
+    }
+
+    fn free_from_leaves_dest(&self) -> bool {
+        A::free_from_leaves_dest(&self.cfg)
     }
 
     fn recover(&self, heap: &Heap) -> Result<Box<dyn Recovered>, String> {

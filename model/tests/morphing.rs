@@ -6,7 +6,7 @@
 //! from the WAL, and four threads sharing arenas keep exactly their objects.
 
 use pmsim_model::heap::Heap as H;
-use pmsim_model::mech::wal::{Wal, WalEntry};
+use pmsim_model::mech::wal::WalEntry;
 use pmsim_model::nvalloc::thread::op;
 use pmsim_model::nvalloc::{NvAlloc, NvAllocConfig, NvAllocThread};
 use pmsim_model::AllocConfig;
@@ -391,7 +391,9 @@ fn threads_share_an_arena_while_slabs_morph() {
 fn old_block_frees_go_through_the_wal() {
     let d = tmpdir();
     let path = d.path().join("h");
-    let (heap, nv) = create(&path, 64 << 20, cfg("nvalloc-log", true));
+    // A forged strict free entry: only the strict protocol logs frees.
+    let strict = || cfg("nvalloc-log", true).with_overrides(["wal=strict"]).unwrap();
+    let (heap, nv) = create(&path, 64 << 20, strict());
     let mut t = nv.thread(0);
     let offs: Vec<u64> = (0..3000).map(|_| t.malloc(SMALL).unwrap()).collect();
     let mut kept = Vec::new();
@@ -415,16 +417,14 @@ fn old_block_frees_go_through_the_wal() {
     t.free_from(H::root_offset(3));
     assert_eq!((t.root(3), t.usable_size(b)), (0, None));
     // Thread 7 "crashed" inside the free of `a`.
-    let c = nv.config();
-    let wal = Wal::new(nv.layout().wal_off, c.wal_lines, c.max_threads, c.interleaved_wal);
-    wal.cursor(7).begin(t.pm(), WalEntry { op: op::FREE_SMALL, target: a, dest: H::root_offset(2) });
+    nv.wal().cursor(7).begin(t.pm(), WalEntry { op: op::FREE_SMALL, target: a, dest: H::root_offset(2) });
     let mut expected = t.live_allocations();
     expected.retain(|&(o, _)| o != a);
     drop(t);
     drop(nv);
     drop(heap);
 
-    let (heap, nv) = open(&path, cfg("nvalloc-log", true));
+    let (heap, nv) = open(&path, strict());
     let rep = nv.recovery();
     assert!(rep.crashed);
     assert_eq!((rep.wal_redone, rep.slabs_in), (1, 1), "{rep:?}");

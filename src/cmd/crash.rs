@@ -89,6 +89,12 @@ pub struct CrashArgs {
     /// Images per fence of a crashed recovery.
     #[arg(long, default_value_t = 4)]
     recovery_bound: u64,
+    /// Count, instead of reporting, an interrupted malloc_to whose destination
+    /// still names its own (free) block because an earlier free_from of it left
+    /// the destination as it was (only where the allocator's free_from does:
+    /// NVAlloc with wal=artifact). The README states this guarantee.
+    #[arg(long)]
+    allow_stale_dest: bool,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -122,6 +128,7 @@ pub fn run(a: CrashArgs) -> CmdResult {
         leak_bound: a.leak_bound,
         recovery_crashes: a.recovery_crashes,
         recovery_bound: a.recovery_bound.max(1),
+        allow_stale_dest: a.allow_stale_dest,
     };
     let npoints = pmsim_crash::explore::select_points(&tr, &opts).len() as u64;
     let progress = Progress::default();
@@ -200,6 +207,12 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
             s.retained, s.max_retained
         );
     }
+    if a.allow_stale_dest {
+        println!(
+            "stale dests  {} image(s) with an interrupted malloc_to whose destination still named its free block",
+            s.stale_dests
+        );
+    }
     if s.lost > 0 || s.max_lost > 0 {
         println!(
             "lost         {} block(s) of interrupted operations allocated but not published, as the allocator allows (at most {} in one image)",
@@ -252,6 +265,9 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
     }
     if a.leak_bound > 0 {
         cmd += &format!(" --leak-bound {}", a.leak_bound);
+    }
+    if a.allow_stale_dest {
+        cmd += " --allow-stale-dest";
     }
     if v.recovery_crash.is_some() {
         cmd += &format!(" --recovery-crashes 1 --recovery-bound {}", a.recovery_bound.max(1));

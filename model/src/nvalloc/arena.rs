@@ -362,11 +362,12 @@ impl Arena {
         let entry = slab + h.index_off as u64 + 2 * i as u64;
         let gc = nv.cfg.consistency == Consistency::Gc;
         let mut slot = None;
+        let artifact = nv.cfg.wal == super::config::WalMode::Artifact;
         if let Some(d) = dest {
             if gc {
                 t.store_u64(d, 0);
                 t.persist(d, 8);
-            } else {
+            } else if !artifact {
                 slot = Some(wal.begin(t, WalEntry { op: op::FREE_SMALL, target: off, dest: d }));
             }
         }

@@ -42,6 +42,29 @@ pub enum Consistency {
 /// `layout`), so the layout is sized by this bound.
 pub const MAX_ARENAS: usize = 64;
 
+/// Which WAL protocol small (and large) `malloc_to` / `free_from` follow
+/// under the `log` model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WalMode {
+    /// What NVAlloc's public code persists: a small `malloc_to` persists one
+    /// ring entry, its bitmap line and `*dest` (3 flushes); a small
+    /// `free_from` only its bitmap line (no entry, `*dest` left as is); an
+    /// entry is never cleared. A large `malloc_to` persists its entry, then
+    /// `*dest`, then its record; a large `free_from` clears `*dest`, then
+    /// deletes the record. Recovery: see [`super::recovery`].
+    Artifact,
+    /// Every `malloc_to` / `free_from` is bracketed by an entry that is
+    /// persisted first and cleared last (8 flushes per small pair); recovery
+    /// redoes every valid entry, so each operation is atomic.
+    Strict,
+}
+
+/// Trace headers written before the switch existed recorded strict runs.
+fn wal_before_the_switch() -> WalMode {
+    WalMode::Strict
+}
+
 /// The stripe count of NVAlloc (the artifact's `NBANKS`, the paper's choice in §6.5).
 pub const DEFAULT_STRIPES: u32 = 6;
 
@@ -60,6 +83,10 @@ pub struct NvAllocConfig {
     /// sub-tcaches, or [`DEFAULT_STRIPES`] when `stripes` is 1 (the
     /// `+interleaved` ablation: interleaved tcache over sequential bitmaps).
     pub interleaved_tcache: bool,
+    /// The WAL protocol (`artifact`, the default of the NVAlloc-LOG presets,
+    /// or `strict`). Part of the heap layout (the rings differ in shape).
+    #[serde(default = "wal_before_the_switch")]
+    pub wal: WalMode,
     /// Consecutive WAL entries of a thread on different lines.
     pub interleaved_wal: bool,
     /// Extent records in the bookkeeping log; off = in-place extent headers
@@ -88,7 +115,9 @@ pub struct NvAllocConfig {
     pub max_threads: u32,
     /// Most blocks one tcache bin holds (spread over its sub-tcaches).
     pub tcache_max: u32,
-    /// WAL lines per thread (the artifact has 6 × 2 × 8 B entries per thread). Part of the heap layout.
+    /// WAL lines per thread under `wal=strict`; banks per half of a thread's
+    /// ring under `wal=artifact` (the artifact's `NBANKS`, 6: two halves of
+    /// 6 lines). Part of the heap layout.
     pub wal_lines: u32,
     /// Slow-GC threshold of the bookkeeping log: the log's active chunks may
     /// occupy this fraction of the heap before a slow GC compacts them (the
@@ -114,6 +143,7 @@ impl Default for NvAllocConfig {
         NvAllocConfig {
             preset: "nvalloc-log".into(),
             consistency: Consistency::Log,
+            wal: WalMode::Artifact,
             stripes: DEFAULT_STRIPES,
             interleaved_tcache: true,
             interleaved_wal: true,
@@ -157,7 +187,9 @@ impl NvAllocConfig {
             "+interleaved" => NvAllocConfig { interleaved_tcache: true, ..base },
             "+log" => NvAllocConfig { bookkeeping_log: true, ..base },
             "nvalloc-log" => full,
-            "nvalloc-gc" => NvAllocConfig { consistency: Consistency::Gc, ..full },
+            // NVAlloc-GC logs only large operations; they keep the strict
+            // protocol its crash checks were established with.
+            "nvalloc-gc" => NvAllocConfig { consistency: Consistency::Gc, wal: WalMode::Strict, ..full },
             _ => {
                 return Err(AllocError::config(
                     super::NAME,
@@ -165,6 +197,24 @@ impl NvAllocConfig {
                 ))
             }
         })
+    }
+
+    /// The lines of one thread's WAL area.
+    pub fn wal_area_lines(&self) -> u32 {
+        match self.wal {
+            WalMode::Strict => self.wal_lines,
+            WalMode::Artifact => self.wal_lines * crate::mech::wal::ARTIFACT_HALVES,
+        }
+    }
+
+    /// The WAL of a heap with this configuration whose WAL starts at `base`.
+    pub fn wal_at(&self, base: u64) -> crate::mech::wal::Wal {
+        use crate::mech::wal::Wal;
+        let w = match self.wal {
+            WalMode::Strict => Wal::new(base, self.wal_lines, self.max_threads, self.interleaved_wal),
+            WalMode::Artifact => Wal::artifact(base, self.wal_lines, self.max_threads, self.interleaved_wal),
+        };
+        w.with_mutation(self.mutation)
     }
 
     /// Sub-tcaches per tcache bin (1 = a plain LIFO bin).
@@ -197,6 +247,7 @@ impl NvAllocConfig {
             .or_else(|| diff("max_threads", self.max_threads.to_string(), heap.max_threads.to_string()))
             .or_else(|| diff("wal_lines", self.wal_lines.to_string(), heap.wal_lines.to_string()))
             .or_else(|| diff("consistency", format!("{:?}", self.consistency), format!("{:?}", heap.consistency)))
+            .or_else(|| diff("wal", format!("{:?}", self.wal).to_lowercase(), format!("{:?}", heap.wal).to_lowercase()))
     }
 }
 
@@ -258,6 +309,19 @@ mod tests {
         assert_eq!((il.stripes, il.tcache_stripes(), il.bookkeeping_log), (1, 6, false));
         let c = NvAllocConfig::preset("nvalloc-log").unwrap().with_overrides(["stripes=4", "su = 0.3"]).unwrap();
         assert_eq!((c.stripes, c.su, c.tcache_stripes()), (4, 0.3, 4));
+        assert_eq!(NvAllocConfig::preset("base").unwrap().wal, WalMode::Artifact);
+        assert_eq!(
+            NvAllocConfig::preset("nvalloc-log").unwrap().with_overrides(["wal=strict"]).unwrap().wal,
+            WalMode::Strict
+        );
+        assert!(NvAllocConfig::default().set("wal", "lax").unwrap_err().to_string().contains("wal"));
+        let mut old: serde_json::Value = serde_json::to_value(NvAllocConfig::default()).unwrap();
+        old.as_object_mut().unwrap().remove("wal");
+        assert_eq!(
+            serde_json::from_value::<NvAllocConfig>(old).unwrap().wal,
+            WalMode::Strict,
+            "headers before the switch"
+        );
         let mut c = NvAllocConfig::default();
         c.set("consistency", "gc").unwrap();
         assert_eq!(c.consistency, Consistency::Gc);

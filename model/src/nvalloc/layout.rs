@@ -83,7 +83,7 @@ impl Layout {
     /// Plans the layout of a new heap of `heap_size` bytes.
     pub fn plan(heap_size: u64, cfg: &NvAllocConfig) -> Result<Layout, AllocError> {
         let wal_off = SUPERBLOCK + SUPERBLOCK_BYTES;
-        let wal_bytes = Wal::area_bytes(cfg.wal_lines, cfg.max_threads).next_multiple_of(4096);
+        let wal_bytes = Wal::area_bytes(cfg.wal_area_lines(), cfg.max_threads).next_multiple_of(4096);
         let log_off = wal_off + wal_bytes;
         let log_bytes = match (cfg.bookkeeping_log, cfg.log_bytes) {
             (false, _) => 0,

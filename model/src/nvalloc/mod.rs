@@ -10,9 +10,11 @@
 //! * Large requests and slabs come from the large allocator ([`large`]):
 //!   VEHs in DRAM, persistent records in the bookkeeping log (§5.3) or in
 //!   in-place extent headers (the baseline).
-//! * Crash consistency (`log` model): `malloc_to`/`free_from` bracket their
-//!   metadata and `*dest` updates with a WAL entry ([`thread`]); opening the
-//!   heap rebuilds everything and, after a crash, replays the WAL ([`recovery`]).
+//! * Crash consistency (`log` model): under `wal=strict`, `malloc_to`/`free_from`
+//!   bracket their metadata and `*dest` updates with a WAL entry ([`thread`]);
+//!   under `wal=artifact` (the default), only a `malloc_to` writes one, as
+//!   NVAlloc's public code does, and it is never cleared. Opening the heap
+//!   rebuilds everything and, after a crash, replays the WAL ([`recovery`]).
 //!
 //! * Crash consistency (`gc` model, NVAlloc-GC): small operations flush no
 //!   metadata; after a crash recovery marks the blocks reachable from the
@@ -52,7 +54,7 @@ pub mod slab;
 pub mod tcache;
 pub mod thread;
 
-pub use config::{Consistency, Mutation, NvAllocConfig};
+pub use config::{Consistency, Mutation, NvAllocConfig, WalMode};
 pub use recovery::RecoveryReport;
 pub use thread::NvAllocThread;
 
@@ -75,7 +77,7 @@ use layout::{ArenaState, Layout, CHUNK, SLAB};
 use pmsim_traces::OpKind;
 use slab::{SlabGeom, SlabTable};
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The allocator's name in messages and the registry's `--help`.
@@ -99,6 +101,9 @@ pub struct NvAlloc {
     arenas: Vec<Arena>,
     large: LargeAlloc,
     wal: Wal,
+    /// Per thread id: the count of WAL entries written by its earlier
+    /// handles, where the next handle's cursor continues.
+    wal_next: Box<[AtomicU64]>,
     /// Usable bytes live: those at open plus a counter per thread id.
     live: LiveBytes,
     report: RecoveryReport,
@@ -196,8 +201,7 @@ impl NvAlloc {
         let crashed = !heap.was_clean() || layout.any_arena_unclean(&t);
         let narenas = cfg.arena_count();
         layout.set_arena_states(&mut t, narenas, ArenaState::Recovery);
-        let wal =
-            Wal::new(layout.wal_off, cfg.wal_lines, cfg.max_threads, cfg.interleaved_wal).with_mutation(cfg.mutation);
+        let wal = cfg.wal_at(layout.wal_off);
         let params = large_params(&cfg, heap.size());
         let rec = recovery::recover(&mut t, layout, &cfg, crashed, &st.geoms, st.map, &wal, params, tiler)
             .map_err(|e| e.in_file(heap))?;
@@ -226,9 +230,9 @@ impl NvAlloc {
             table.insert(s.slab, slab::SlabInfo { class: s.vslab.class, arena, morph_in });
             arenas[arena].adopt(s.slab, s.vslab);
         }
-        let wal =
-            Wal::new(layout.wal_off, cfg.wal_lines, cfg.max_threads, cfg.interleaved_wal).with_mutation(cfg.mutation);
+        let wal = cfg.wal_at(layout.wal_off);
         let live = LiveBytes::new(report.live_bytes, cfg.max_threads as usize);
+        let wal_next = (0..cfg.max_threads).map(|_| AtomicU64::new(0)).collect();
         Arc::new(NvAlloc {
             cfg,
             pm,
@@ -241,6 +245,7 @@ impl NvAlloc {
             arenas,
             large,
             wal,
+            wal_next,
             live,
             report,
             morph_crash_after: Default::default(),
@@ -277,6 +282,11 @@ impl NvAlloc {
 
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// The heap's WAL (for tests that forge the entries a crash leaves).
+    pub fn wal(&self) -> &Wal {
+        &self.wal
     }
 
     /// What the open that made this instance found (all zero after `create`).
@@ -452,6 +462,11 @@ impl Recoverable for NvAlloc {
         } else {
             Vec::new()
         }
+    }
+
+    /// Under `wal=artifact` (NVAlloc's public code), a small block's.
+    fn free_from_leaves_dest(cfg: &NvAllocConfig) -> bool {
+        cfg.wal == WalMode::Artifact && cfg.consistency == Consistency::Log
     }
 
     fn live_blocks(&self, t: &mut NvAllocThread) -> Vec<(u64, u64)> {

@@ -40,6 +40,40 @@
 //!
 //! Recovery writes only idempotent updates, so a crash during recovery is
 //! recovered from by running it again (the arena flags say *recovery*).
+//!
+//! # Under `wal=artifact`
+//!
+//! NVAlloc's public code has no recovery; this is the strongest its
+//! persistent state allows. Its WAL entries are never cleared, so step 2
+//! cannot tell finished operations from interrupted ones. What it can tell
+//! is each thread's newest entry (by sequence number), the only one that can
+//! belong to an operation in progress, since frees are not logged and a
+//! thread does one operation at a time. For that entry `{block, dest}`:
+//!
+//! * small `malloc_to`, block allocated (bit set, or a live old block of a
+//!   slab_in) and `*dest ≠ block`: the malloc got past its bitmap and may not
+//!   have published it: `*dest = block` (redone). This is the one inference
+//!   the state cannot check: had the malloc finished and the program since
+//!   stored something else over `*dest` (without a `malloc_to` on that
+//!   thread in between, and without freeing the block), recovery would put
+//!   the block back there.
+//! * small `malloc_to`, block free and `*dest = block`: either the malloc
+//!   stopped before its bitmap with a stale `*dest` (a `free_from` leaves
+//!   `*dest` as it is, and the LIFO tcache hands the same block out again),
+//!   or it finished and the block was freed since: `*dest = 0` (dropped), so
+//!   that no pointer to a free block survives the crash there.
+//! * large `malloc_to`, extent not recorded and `*dest = extent`: the crash
+//!   hit between publishing and recording: `*dest = 0` (dropped; the extent
+//!   is free space).
+//!
+//! Then every entry of every ring is cleared (also after a clean shutdown),
+//! so the sequence numbers of the next run start afresh: the older entries
+//! first, the newest last, so a crash inside recovery leaves a thread either
+//! its newest entry or none, and recovery run again settles the same entries. What this cannot
+//! recover: a large `free_from` interrupted between `*dest = 0` and deleting
+//! the record leaks its extent (at most one per thread), and a `free_from`
+//! leaves its `*dest` pointing at the freed block until the next crash's
+//! recovery or the program overwrites it.
 
 use super::config::{Consistency, NvAllocConfig};
 use super::large::{paint_heap, Bookkeeping, LargeAlloc, LargeParams, LiveExtent};
@@ -54,7 +88,7 @@ use crate::mech::mark;
 use crate::mech::record::{ExtentKind, Record};
 use crate::mech::regions::RegionTiler;
 use crate::mech::stripe::StripeMap;
-use crate::mech::wal::Wal;
+use crate::mech::wal::{Wal, WalEntry};
 use crate::pm::PmThread;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -65,7 +99,9 @@ pub struct RecoveryReport {
     pub crashed: bool,
     /// WAL entries redone.
     pub wal_redone: u64,
-    /// WAL entries of large allocations dropped (their record never became durable).
+    /// WAL entries of large allocations dropped (their record never became
+    /// durable); under `wal=artifact`, destinations cleared because they
+    /// named a free block or an unrecorded extent.
     pub wal_dropped: u64,
     /// Live user extents and slabs.
     pub extents: u64,
@@ -168,8 +204,10 @@ pub fn recover(
         }
     }
 
-    if crashed {
-        let clear_first = cfg.mutation == crate::mech::mutation::Mutation::WalClearFirst;
+    let clear_first = cfg.mutation == crate::mech::mutation::Mutation::WalClearFirst;
+    if wal.is_artifact() {
+        settle_artifact(t, &layout, wal, &extents, geoms, map, &mut report, crashed, clear_first)?;
+    } else if crashed {
         replay_wal(t, &layout, wal, &mut book, &mut extents, geoms, map, &mut report, clear_first)?;
     }
 
@@ -400,6 +438,94 @@ fn replay_wal(
     }
     if !clear_first {
         wal.clear(t, &slots);
+    }
+    Ok(())
+}
+
+/// Whether the small block at `off` is allocated: its bit, or, in a
+/// slab_in, its index-table entry; `None` if `off` is no block of a live slab.
+fn small_block_live(t: &PmThread, extents: &Extents, geoms: &[SlabGeom], map: StripeMap, off: u64) -> Option<bool> {
+    let slab = off & !(SLAB - 1);
+    if !extents.get(&slab).is_some_and(|x| x.kind == ExtentKind::Slab) {
+        return None;
+    }
+    let h = slab::read_header(t, slab, geoms).ok()?;
+    let new_block = geoms[h.size_class as usize].block_index(slab, off);
+    if let Some((_, _, live)) = old_entry(t, slab, &h, geoms, off).filter(|o| o.2 || new_block.is_none()) {
+        return Some(live);
+    }
+    Some(slab::bitmap(slab, map).test(t, new_block?))
+}
+
+/// Under `wal=artifact`: after a crash, settles the newest entry of each
+/// thread (see the module documentation); then clears every ring, older
+/// entries first and the newest last (each step made durable before the
+/// next), so that a crash inside recovery leaves each thread's newest entry
+/// the newest, or no entry of that thread at all: running recovery again
+/// settles the same entries and settling is idempotent. `clear_first` (the
+/// [`Mutation::WalClearFirst`](crate::mech::mutation::Mutation) order)
+/// clears before settling.
+#[allow(clippy::too_many_arguments)]
+fn settle_artifact(
+    t: &mut PmThread,
+    layout: &Layout,
+    wal: &Wal,
+    extents: &Extents,
+    geoms: &[SlabGeom],
+    map: StripeMap,
+    report: &mut RecoveryReport,
+    crashed: bool,
+    clear_first: bool,
+) -> Result<(), AllocError> {
+    let newest = wal.newest(t);
+    let clear = |t: &mut PmThread| {
+        let last: HashSet<u64> = newest.iter().map(|&(s, _)| s).collect();
+        let older: Vec<u64> = wal.scan(t).into_iter().map(|(s, _)| s).filter(|s| !last.contains(s)).collect();
+        wal.clear(t, &older);
+        wal.clear(t, &newest.iter().map(|&(s, _)| s).collect::<Vec<_>>());
+    };
+    if clear_first {
+        clear(t);
+    }
+    if crashed {
+        settle_newest(t, layout, &newest, extents, geoms, map, report)?;
+    }
+    if !clear_first {
+        clear(t);
+    }
+    Ok(())
+}
+
+/// Settles each thread's newest artifact entry (see the module documentation).
+fn settle_newest(
+    t: &mut PmThread,
+    layout: &Layout,
+    newest: &[(u64, WalEntry)],
+    extents: &Extents,
+    geoms: &[SlabGeom],
+    map: StripeMap,
+    report: &mut RecoveryReport,
+) -> Result<(), AllocError> {
+    for &(_, e) in newest {
+        let bad = |why: &str| corrupt(format!("WAL entry {e:?}: {why}"));
+        if e.dest & 7 != 0 || e.dest.checked_add(8).is_none_or(|end| end > layout.heap_size) {
+            return Err(bad("its destination is no aligned word of the heap"));
+        }
+        let (live, op) = match e.op {
+            op::MALLOC_SMALL => (small_block_live(t, extents, geoms, map, e.target).unwrap_or(false), e.op),
+            op::MALLOC_LARGE => (extents.get(&e.target).is_some_and(|x| x.kind == ExtentKind::Normal), e.op),
+            _ => return Err(bad("not an operation the artifact protocol logs")),
+        };
+        let now = t.load_u64(e.dest);
+        if live && now != e.target && op == op::MALLOC_SMALL {
+            t.store_u64(e.dest, e.target);
+            t.persist(e.dest, 8);
+            report.wal_redone += 1;
+        } else if !live && now == e.target {
+            t.store_u64(e.dest, 0);
+            t.persist(e.dest, 8);
+            report.wal_dropped += 1;
+        }
     }
     Ok(())
 }

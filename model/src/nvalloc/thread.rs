@@ -15,12 +15,20 @@
 //! caller publishes the block itself. Large requests go to the large
 //! allocator with the same WAL bracket around the record and `*dest`.
 //!
+//! That is `wal=strict`. Under `wal=artifact` (the default; see
+//! [`super::config::WalMode`]) the paths are those of NVAlloc's public code
+//! (`nvalloc_malloc_to`, `nvalloc_free_from`, `tcache_alloc_large`): step 5
+//! is left out, a small `free_from` persists its bitmap line and nothing
+//! else (no entry, `*dest` left as is), a large `malloc_to` persists entry,
+//! `*dest`, then its record, and a large `free_from` persists `*dest = 0`
+//! and then deletes its record, with no entry.
+//!
 //! Under the `gc` model (NVAlloc-GC) small operations flush nothing but
 //! `*dest`: the bitmap bit is updated in the cache only and there is no WAL
 //! entry; recovery after a crash rebuilds the bitmaps by marking from the
 //! persistent roots. Large operations are the same in both models.
 
-use super::config::{Consistency, Mutation};
+use super::config::{Consistency, Mutation, WalMode};
 use super::NvAlloc;
 use crate::alloc::AllocThread;
 use crate::mech::record::PAGE;
@@ -56,7 +64,7 @@ impl NvAllocThread {
         let t = nv.pm.thread(tid);
         let arena = nv.bind_arena();
         let tcache = super::tcache::Tcache::new(&nv.tcache_caps, nv.cfg.tcache_stripes() as usize);
-        let wal = nv.wal.cursor(tid);
+        let wal = nv.wal.cursor_at(tid, nv.wal_next[tid as usize].load(std::sync::atomic::Ordering::Relaxed));
         NvAllocThread { nv, t, tcache, arena, wal }
     }
 
@@ -138,7 +146,9 @@ impl NvAllocThread {
         if let (Some(d), Some(s)) = (dest, slot) {
             self.t.store_u64(d, blk);
             persist_dest(&mut self.t, nv.cfg.mutation, d);
-            self.wal.end(&mut self.t, s);
+            if nv.cfg.wal == WalMode::Strict {
+                self.wal.end(&mut self.t, s);
+            }
         }
         nv.account(self.t.tid(), nv.geoms[class].size as i64);
         Some(blk)
@@ -149,11 +159,20 @@ impl NvAllocThread {
         let size = size.checked_next_multiple_of(PAGE)?;
         let wal = &mut self.wal;
         let mut slot = None;
+        let artifact = nv.cfg.wal == WalMode::Artifact;
         let off = nv.large.alloc(&mut self.t, size, |t, start| {
             if let Some(d) = dest {
                 slot = Some(wal.begin(t, WalEntry { op: op::MALLOC_LARGE, target: start, dest: d }));
+                if artifact {
+                    // The artifact publishes before it records the extent.
+                    t.store_u64(d, start);
+                    t.persist(d, 8);
+                }
             }
         })?;
+        if artifact {
+            slot = None;
+        }
         if let (Some(d), Some(s)) = (dest, slot) {
             self.t.store_u64(d, off);
             self.t.persist(d, 8);
@@ -237,6 +256,9 @@ impl NvAllocThread {
                 t.persist(d, 8);
             }
             bitmap.clear(t, b);
+        } else if nv.cfg.wal == WalMode::Artifact {
+            bitmap.clear(t, b);
+            bitmap.persist(t, b);
         } else {
             slot = dest.map(|d| wal.begin(t, WalEntry { op: op::FREE_SMALL, target: off, dest: d }));
             bitmap.clear(t, b);
@@ -265,6 +287,11 @@ impl NvAllocThread {
         let nv = &*self.nv;
         let size = match dest {
             None => nv.large.free(&mut self.t, off),
+            Some(d) if nv.cfg.wal == WalMode::Artifact => {
+                self.t.store_u64(d, 0);
+                self.t.persist(d, 8);
+                nv.large.free(&mut self.t, off)
+            }
             Some(d) => {
                 let wal = &mut self.wal;
                 let mut slot = 0;
@@ -308,6 +335,10 @@ impl AllocThread for NvAllocThread {
         }
     }
 
+    fn free_from_leaves_dest(&self) -> bool {
+        self.nv.cfg.wal == WalMode::Artifact && self.nv.cfg.consistency == Consistency::Log
+    }
+
     crate::alloc::pm_thread_access!(t);
 }
 
@@ -316,6 +347,7 @@ impl Drop for NvAllocThread {
     /// in their vslabs for the rest of the run) and unbinds the arena.
     fn drop(&mut self) {
         let nv = &*self.nv;
+        nv.wal_next[self.t.tid() as usize].store(self.wal.position(), std::sync::atomic::Ordering::Relaxed);
         // Cached blocks may have WAL entries cleared without a fence yet.
         self.t.fence();
         let mut blocks = self.tcache.drain();
