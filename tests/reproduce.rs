@@ -29,7 +29,7 @@ fn check_report(out: &Path) {
         assert!(md.contains(&format!("(figures/{id}.png)")), "{id} not in README.md");
     }
     // The exact parameters of every experiment are in the report.
-    assert!(html.contains("stripes = [1, 2, 4, 8, 16, 32]"));
+    assert!(html.contains("stripes = [1, 2, 4, 6, 8, 16, 32]"));
     // The traced report joined the comparison as its own allocator row.
     assert!(html.contains("traced-base"), "traced row missing");
     // PMDK, traced by the Valgrind tool, stands beside NVAlloc with a reflush
@@ -69,6 +69,53 @@ fn every_field_is_in_some_row(out: &Path) {
     }
 }
 
+/// An experiment's headline table (`OUT/results/NAME.csv`) as rows of named cells.
+fn results(out: &Path, name: &str) -> Vec<std::collections::HashMap<String, String>> {
+    let text = std::fs::read_to_string(out.join("results").join(format!("{name}.csv"))).unwrap();
+    let mut lines = text.lines();
+    let head: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+    lines.map(|l| head.iter().cloned().zip(l.split(',').map(String::from)).collect()).collect()
+}
+
+/// The value of column `col` in the one row of `rows` whose cells match `key`.
+fn cell(rows: &[std::collections::HashMap<String, String>], key: &[(&str, &str)], col: &str) -> f64 {
+    let mut hit = rows.iter().filter(|r| key.iter().all(|(k, v)| r.get(*k).map(String::as_str) == Some(*v)));
+    let r = hit.next().unwrap_or_else(|| panic!("no row {key:?}"));
+    assert!(hit.next().is_none(), "several rows {key:?}");
+    r[col].parse().unwrap_or_else(|_| panic!("{key:?}: {col} = {}", r[col]))
+}
+
+/// The effects the main job's figures exist to show, on its rows at its
+/// scale (tiny). Fragbench's (Fig. 15a, 16b) need a larger heap than tiny
+/// maps (the README says which scale shows them).
+fn figure_effects(out: &Path) {
+    // Fig. 1a: NVAlloc-LOG reflushes less than half as often as the base.
+    let f = results(out, "flushes");
+    let tt = |a: &str, col: &str| cell(&f, &[("workload", "threadtest"), ("alloc", a)], col);
+    let (base, log) = (tt("base", "reflush_ratio"), tt("nvalloc-log", "reflush_ratio"));
+    assert!(log < base / 2.0, "Fig. 1a: nvalloc-log {log} vs base {base}");
+    // Fig. 11: the strict WAL costs twice the flushes of the public code's.
+    let per_op = |a: &str| tt(a, "flushes") / tt(a, "ops");
+    let (artifact, strict) = (per_op("nvalloc-log"), per_op("nvalloc-log:wal=strict"));
+    assert!(strict > 1.5 * artifact, "Fig. 11: strict {strict} vs artifact {artifact} flushes/op");
+    assert!(tt("nvalloc-log:wal=strict", "persist_ns_per_op") > tt("nvalloc-log", "persist_ns_per_op"));
+    // Fig. 16a: NVAlloc-LOG's reflush ratio falls from 1 to 6 stripes (one thread).
+    let s = results(out, "stripes");
+    let at = |n: &str| cell(&s, &[("alloc", "nvalloc-log"), ("threads", "1"), ("stripes", n)], "reflush_ratio");
+    assert!(at("6") < at("1"), "Fig. 16a: {} at 6 stripes vs {} at 1", at("6"), at("1"));
+    // Fig. 19: under eADR the persist time is flat in the stripe count.
+    let e = results(out, "eadr");
+    for a in ["base", "nvalloc-log"] {
+        let t: Vec<f64> = e
+            .iter()
+            .filter(|r| r["alloc"] == a && r["sim.eadr"] == "true")
+            .map(|r| r["persist_ns"].parse().unwrap())
+            .collect();
+        let (lo, hi) = (t.iter().copied().fold(f64::MAX, f64::min), t.iter().copied().fold(0.0, f64::max));
+        assert!(t.len() >= 6 && hi <= 1.01 * lo, "Fig. 19: {a} under eADR {t:?}");
+    }
+}
+
 #[test]
 fn reproduce_tiny_writes_the_report_and_its_sweeps_merge() {
     let tmp = tempfile::tempdir().unwrap();
@@ -84,6 +131,7 @@ fn reproduce_tiny_writes_the_report_and_its_sweeps_merge() {
     assert!(o.status.success(), "{}", stderr(&o));
     check_report(&out);
     every_field_is_in_some_row(&out);
+    figure_effects(&out);
 
     // Each experiment's sweep directory merges on its own.
     let sweep = out.join("sweeps").join("stripes");
@@ -105,7 +153,7 @@ fn reproduce_tiny_writes_the_report_and_its_sweeps_merge() {
     assert!(html.contains("href=\"results/stripes.csv\"") && rep.join("results/stripes.csv").exists());
     assert!(html.contains(&format!("rows: <code>{}/</code>", sweep.display())), "rows not named at the sweep");
     let text = std::fs::read_to_string(&csv).unwrap();
-    assert_eq!(text.lines().count(), 1 + 24, "{text}");
+    assert_eq!(text.lines().count(), 1 + 28, "{text}");
     assert!(text.lines().next().unwrap().contains("stripes"));
 
     // Running again resumes: nothing left to run.
