@@ -304,7 +304,12 @@ fn crash_explores_a_traced_run_and_reports_a_removed_flush() {
     };
     // Each allocator with crash recovery: the real code passes, its
     // mutation (a removed flush or swapped order) is caught and replays.
-    let cases = [("nvalloc-log", "dest-flush"), ("llfree", "free-before-unpublish"), ("makalu", "undo-entry-flush")];
+    let cases = [
+        ("nvalloc-log", "dest-flush"),
+        ("nvalloc-gc", "dest-flush"),
+        ("llfree", "free-before-unpublish"),
+        ("makalu", "undo-entry-flush"),
+    ];
     for (alloc, mutation) in cases {
         let good = record(&format!("{alloc}.pmt"), alloc, true);
         assert!(Path::new(&format!("{good}.img")).is_file(), "--values saves the heap image next to the trace");
