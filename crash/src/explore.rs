@@ -149,8 +149,10 @@ pub struct Summary {
     pub sampled_points: u64,
     pub max_images_at_point: u64,
     /// Images the persistency model allows at the selected points (the
-    /// exhaustive count; sampled points contribute their full product).
-    pub possible_images: f64,
+    /// exhaustive count; sampled points contribute their full product), as
+    /// its decimal logarithm: the count itself can pass what an `f64` holds
+    /// (hundreds of pending lines at one point). 0 for no point.
+    pub possible_images_log10: f64,
     /// Most lines with pending stores at one point.
     pub max_pending_lines: u64,
     /// Distinct recovery-visible states explored (summed over points), and
@@ -180,6 +182,20 @@ pub struct Summary {
     /// Per crash point, in point order.
     pub coverage: Vec<PointCoverage>,
     pub violation: Option<Violation>,
+}
+
+/// `log10(10^a + 10^b)` without leaving the logarithms (−∞ is no image).
+fn log10_sum(a: f64, b: f64) -> f64 {
+    let (hi, lo) = if a > b { (a, b) } else { (b, a) };
+    if hi == f64::NEG_INFINITY {
+        return hi;
+    }
+    hi + (1.0 + 10f64.powf(lo - hi)).log10()
+}
+
+/// A summary to add points to (no images yet).
+fn empty_summary() -> Summary {
+    Summary { possible_images_log10: f64::NEG_INFINITY, ..Summary::default() }
 }
 
 /// Counters a caller may poll (progress bars).
@@ -248,7 +264,7 @@ pub fn explore(
     let per = points.len().div_ceil(nchunks);
     let stop = AtomicU64::new(u64::MAX);
     let found: Mutex<Option<Violation>> = Mutex::new(None);
-    let totals: Mutex<Summary> = Mutex::new(Summary::default());
+    let totals: Mutex<Summary> = Mutex::new(empty_summary());
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let result = points.par_chunks(per).enumerate().try_for_each(|(c, chunk)| {
@@ -260,7 +276,7 @@ pub fn explore(
         t.exhaustive_points += sum.exhaustive_points;
         t.sampled_points += sum.sampled_points;
         t.max_images_at_point = t.max_images_at_point.max(sum.max_images_at_point);
-        t.possible_images += sum.possible_images;
+        t.possible_images_log10 = log10_sum(t.possible_images_log10, sum.possible_images_log10);
         t.max_pending_lines = t.max_pending_lines.max(sum.max_pending_lines);
         t.distinct_states += sum.distinct_states;
         t.complete_points += sum.complete_points;
@@ -437,7 +453,7 @@ impl Worker<'_> {
         let mut img = unsafe { MmapMut::map_mut(&file) }.map_err(io)?;
         let mut ps = PState::default();
         let mut cur = 0usize;
-        let mut sum = Summary::default();
+        let mut sum = empty_summary();
         for &(n, pos) in chunk {
             if self.stop.load(Ordering::Relaxed) < n {
                 break;
@@ -461,7 +477,8 @@ impl Worker<'_> {
                 sum.sampled_points += 1;
             }
             sum.max_images_at_point = sum.max_images_at_point.max(plan.images);
-            sum.possible_images += lens.iter().map(|&n| n as f64 + 1.0).product::<f64>();
+            let here = lens.iter().map(|&n| (n as f64 + 1.0).log10()).sum::<f64>();
+            sum.possible_images_log10 = log10_sum(sum.possible_images_log10, here);
             sum.max_pending_lines = sum.max_pending_lines.max(lens.len() as u64);
             let mut seq = Sequence {
                 order: &order,
@@ -879,6 +896,15 @@ mod tests {
         assert_eq!(pts(Options { marker: Some("a".into()), ..Options::default() }), [2, 3]);
         assert_eq!(pts(Options { every: 2, ..Options::default() }), [1, 3, 5]);
         assert_eq!(pts(Options { point: Some(4), ..Options::default() }), [4]);
+    }
+
+    #[test]
+    fn image_counts_add_up_in_logarithms_past_what_an_f64_holds() {
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(log10_sum(f64::NEG_INFINITY, 2.0), 2.0));
+        assert!(close(log10_sum(0.0, 0.0), 2f64.log10()), "two points of one image each");
+        assert!(close(log10_sum(2.0, 1.0), 110f64.log10()));
+        assert!(close(log10_sum(400.0, 400.0), 400.0 + 2f64.log10()), "beyond 1.8e308");
     }
 
     /// A reachability-based target whose recovery leaves a fixed live set.

@@ -171,9 +171,10 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
         s.points, s.fences, s.exhaustive_points, s.sampled_points, s.max_images_at_point
     );
     println!("images       {} checked in {:.2} s: {:.0} images/s", s.images, s.seconds, s.images_per_second);
+    let (e, m) = (s.possible_images_log10.floor(), 10f64.powf(s.possible_images_log10.fract()));
     println!(
-        "state space  {:.3e} images allowed at these points (at most {} lines with pending stores at one point)",
-        s.possible_images, s.max_pending_lines
+        "state space  {m:.3}e{e} images allowed at these points (at most {} lines with pending stores at one point)",
+        s.max_pending_lines
     );
     println!(
         "coverage     {} distinct recovery-visible states in {} images; {} of {} points complete (every such state explored)",
