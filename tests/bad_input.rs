@@ -1,7 +1,8 @@
 //! Nothing the user had is lost: a table of bad inputs, each run through the
-//! `pmsim` binary, each expected to fail with one line on stderr matching a
-//! pattern, within a time limit (a hang is a failure), leaving every file of
-//! the working directory byte-identical and no new file behind. Then the
+//! `pmsim` binary (some on a disk that fills up, via `RLIMIT_FSIZE`), each
+//! expected to fail with one line on stderr matching a pattern, within a
+//! time limit (a hang is a failure), leaving every file of the working
+//! directory byte-identical and no new file behind. Then the
 //! things a table cannot say: two writers at once, and what SIGTERM and
 //! SIGKILL leave in /dev/shm.
 
@@ -15,14 +16,41 @@ const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/traces/samples/thread
 
 /// Runs pmsim in `dir`, killing it after `limit` (a hang fails the test).
 fn run_in(dir: &Path, args: &[String], limit: Duration) -> Output {
-    let child = Command::new(PMSIM)
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("pmsim starts");
+    run_as(dir, args, limit, &Setup::default())
+}
+
+/// How a case's process differs from a plain run.
+#[derive(Clone, Copy, Default)]
+struct Setup {
+    /// A disk that is full after this many bytes of any one file
+    /// (`RLIMIT_FSIZE`, with SIGXFSZ ignored so that writes fail with EFBIG
+    /// as they would with ENOSPC, instead of killing the process).
+    full_after: Option<u64>,
+    /// One environment variable set (e.g. a `PATH` without Slurm).
+    env: Option<(&'static str, &'static str)>,
+}
+
+fn run_as(dir: &Path, args: &[String], limit: Duration, setup: &Setup) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(PMSIM);
+    cmd.args(args).current_dir(dir).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some((k, v)) = setup.env {
+        cmd.env(k, v);
+    }
+    if let Some(bytes) = setup.full_after {
+        // SAFETY: setrlimit and signal are async-signal-safe, as pre_exec requires.
+        unsafe {
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    }
+    let child = cmd.spawn().expect("pmsim starts");
     wait_limited(child, limit, args)
 }
 
@@ -117,6 +145,17 @@ fn fixture(d: &Path) {
         }
         std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
     }
+    // A sweep whose Slurm script name is taken by a directory.
+    let o = Command::new("cp").args(["-r", "sw", "sw-slurm"]).current_dir(d).status().unwrap();
+    assert!(o.success());
+    std::fs::create_dir_all(d.join("sw-slurm/slurm/array.sh")).unwrap();
+    std::fs::create_dir_all(d.join("sw-slurm/slurm/logs")).unwrap();
+    std::fs::write(d.join("sw-slurm/.lock.submit"), "").unwrap();
+    // A program to trace (trace-exec must never write over it).
+    std::fs::copy("/bin/true", d.join("prog")).unwrap();
+    // gem5's output directory of an earlier export.
+    std::fs::create_dir(d.join("g.m5out")).unwrap();
+    std::fs::write(d.join("g.m5out/stats.txt"), "the user's").unwrap();
     std::fs::write(d.join("nosweep.toml"), "[experiment]\nname = \"x\"\n").unwrap();
     std::fs::write(d.join("empty.toml"), "").unwrap();
     std::fs::write(d.join("victim.toml"), "[experiment]\nname = \"../../victim\"\n[sweep]\nstripes = [1]\n").unwrap();
@@ -128,13 +167,28 @@ struct Case {
     what: &'static str,
     args: &'static str,
     expect: &'static [&'static str],
+    setup: Setup,
 }
 
 const RUN: &str = "run --alloc nvalloc-log --workload threadtest --param objects=20 --param iterations=1";
 
 fn cases() -> Vec<Case> {
     macro_rules! c {
-        ($what:expr, $args:expr, $($e:expr),+) => { Case { what: $what, args: $args, expect: &[$($e),+] } };
+        ($what:expr, $args:expr, $($e:expr),+) => {
+            Case { what: $what, args: $args, expect: &[$($e),+], setup: Setup::default() }
+        };
+    }
+    // On a disk full after `$bytes` bytes of a file.
+    macro_rules! full {
+        ($bytes:expr, $what:expr, $args:expr, $($e:expr),+) => {
+            Case { what: $what, args: $args, expect: &[$($e),+], setup: Setup { full_after: Some($bytes), env: None } }
+        };
+    }
+    // With the environment variable `$k` set to `$v`.
+    macro_rules! with_env {
+        ($k:expr, $v:expr, $what:expr, $args:expr, $($e:expr),+) => {
+            Case { what: $what, args: $args, expect: &[$($e),+], setup: Setup { full_after: None, env: Some(($k, $v)) } }
+        };
     }
     vec![
         // Silent overwrites.
@@ -165,6 +219,55 @@ fn cases() -> Vec<Case> {
         c!("export --out a device", "export t.pmt --format gem5 --out /dev/null --force", "not a regular file"),
         c!("export --out a directory", "export t.pmt --format gem5 --out full --force", "not a regular file"),
         c!("export into a missing directory", "export t.pmt --format gem5 --out no/such.txt", "no/such.txt"),
+        c!("trace-exec -o over a file", "trace-exec -o old.txt -- /bin/true", "old.txt", "already exists"),
+        c!("trace-exec -o over the program", "trace-exec --force -o prog -- ./prog", "prog", "input of this command"),
+        with_env!(
+            "GEM5",
+            "/bin/false",
+            "export --run-gem5 over gem5's earlier output",
+            "export t.pmt --format gem5 --out g --run-gem5",
+            "g.m5out",
+            "already exists"
+        ),
+        c!(
+            "slurm --dry-run over a directory",
+            "sweep --resume sw-slurm --slurm --dry-run",
+            "slurm/array.sh",
+            "not a regular file"
+        ),
+        // A full disk: the write fails, the old file stays, nothing is left.
+        full!(
+            64 << 10,
+            "export on a full disk",
+            "export t.pmt --format gem5 --out old.txt --force",
+            "old.txt",
+            "too large"
+        ),
+        full!(
+            4096,
+            "sim --access-map on a full disk",
+            "sim t.pmt --access-map old.csv --force",
+            "old.csv",
+            "too large"
+        ),
+        full!(4096, "merge --json on a full disk", "sweep merge sw --json old.json --force", "old.json", "too large"),
+        full!(
+            10 << 20,
+            "run --trace --values on a full disk",
+            "run --alloc nvalloc-log --workload threadtest --heap-size 8M --trace v2.pmt --values --force",
+            "v2.pmt",
+            "too large"
+        ),
+        // A sweep refused for other reasons than its parameters leaves no directory.
+        full!(200, "a sweep on a full disk", "sweep --set seed=1 --out d", "d/experiment.json", "too large"),
+        with_env!(
+            "PATH",
+            "/nonexistent",
+            "sweep --slurm without Slurm",
+            "sweep --set seed=1 --slurm --out d",
+            "sbatch"
+        ),
+        c!("sweep --slurm --tasks 0", "sweep --set seed=1 --slurm --tasks 0 --out d", "--tasks must be at least 1"),
         // Path traversal.
         c!("an experiment named ../../victim", "sweep victim.toml --out d", "victim.toml", "plain file name"),
         c!("merge --report of a sweep named ../..", "sweep merge sw-named --report rep", "plain file name"),
@@ -209,7 +312,7 @@ fn bad_inputs_are_one_line_and_change_nothing() {
     for case in cases() {
         let before = snapshot(d);
         let args: Vec<String> = case.args.replace("RUN", RUN).split_whitespace().map(String::from).collect();
-        let o = run_in(d, &args, Duration::from_secs(60));
+        let o = run_as(d, &args, Duration::from_secs(60), &case.setup);
         let err = stderr(&o);
         let mut bad = Vec::new();
         if o.status.code() != Some(1) {

@@ -227,13 +227,22 @@ fn run_gem5_calls_gem5_and_reads_its_stats() {
         assert!(s.contains(needle), "missing {needle:?} in\n{s}");
     }
     assert!(dir.path().join("t.gem5.py").exists() && dir.path().join("t.gem5.m5out/gem5.log").exists());
-    // A gem5 that fails is reported with where its output went.
+    // A gem5 that fails is reported with its log's last lines, and leaves
+    // the earlier run's output directory as it was, with nothing beside it.
+    let stats = std::fs::read(dir.path().join("t.gem5.m5out/stats.txt")).unwrap();
     std::fs::write(&fake, "#!/bin/sh\necho boom\nexit 1\n").unwrap();
     let o = pmsim_env(
         &["export", SAMPLE, "--format", "gem5", "--out", out.to_str().unwrap(), "--run-gem5", "--force"],
         &[("GEM5", fake.to_str().unwrap())],
     );
-    fails_with(&o, &["gem5 failed", "gem5.log"]);
+    fails_with(&o, &["gem5 failed", "gem5.log: boom"]);
+    assert_eq!(std::fs::read(dir.path().join("t.gem5.m5out/stats.txt")).unwrap(), stats);
+    let hidden: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "left behind: {hidden:?}");
 }
 
 /// `pmsim run --alloc llfree … --sim`: LLFree's flushes reach the simulator,

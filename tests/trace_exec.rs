@@ -200,8 +200,22 @@ fn bad_inputs_get_one_clear_error_line() {
 
     std::fs::write(&out, b"keep me").unwrap();
     let line = one_error_line(&pmsim(&["trace-exec", "--pm-dir", pm, "-o", out_s, "--", exe_s, pm, "ok"]));
-    assert!(line.contains("exists (give --force"), "{line}");
+    assert!(line.contains("already exists (--force replaces it)"), "{line}");
     assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
+    // With --force the old trace is replaced only by a trace: a run that
+    // leaves none (no PM mapped) keeps it, and no temporary file is left.
+    let line = one_error_line(&pmsim(&["trace-exec", "--force", "--pm-dir", pm, "-o", out_s, "--", exe_s, pm, "nopm"]));
+    assert!(line.contains("no PM mapping seen"), "{line}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"keep me", "the old trace was removed before Valgrind ran");
+    let hidden: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "left behind: {hidden:?}");
+    // The program itself is never written over.
+    let line = one_error_line(&pmsim(&["trace-exec", "--force", "--pm-dir", pm, "-o", exe_s, "--", exe_s, pm, "ok"]));
+    assert!(line.contains("is an input of this command"), "{line}");
 
     let line = one_error_line(&pmsim(&["trace-exec", "-o", out_s]));
     assert!(line.contains("give the program to trace after --"), "{line}");

@@ -18,6 +18,7 @@
 //! already in the shard files.
 
 use crate::store::SweepDir;
+use pmsim_traces::output::Policy;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -113,13 +114,19 @@ fn which(cmd: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(cmd)).find(|p| p.is_file())
 }
 
+/// Refuses an array of no tasks (checked before the sweep directory is made).
+pub fn check_tasks(tasks: usize) -> Result<(), String> {
+    if tasks == 0 {
+        return Err("--tasks must be at least 1".into());
+    }
+    Ok(())
+}
+
 /// Writes the array and merge scripts for sweep directory `dir` (which must
 /// hold its `experiment.json` already) into `DIR/slurm/`. `pmsim` is the
 /// binary the tasks run: an absolute path every node can execute.
 pub fn plan(dir: &SweepDir, name: &str, pmsim: &Path, o: &SlurmOptions) -> Result<Plan, String> {
-    if o.tasks == 0 {
-        return Err("--tasks must be at least 1".into());
-    }
+    check_tasks(o.tasks)?;
     let root = std::path::absolute(&dir.root).map_err(|e| format!("{}: {e}", dir.root.display()))?;
     let sdir = root.join("slurm");
     let logs = sdir.join("logs");
@@ -154,8 +161,12 @@ pub fn plan(dir: &SweepDir, name: &str, pmsim: &Path, o: &SlurmOptions) -> Resul
     );
     let array_script = sdir.join("array.sh");
     let merge_script = sdir.join("merge.sh");
+    // The scripts are the sweep directory's own, made again by every
+    // submission (and `--dry-run`): each replaced through a temporary file,
+    // never written over anything that is not a regular file.
+    let mut policy = Policy::new(true);
     for (p, text) in [(&array_script, &array), (&merge_script, &merge)] {
-        std::fs::write(p, text).map_err(|e| format!("{}: cannot write: {e}", p.display()))?;
+        policy.write(p, text.as_bytes())?;
     }
 
     let mut common = vec!["--parsable".to_string()];

@@ -17,7 +17,7 @@
 use crate::experiment::Experiment;
 use crate::point::{fnv1a64, Point};
 use crate::row::Row;
-use pmsim_traces::output::{Lock, Policy};
+use pmsim_traces::output::{Lock, Output, Policy};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -175,12 +175,17 @@ impl SweepDir {
             }
             return Ok(());
         }
+        // Written as every output is (temporary file, sync, rename; nothing
+        // left on an error). A shard of the same sweep that got here first
+        // wins, and this one checks its experiment as above.
         let p = self.experiment_path();
-        let tmp = self.root.join(format!(".experiment.json.{}.tmp", std::process::id()));
         let text = serde_json::to_string_pretty(r).expect("experiment serializes");
-        write_synced(&tmp, text.as_bytes()).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        fs::rename(&tmp, &p).map_err(|e| format!("{}: {e}", p.display()))?;
-        Ok(())
+        let mut o = Output::create(&p, false).map_err(|e| format!("{}: cannot create: {e}", p.display()))?;
+        match o.write_all(text.as_bytes()).and_then(|_| o.commit()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && self.load()?.is_some() => self.init(r),
+            Err(e) => Err(format!("{}: cannot write: {e}", p.display())),
+        }
     }
 
     /// Every complete row of every shard file, checked; torn last lines are
@@ -223,12 +228,6 @@ impl SweepDir {
         }
         Ok((rows, torn))
     }
-}
-
-fn write_synced(p: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = File::create(p)?;
-    f.write_all(bytes)?;
-    f.sync_all()
 }
 
 /// The line of a row (with its newline).

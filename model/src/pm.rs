@@ -39,6 +39,7 @@ use crate::heap::{bytes_of, Heap, Mapping, PmOff, Pod, HEADER_SIZE};
 use crate::tracing::Finished;
 use crate::tracing::{ThreadTrace, TraceCollector, TraceConfig, TraceShared};
 use crate::watch::AccessWatch;
+use pmsim_traces::output::Output;
 use pmsim_traces::EventSink;
 use pmsim_traces::{line_of, Category, FenceKind, HeapInfo, OpKind, Region, TraceHeader, Tracer};
 use std::collections::HashSet;
@@ -51,10 +52,12 @@ use std::sync::{Arc, Mutex};
 /// The trace header's record of a heap image: file name, size and CRC-32.
 pub const HEAP_IMAGE_KEY: &str = "heap_image";
 
-/// Writes the heap's bytes to `path` (no traced event has happened yet, so
-/// this is the state every event of the trace applies to) and returns what the
-/// trace header records about it.
-fn save_heap_image(heap: &Heap, path: &std::path::Path) -> io::Result<serde_json::Value> {
+/// Writes the heap's bytes beside `path` (no traced event has happened yet,
+/// so this is the state every event of the trace applies to) and returns
+/// what the trace header records about it, with the image not yet in place:
+/// [`TraceCollector::finish`] renames it once every event reached the trace,
+/// so a run that fails (a full disk) leaves an earlier image as it was.
+fn save_heap_image(heap: &Heap, path: &std::path::Path) -> io::Result<(serde_json::Value, Output)> {
     // SAFETY: the heap maps `size` bytes at `base`, and no thread writes to
     // it while tracing has not started.
     let bytes = unsafe { std::slice::from_raw_parts(heap.base() as *const u8, heap.size() as usize) };
@@ -62,14 +65,14 @@ fn save_heap_image(heap: &Heap, path: &std::path::Path) -> io::Result<serde_json
     // replaced was the command's decision (`output::Policy`).
     let named =
         |e: io::Error| io::Error::new(e.kind(), format!("{}: cannot write the heap image: {e}", path.display()));
-    let mut out = pmsim_traces::output::Output::create(path, true).map_err(named)?;
+    let mut out = Output::create(path, true).map_err(named)?;
     io::Write::write_all(&mut out, bytes).map_err(named)?;
-    out.commit().map_err(named)?;
-    Ok(serde_json::json!({
+    let info = serde_json::json!({
         "file": path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         "size": heap.size(),
         "crc32": crc32fast::hash(bytes),
-    }))
+    });
+    Ok((info, out))
 }
 
 /// The backend of a handle: which flush instruction runs natively, or tracing.
@@ -157,12 +160,15 @@ impl Pm {
             values: cfg.values,
             ..TraceHeader::default()
         };
+        let mut image = None;
         if let Some(path) = &cfg.heap_image {
-            let info = save_heap_image(heap, path).map_err(PmError::Trace)?;
+            let (info, out) = save_heap_image(heap, path).map_err(PmError::Trace)?;
             header.extra.insert(HEAP_IMAGE_KEY.into(), info);
+            image = Some(out);
         }
         let sink = make_sink(header).map_err(PmError::Trace)?;
-        let (trace, collector) = crate::tracing::start(sink, cfg).map_err(PmError::Trace)?;
+        let (trace, mut collector) = crate::tracing::start(sink, cfg).map_err(PmError::Trace)?;
+        collector.heap_image = image;
         Ok((Pm::with_backend(heap, flush, Some(trace)), collector))
     }
 
@@ -769,7 +775,13 @@ impl<S: EventSink + 'static> TraceCollector<S> {
         // The collector ends once the last sender (in the shared state) is gone.
         drop(self.shared);
         match self.handle.join() {
-            Ok((sink, Ok(stats))) => Ok(Finished { sink, stats }),
+            Ok((sink, Ok(stats))) => {
+                if let Some(img) = self.heap_image {
+                    let path = img.path().display().to_string();
+                    img.commit().map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+                }
+                Ok(Finished { sink, stats })
+            }
             Ok((_, Err(e))) => Err(io::Error::new(e.kind(), format!("trace sink: {e}"))),
             Err(_) => Err(io::Error::other("the trace collector thread panicked")),
         }

@@ -487,7 +487,7 @@ pub(crate) fn start<S: EventSink + 'static>(
     let c = common.clone();
     let handle = std::thread::Builder::new().name("pmsim-trace".into()).spawn(move || collect(sink, rx, &c))?;
     let shared = Arc::new(TraceShared { seq: SeqCounter(AtomicU64::new(0)), tx, common });
-    Ok((shared.clone(), TraceCollector { handle, shared }))
+    Ok((shared.clone(), TraceCollector { handle, shared, heap_image: None }))
 }
 
 /// The collector thread of a traced [`Pm`](crate::Pm); [`TraceCollector::finish`] ends
@@ -497,6 +497,9 @@ pub(crate) fn start<S: EventSink + 'static>(
 pub struct TraceCollector<S> {
     pub(crate) handle: JoinHandle<(S, io::Result<CollectorStats>)>,
     pub(crate) shared: Arc<TraceShared>,
+    /// The heap image at trace start, written but put in place only when
+    /// the trace is delivered whole (dropped, it leaves nothing).
+    pub(crate) heap_image: Option<pmsim_traces::output::Output>,
 }
 
 impl<S> std::fmt::Debug for TraceCollector<S> {

@@ -16,8 +16,6 @@ pub enum PintoolsError {
     Build { what: String, dir: PathBuf, log: String },
     /// An operating-system error, with what was being done.
     Io { what: String, err: io::Error },
-    /// The trace file exists and `force` was not given.
-    OutputExists(PathBuf),
     /// A bad option value (e.g. a PM directory that is not a directory).
     BadInput(String),
     /// The program ran but mapped no file under the PM directory and announced
@@ -67,9 +65,6 @@ impl fmt::Display for PintoolsError {
                 write!(f, "building {what} in {} failed: {}", dir.display(), log.trim().replace('\n', " | "))
             }
             PintoolsError::Io { what, err } => write!(f, "{what}: {err}"),
-            PintoolsError::OutputExists(p) => {
-                write!(f, "{}: the trace file exists (give --force to replace it)", p.display())
-            }
             PintoolsError::BadInput(m) => f.write_str(m),
             PintoolsError::NoPmMapping { program, pm_dir } => write!(
                 f,

@@ -2,7 +2,8 @@
 
 use crate::error::PintoolsError;
 use crate::tool::{cache_dir, is_executable, which, ValgrindTool};
-use pmsim_traces::{ErrorKind, TraceHeader, TraceReader, TraceStats};
+use pmsim_traces::output::{Lock, Policy};
+use pmsim_traces::{ErrorKind, TraceError, TraceHeader, TraceReader, TraceStats};
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
@@ -88,7 +89,8 @@ fn resolve(program: &OsString) -> Result<PathBuf, PintoolsError> {
 /// first use) and reads the trace back.
 ///
 /// Errors, each one line: the program is not found; the PM directory is not
-/// one; the trace exists (without `force`); Valgrind or its tool kit is
+/// one; the trace exists (without `force`), is not a regular file, is the
+/// program, or is being written by another pmsim; Valgrind or its tool kit is
 /// missing or the tool does not build; the program maps no PM (no trace is
 /// left); the program is killed (the trace is kept, marked partial in its
 /// header); the program exits non-zero (the trace is kept, complete).
@@ -101,12 +103,17 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
     // Mappings are recognised by the path the kernel reports, which is canonical.
     let pm_dir = fs::canonicalize(&opts.pm_dir)
         .map_err(|e| PintoolsError::io(format!("resolving {}", opts.pm_dir.display()), e))?;
-    if opts.out.exists() && !opts.force {
-        return Err(PintoolsError::OutputExists(opts.out.clone()));
-    }
-    if opts.out.exists() {
-        fs::remove_file(&opts.out).map_err(|e| PintoolsError::io(format!("removing {}", opts.out.display()), e))?;
-    }
+    // The trace goes through pmsim's output policy: checked before anything
+    // runs (an existing file only with `force`, never the program itself or
+    // anything not a regular file), one writer at a time, written by the
+    // tool under a temporary name and renamed into place only when there is
+    // a trace to keep, so a failed run leaves an existing file as it was.
+    let mut policy = Policy::new(opts.force);
+    policy.input(&program);
+    policy.check(&opts.out).map_err(PintoolsError::BadInput)?;
+    let _lock = Lock::output(&opts.out).map_err(PintoolsError::BadInput)?;
+    let mut out = policy.create(&opts.out).map_err(PintoolsError::BadInput)?;
+    let tmp = out.tmp_path().to_path_buf();
     let cache = opts.cache.clone().unwrap_or_else(cache_dir);
     let tool = ValgrindTool::ensure(&cache)?;
 
@@ -118,7 +125,7 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
     cmd.env("VALGRIND_LIB", &tool.lib_dir)
         .arg("--tool=pmtrace")
         .arg(format!("--log-file={}", log.display()))
-        .arg(format!("--pmt-out={}", opts.out.display()))
+        .arg(format!("--pmt-out={}", tmp.display()))
         .arg(format!("--pm-dir={}", pm_dir.display()))
         .arg(format!("--pmt-values={}", if opts.values { "yes" } else { "no" }))
         .arg(format!("--pmt-pmsim-version={}", env!("CARGO_PKG_VERSION")));
@@ -144,7 +151,8 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
     if log_text.contains("failed to start tool") || log_text.contains("Bad option") {
         return Err(PintoolsError::Valgrind { status: status.to_string(), log: log_tail(&log_text) });
     }
-    if !opts.out.exists() {
+    // The tool removes its trace when the program mapped no PM.
+    if !tmp.exists() {
         if log_text.contains("no PM mapping seen") {
             return Err(PintoolsError::NoPmMapping { program: name, pm_dir });
         }
@@ -157,9 +165,21 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
     } else {
         ""
     };
-    let mut reader = TraceReader::open(&opts.out)?;
+    let mut reader = TraceReader::open(&tmp).map_err(|e| named(e, &tmp, &opts.out))?;
     let header = reader.header().clone();
-    let stats = match TraceStats::scan(&mut reader) {
+    let scanned = TraceStats::scan(&mut reader);
+    drop(reader);
+    // What the run left is kept (a partial or failed program's trace says so
+    // in its header) unless it cannot be read at all.
+    let keep = match &scanned {
+        Ok(_) => true,
+        Err(e) => e.kind == ErrorKind::Truncated,
+    };
+    if keep {
+        let f = out.take_file();
+        out.commit_file(f).map_err(|e| PintoolsError::io(format!("writing {}", opts.out.display()), e))?;
+    }
+    let stats = match scanned {
         Ok(s) => s,
         Err(e) if e.kind == ErrorKind::Truncated => {
             return Err(PintoolsError::Killed {
@@ -170,7 +190,7 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
                 hint,
             })
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(named(e, &tmp, &opts.out)),
     };
     let partial = header.extra.get("partial").and_then(|v| v.as_bool()).unwrap_or(false);
     if partial || status.signal().is_some() {
@@ -195,6 +215,12 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
         }
         None => Err(PintoolsError::Valgrind { status: status.to_string(), log: log_tail(&log_text) }),
     }
+}
+
+/// A trace error about the temporary file, told of the file the user named.
+fn named(e: TraceError, tmp: &Path, out: &Path) -> PintoolsError {
+    let text = e.to_string().replace(&tmp.display().to_string(), &out.display().to_string());
+    PintoolsError::BadInput(text)
 }
 
 /// Valgrind's lines worth showing: its errors, without the banner.

@@ -119,6 +119,12 @@ pub fn run(a: ExportArgs) -> CmdResult {
     if let Some(p) = &script_path {
         policy.check(p)?;
     }
+    // gem5's output directory: made under a temporary name, in place only
+    // when gem5 succeeded.
+    let m5out = gem5_bin.as_ref().map(|_| with_suffix(&a.out, ".m5out"));
+    if let Some(d) = &m5out {
+        policy.check_dir(d)?;
+    }
     let opts = Options {
         mode,
         categories,
@@ -160,8 +166,8 @@ pub fn run(a: ExportArgs) -> CmdResult {
         let mut policy = Policy::new(true);
         policy.write(p, script.render().as_bytes())?;
     }
-    let gem5_run = match (&gem5_bin, &script_path) {
-        (Some(bin), Some(script)) => Some(gem5::run(bin, script, &with_suffix(&a.out, ".m5out"))?),
+    let gem5_run = match (&gem5_bin, &script_path, &m5out) {
+        (Some(bin), Some(script), Some(d)) => Some(gem5::run(bin, script, policy.create_dir(d)?)?),
         _ => None,
     };
     // pmsim's own estimate of the same trace, for comparison with gem5's.

@@ -198,7 +198,7 @@ fn run_one(job: &Job, opts: &RunOptions, hs: &HeapSpec, flush: FlushInsn, mode: 
                 let heap_image = wopts.values.then(|| heap_image_path(path));
                 let tcfg = TraceConfig { values: wopts.values, heap_image, ..TraceConfig::default() };
                 let (outcome, finished) = runner::run_traced(&spec, &tcfg, |h| TraceFile::create(path, &h, wopts))?;
-                let stats = finished.sink.finish().map_err(|e| format!("{}: {e}", path.display()))?;
+                let stats = finished.sink.finish()?;
                 let trace = Some(TraceOut { path: path.clone(), events: stats.events, bytes: stats.bytes });
                 Ok(Done { outcome, trace, sim: None })
             }
@@ -285,6 +285,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     }
     if let (Some(t), true) = (&a.trace, a.values) {
         policy.check(&heap_image_path(t))?;
+        _locks.push(Lock::output(&heap_image_path(t))?);
     }
     let mode = match (&a.trace, &a.sim) {
         (Some(path), _) => Mode::Trace {

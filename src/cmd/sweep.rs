@@ -126,9 +126,15 @@ pub fn run(a: SweepArgs) -> CmdResult {
             store::Resolved::new(exp, &points)
         }
     };
+    if let Some(t) = a.slurm.tasks {
+        slurm::check_tasks(t)?;
+    }
+    // From here the directory may be made: a refusal before any point runs
+    // (another writer, Slurm missing, a full disk) removes it again.
+    let mut made = MadeHere::new(&dir);
     if a.slurm.slurm {
         let _one_writer = dir.lock_submit()?;
-        return submit(&a, &dir, &resolved);
+        return submit(&a, &dir, &resolved, &mut made);
     }
     let points: Vec<_> = resolved.points.iter().map(|l| l.point.clone()).collect();
     sweep::check_jobs(a.jobs, &points)?;
@@ -137,6 +143,8 @@ pub fn run(a: SweepArgs) -> CmdResult {
     }
     let opts = Options { shard: a.shard, resume: a.resume.is_some(), jobs: a.jobs, progress: true };
     let s = sweep::run_resolved(&dir, &resolved, &opts)?;
+    // Points ran (or failed, to be retried with --resume): the directory stays.
+    made.keep();
     let mut w = std::io::stdout().lock();
     if a.json {
         serde_json::to_writer_pretty(&mut w, &s)?;
@@ -167,9 +175,41 @@ pub fn run(a: SweepArgs) -> CmdResult {
     Ok(())
 }
 
+/// A sweep directory this command made, removed when the command fails
+/// before it ran a point or submitted a job, if it holds no row and no other
+/// sweep is writing it: a refused sweep leaves no directory behind.
+struct MadeHere<'a> {
+    dir: &'a SweepDir,
+    armed: bool,
+}
+
+impl<'a> MadeHere<'a> {
+    fn new(dir: &'a SweepDir) -> MadeHere<'a> {
+        MadeHere { dir, armed: std::fs::symlink_metadata(&dir.root).is_err() }
+    }
+
+    /// The directory holds what the user asked for: keep it.
+    fn keep(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for MadeHere<'_> {
+    fn drop(&mut self) {
+        if !self.armed || !self.dir.root.is_dir() {
+            return;
+        }
+        // Another sweep that found the directory meanwhile holds a lock.
+        let (Ok(_shard0), Ok(_submit)) = (self.dir.lock_shard(0), self.dir.lock_submit()) else { return };
+        if self.dir.read_rows().is_ok_and(|(rows, torn)| rows.is_empty() && torn.is_empty()) {
+            let _ = std::fs::remove_dir_all(&self.dir.root);
+        }
+    }
+}
+
 /// `--slurm`: writes the job scripts, submits them and (with `--wait`)
 /// follows the jobs to the merged result.
-fn submit(a: &SweepArgs, dir: &SweepDir, resolved: &store::Resolved) -> CmdResult {
+fn submit(a: &SweepArgs, dir: &SweepDir, resolved: &store::Resolved, made: &mut MadeHere) -> CmdResult {
     let o = &a.slurm;
     if !o.dry_run {
         slurm::check_available()?;
@@ -192,9 +232,11 @@ fn submit(a: &SweepArgs, dir: &SweepDir, resolved: &store::Resolved) -> CmdResul
             writeln!(w)?;
         }
         write!(w, "{}", plan.commands())?;
+        made.keep();
         return Ok(());
     }
     let sub = slurm::submit(&plan)?;
+    made.keep();
     if a.json && !o.wait {
         serde_json::to_writer_pretty(&mut w, &sub)?;
         writeln!(w)?;

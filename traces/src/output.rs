@@ -13,6 +13,9 @@
 //!   handler removes every temporary file still registered
 //!   ([`remove_temporaries`]). Without `--force` the rename does not replace a
 //!   file that appeared meanwhile.
+//! * [`OutputDir`]: the same for a directory another program fills (gem5's
+//!   output directory): made under a temporary name, renamed into place
+//!   when the program succeeded, removed otherwise.
 //! * [`Lock`]: one writer at a time. A `flock` on a lock file beside the
 //!   output (or inside a sweep directory); a second writer is refused at once
 //!   with one line naming the holder's pid. The kernel drops the lock when
@@ -155,6 +158,63 @@ impl Policy {
         Output::create(path, self.force).map_err(|e| format!("{}: cannot create: {e}", path.display()))
     }
 
+    /// Checks that the directory `path` may be made (another program's
+    /// output directory, e.g. gem5's `-d`), before any work starts: an
+    /// existing directory only with `--force`, never an input or guarded
+    /// directory, never something that is not a directory.
+    pub fn check_dir(&mut self, path: &Path) -> Result<(), OutputError> {
+        let name = path.display();
+        let Some(base) = path.file_name() else { return Err(format!("{name}: not a directory name")) };
+        let parent = parent_of(path);
+        let cparent = fs::canonicalize(&parent)
+            .map_err(|e| format!("{name}: cannot create: directory {}: {e}", parent.display()))?;
+        let full = cparent.join(base);
+        for (g, why) in &self.guarded {
+            if full.starts_with(g) || g.starts_with(&full) {
+                return Err(format!("{name}: inside {} ({why}); write it elsewhere", g.display()));
+            }
+        }
+        if self.outputs.contains(&full) {
+            return Err(format!("{name}: named twice as an output of this command"));
+        }
+        match fs::symlink_metadata(path) {
+            Ok(m) if !m.is_dir() => {
+                return Err(format!(
+                    "{name}: exists and is not a directory ({}); pmsim replaces only directories",
+                    kind(&m)
+                ))
+            }
+            Ok(_) => {
+                if let Some((_, _, p)) =
+                    self.inputs.iter().find(|(_, _, p)| fs::canonicalize(p).is_ok_and(|c| c.starts_with(&full)))
+                {
+                    return Err(format!(
+                        "{name}: holds an input of this command ({}); write it elsewhere",
+                        p.display()
+                    ));
+                }
+                if !self.force {
+                    return Err(format!("{name}: already exists (--force replaces it)"));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("{name}: {e}")),
+        }
+        self.outputs.push(full);
+        Ok(())
+    }
+
+    /// Checks the directory `path` (unless [`Policy::check_dir`] already did)
+    /// and makes it under a temporary name.
+    pub fn create_dir(&mut self, path: &Path) -> Result<OutputDir, OutputError> {
+        let checked = fs::canonicalize(parent_of(path))
+            .is_ok_and(|p| path.file_name().is_some_and(|n| self.outputs.contains(&p.join(n))));
+        if !checked {
+            self.check_dir(path)?;
+        }
+        OutputDir::create(path, self.force).map_err(|e| format!("{}: cannot create: {e}", path.display()))
+    }
+
     /// Checks `path`, then writes `bytes` to it (temporary file, sync, rename).
     pub fn write(&mut self, path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
         let mut o = self.create(path)?;
@@ -217,7 +277,20 @@ fn unregister(p: &Path) {
 pub fn remove_temporaries() {
     let t = TEMPORARIES.lock().unwrap_or_else(|e| e.into_inner());
     for p in t.iter() {
-        let _ = fs::remove_file(p);
+        remove_any(p);
+    }
+}
+
+/// Removes a temporary file or directory (not following a symbolic link).
+fn remove_any(p: &Path) {
+    match fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => {
+            let _ = fs::remove_dir_all(p);
+        }
+        Ok(_) => {
+            let _ = fs::remove_file(p);
+        }
+        Err(_) => {}
     }
 }
 
@@ -249,6 +322,12 @@ impl Output {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The temporary file, for a writer in another process (the Valgrind
+    /// tool) that opens it by name; the commit renames whatever it wrote.
+    pub fn tmp_path(&self) -> &Path {
+        &self.tmp
     }
 
     pub fn file(&mut self) -> &mut File {
@@ -326,6 +405,75 @@ fn rename(from: &Path, to: &Path, replace: bool) -> io::Result<()> {
         // existing name just the same.
         Some(libc::EINVAL) | Some(libc::ENOSYS) => fs::hard_link(from, to).and_then(|_| fs::remove_file(from)),
         _ => Err(e),
+    }
+}
+
+/// A directory being filled (by pmsim or a program it runs): under a
+/// temporary name beside its destination until [`OutputDir::commit`];
+/// removed with its contents if dropped before, so a failed run leaves the
+/// old directory, if any, as it was.
+#[derive(Debug)]
+pub struct OutputDir {
+    path: PathBuf,
+    tmp: PathBuf,
+    replace: bool,
+}
+
+impl OutputDir {
+    /// Makes a temporary directory beside `path`; `replace`: the commit may
+    /// replace an existing directory (the command's `--force`, already checked).
+    pub fn create(path: &Path, replace: bool) -> io::Result<OutputDir> {
+        let tmp = sibling(path, "tmp");
+        register(&tmp);
+        remove_any(&tmp);
+        if let Err(e) = fs::create_dir(&tmp) {
+            unregister(&tmp);
+            return Err(e);
+        }
+        Ok(OutputDir { path: path.to_path_buf(), tmp, replace })
+    }
+
+    /// Where the directory is filled until the commit.
+    pub fn tmp_path(&self) -> &Path {
+        &self.tmp
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the directory into place. A directory replaced (`--force`) is
+    /// first moved aside and removed only once the new one is in place.
+    pub fn commit(mut self) -> io::Result<()> {
+        let old = sibling(&self.path, "old");
+        let moved = self.replace && fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_dir());
+        if moved {
+            register(&old);
+            fs::rename(&self.path, &old)?;
+        }
+        if let Err(e) = rename(&self.tmp, &self.path, false) {
+            if moved {
+                let _ = fs::rename(&old, &self.path);
+                unregister(&old);
+            }
+            return Err(e);
+        }
+        if moved {
+            remove_any(&old);
+            unregister(&old);
+        }
+        unregister(&self.tmp);
+        self.tmp = PathBuf::new();
+        Ok(())
+    }
+}
+
+impl Drop for OutputDir {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            remove_any(&self.tmp);
+            unregister(&self.tmp);
+        }
     }
 }
 
@@ -416,12 +564,15 @@ fn remove_stale_temporaries(path: &Path) {
     for e in rd.flatten() {
         let n = e.file_name();
         let Some(rest) = n.as_bytes().strip_prefix(prefix.as_slice()) else { continue };
-        let Some(pid) = rest.strip_suffix(b".tmp").and_then(|p| std::str::from_utf8(p).ok()?.parse::<u32>().ok())
+        let Some(pid) = rest
+            .strip_suffix(b".tmp")
+            .or_else(|| rest.strip_suffix(b".old"))
+            .and_then(|p| std::str::from_utf8(p).ok()?.parse::<u32>().ok())
         else {
             continue;
         };
         if pid != std::process::id() && !pid_alive(pid) {
-            let _ = fs::remove_file(e.path());
+            remove_any(&e.path());
         }
     }
 }
@@ -480,6 +631,33 @@ mod tests {
         assert!(o.commit().is_err(), "no replace without force");
         assert_eq!(fs::read(&a).unwrap(), b"data");
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn output_dir_is_renamed_or_removed_and_replaces_only_with_force() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("out");
+        fs::create_dir(&a).unwrap();
+        fs::write(a.join("old"), b"old").unwrap();
+        assert!(Policy::new(false).check_dir(&a).unwrap_err().contains("already exists"));
+        let f = d.path().join("file");
+        fs::write(&f, b"x").unwrap();
+        assert!(Policy::new(true).check_dir(&f).unwrap_err().contains("not a directory"));
+        let mut p = Policy::new(true);
+        let o = p.create_dir(&a).unwrap();
+        fs::write(o.tmp_path().join("new"), b"new").unwrap();
+        drop(o);
+        assert_eq!(fs::read(a.join("old")).unwrap(), b"old", "a dropped directory leaves the old one");
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 2, "and no temporary");
+        let o = OutputDir::create(&a, true).unwrap();
+        fs::write(o.tmp_path().join("new"), b"new").unwrap();
+        o.commit().unwrap();
+        assert!(a.join("new").exists() && !a.join("old").exists());
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 2);
+        let o = OutputDir::create(&a, false).unwrap();
+        assert!(o.commit().is_err(), "no replace without force");
+        assert!(a.join("new").exists());
+        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 2);
     }
 
     #[test]

@@ -266,25 +266,41 @@ impl TraceFile {
     pub fn finish(mut self) -> io::Result<WriteStats> {
         let w = self.writer.take().expect("trace file already finished");
         let out = self.out.take().expect("trace file already finished");
-        let (buf, stats) = w.finish()?;
-        let file = buf.into_inner().map_err(|e| e.into_error())?;
-        out.commit_file(file)?;
+        let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", out.path().display()));
+        let (buf, stats) = w.finish().map_err(named)?;
+        let file = buf.into_inner().map_err(|e| named(e.into_error()))?;
+        let path = out.path().display().to_string();
+        out.commit_file(file).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
         Ok(stats)
+    }
+}
+
+impl TraceFile {
+    /// `e` naming the trace file (a full disk says which file it stopped).
+    #[cold]
+    fn named(&self, e: io::Error) -> io::Error {
+        match &self.out {
+            Some(o) => io::Error::new(e.kind(), format!("{}: {e}", o.path().display())),
+            None => e,
+        }
     }
 }
 
 impl EventSink for TraceFile {
     #[inline]
     fn event(&mut self, tid: u32, ev: &Event<'_>) -> io::Result<()> {
-        self.write(tid, ev)
+        self.event_at(tid, 0, ev)
     }
 
     #[inline]
     fn event_at(&mut self, tid: u32, site: u32, ev: &Event<'_>) -> io::Result<()> {
-        self.write_at(tid, site, ev)
+        match self.write_at(tid, site, ev) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.named(e)),
+        }
     }
 
     fn define_site(&mut self, site: &Site) -> io::Result<()> {
-        TraceFile::define_site(self, site)
+        TraceFile::define_site(self, site).map_err(|e| self.named(e))
     }
 }

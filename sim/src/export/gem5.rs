@@ -7,6 +7,7 @@
 //! gem5's own Python helpers are not a dependency pmsim can have.
 
 use super::{ExportError, Packet, PacketWriter, Source};
+use pmsim_traces::output::OutputDir;
 use pmsim_traces::varint;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -277,45 +278,46 @@ pub struct Gem5Run {
     pub incomplete: bool,
 }
 
-/// Runs `gem5 -d OUT_DIR SCRIPT`, its output going to `OUT_DIR/gem5.log`,
-/// and reads `OUT_DIR/stats.txt`.
-pub fn run(gem5: &Path, script: &Path, out_dir: &Path) -> Result<Gem5Run, ExportError> {
+/// Runs `gem5 -d OUT_DIR SCRIPT` with `out` as OUT_DIR (gem5's output going
+/// to its `gem5.log`), reads its `stats.txt`, and renames the directory into
+/// place. A gem5 that fails leaves nothing: its log's last lines go into the
+/// error, and an earlier OUT_DIR stays as it was.
+pub fn run(gem5: &Path, script: &Path, out: OutputDir) -> Result<Gem5Run, ExportError> {
     let fail = |what: String| ExportError::Input(what);
-    std::fs::create_dir_all(out_dir).map_err(|e| fail(format!("{}: cannot create: {e}", out_dir.display())))?;
-    let log_path = out_dir.join("gem5.log");
+    let dir = out.tmp_path().to_path_buf();
+    let log_path = dir.join("gem5.log");
     let log =
         std::fs::File::create(&log_path).map_err(|e| fail(format!("{}: cannot create: {e}", log_path.display())))?;
     let log2 = log.try_clone().map_err(|e| fail(format!("{}: {e}", log_path.display())))?;
     let status = Command::new(gem5)
         .arg("-d")
-        .arg(out_dir)
+        .arg(&dir)
         .arg(script)
         .stdout(log)
         .stderr(log2)
         .status()
         .map_err(|e| fail(format!("GEM5={}: cannot run: {e}", gem5.display())))?;
+    let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
     if !status.success() {
+        let tail: Vec<&str> = log_text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
         return Err(fail(format!(
-            "GEM5={}: gem5 failed ({status}); its output is in {}",
+            "GEM5={}: gem5 failed ({status}); the last lines of its gem5.log: {}",
             gem5.display(),
-            log_path.display()
+            tail[tail.len().saturating_sub(3)..].join(" | ")
         )));
     }
-    let stats_path = out_dir.join("stats.txt");
+    let stats_path = dir.join("stats.txt");
     let text = std::fs::read_to_string(&stats_path)
-        .map_err(|e| fail(format!("{}: cannot read gem5's statistics: {e}", stats_path.display())))?;
+        .map_err(|e| fail(format!("gem5 wrote no statistics ({}: {e})", out.path().join("stats.txt").display())))?;
     let stats: Vec<(String, f64)> =
         parse_stats(&text).into_iter().filter(|(n, _)| n == "simTicks" || n.starts_with("system.")).collect();
     if stats.is_empty() {
-        return Err(fail(format!("{}: no statistics in the file", stats_path.display())));
+        return Err(fail(format!("{}: no statistics in gem5's stats.txt", out.path().display())));
     }
-    let incomplete = std::fs::read_to_string(&log_path).is_ok_and(|l| l.contains("unable to replay the entire trace"));
-    Ok(Gem5Run {
-        out_dir: out_dir.to_path_buf(),
-        sim_ticks: stats.iter().find(|(n, _)| n == "simTicks").map(|s| s.1),
-        stats,
-        incomplete,
-    })
+    let incomplete = log_text.contains("unable to replay the entire trace");
+    let out_dir = out.path().to_path_buf();
+    out.commit().map_err(|e| fail(format!("{}: cannot rename into place: {e}", out_dir.display())))?;
+    Ok(Gem5Run { out_dir, sim_ticks: stats.iter().find(|(n, _)| n == "simTicks").map(|s| s.1), stats, incomplete })
 }
 
 #[cfg(test)]
