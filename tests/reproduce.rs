@@ -18,7 +18,7 @@ fn check_report(out: &Path) {
     let md = std::fs::read_to_string(out.join("README.md")).unwrap();
     assert!(html.contains(&format!("pmsim {}", env!("CARGO_PKG_VERSION"))), "version missing");
     assert!(html.contains("pmsim reproduce --scale tiny"), "command missing");
-    for id in ["fig1a", "fig2", "fig11", "fig15a", "fig15b", "fig16a", "fig16b", "fig19", "compare"] {
+    for id in ["fig1a", "fig2", "fig11", "fig15a", "fig15b", "heapshape", "fig16a", "fig16b", "fig19", "compare"] {
         for ext in ["svg", "png"] {
             let f = out.join("figures").join(format!("{id}.{ext}"));
             let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);

@@ -25,6 +25,9 @@ pub enum Source {
     Timing,
     /// Each point of the access map (`Results::access_map`).
     AccessPoint,
+    /// Each point of the heap's shape over the native run (`/series` of the
+    /// native report).
+    ShapePoint,
 }
 
 impl Source {
@@ -34,6 +37,7 @@ impl Source {
             Source::Native => "the native report",
             Source::Timing => "the native timings",
             Source::AccessPoint => "an access-map point",
+            Source::ShapePoint => "a heap-shape point",
         }
     }
 }
@@ -125,6 +129,12 @@ fields! {
     AP_NTH = AccessPoint "/nth" Always,
     /// The flushed line's offset in the heap.
     AP_HEAP_OFFSET = AccessPoint "/heap_offset" Always,
+    /// Operations done when the heap was sampled.
+    SHAPE_OPS = ShapePoint "/ops" Always,
+    /// Bytes mapped by the allocator then.
+    SHAPE_MAPPED = ShapePoint "/mapped_bytes" Always,
+    /// Bytes of live data then.
+    SHAPE_LIVE = ShapePoint "/live_bytes" Always,
 }
 
 /// The persist-time slots of Fig. 11, in the simulator's order, with their names.
@@ -175,6 +185,7 @@ pub fn check_row(r: &Row) -> Result<(), String> {
         check(native, Source::Native)?;
         check(&Value::Object(r.env.native_timing.clone()), Source::Timing)?;
     }
+    r.shape_points().iter().try_for_each(|p| check(p, Source::ShapePoint))?;
     r.result.access_map.iter().try_for_each(|p| check(p, Source::AccessPoint))
 }
 

@@ -20,6 +20,7 @@ pub const FIGURES: &[(&str, &str, FigureFn)] = &[
     ("fig11", "persist-time breakdown of the NVAlloc ablations (Fig. 11)", fig11),
     ("fig15a", "Fragbench peak memory (Fig. 15a)", fig15a),
     ("fig15b", "Fragbench slab-utilization breakdown (Fig. 15b)", fig15b),
+    ("heapshape", "Fragbench memory over the run (mapped and live, every N operations)", heapshape),
     ("fig16a", "estimated time and reflush ratio vs bit stripes (Fig. 16a)", fig16a),
     ("fig16b", "memory and time vs the SU threshold (Fig. 16b)", fig16b),
     ("fig19", "bit stripes under eADR (Fig. 19)", fig19),
@@ -292,6 +293,66 @@ pub fn fig15a(rows: &[Row]) -> Option<Figure> {
                 stacked: false,
             },
         }],
+        table,
+    })
+}
+
+/// The heap over time: mapped memory of each allocator and the live data, as
+/// Fragbench runs (fragmentation as it develops, not only its peak).
+pub fn heapshape(rows: &[Row]) -> Option<Figure> {
+    let rs: Vec<&Row> = fragbench(rows).into_iter().filter(|r| !r.shape_points().is_empty()).collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let wls = distinct(rs.iter().map(|r| r.point.workload.clone()));
+    let mut table = Table::new(&[
+        "workload",
+        "allocator",
+        "samples",
+        "mapped at start (MiB)",
+        "peak mapped (MiB)",
+        "mapped at end (MiB)",
+    ]);
+    let panels = wls
+        .iter()
+        .map(|w| {
+            let mut series: Vec<Series<(f64, f64)>> = Vec::new();
+            for r in rs.iter().filter(|r| &r.point.workload == w) {
+                let pts = r.shape_points();
+                let xy = |f: Field| -> Vec<(f64, f64)> {
+                    pts.iter().filter_map(|p| Some((fields::read(p, SHAPE_OPS)?, mib(fields::read(p, f)?)))).collect()
+                };
+                let mapped = xy(SHAPE_MAPPED);
+                let peak = mapped.iter().map(|p| p.1).fold(0.0, f64::max);
+                table.push(vec![
+                    w.clone(),
+                    alloc_label(r, &[]),
+                    mapped.len().to_string(),
+                    mapped.first().map_or("-".into(), |p| format!("{:.2}", p.1)),
+                    format!("{peak:.2}"),
+                    mapped.last().map_or("-".into(), |p| format!("{:.2}", p.1)),
+                ]);
+                if series.is_empty() {
+                    series.push(("live data".into(), xy(SHAPE_LIVE)));
+                }
+                series.push((alloc_label(r, &[]), mapped));
+            }
+            Panel {
+                title: w.replace("fragbench-", "").to_uppercase(),
+                x_label: "allocator operations".into(),
+                y_label: "MiB".into(),
+                kind: Kind::Lines { series, log2_x: false },
+            }
+        })
+        .collect();
+    Some(Figure {
+        id: "heapshape".into(),
+        title: "Fragbench memory over the run".into(),
+        caption: "Memory mapped by each allocator as Fragbench W1–W4 run (native runs, sampled every N operations \
+                  and at each phase end), beside the live data: fragmentation as it develops. Where the mapped \
+                  line stays up after the delete phase, sparse slabs were kept; slab morphing lets them go."
+            .into(),
+        panels,
         table,
     })
 }

@@ -82,8 +82,14 @@ impl Row {
             Source::Sim => fields::read(self.result.sim.as_ref()?, f),
             Source::Native => fields::read(self.result.native.as_ref()?, f),
             Source::Timing => self.env.native_timing.get(f.path.trim_start_matches('/'))?.as_f64(),
-            Source::AccessPoint => None,
+            Source::AccessPoint | Source::ShapePoint => None,
         }
+    }
+
+    /// The heap-shape points of the native run (none for rows made before
+    /// runs sampled it); read them with [`fields::read`].
+    pub fn shape_points(&self) -> &[Value] {
+        self.result.native.as_ref().and_then(|n| n.get("series")).and_then(Value::as_array).map_or(&[], Vec::as_slice)
     }
 
     /// An allocator parameter as the instance ran with it (`stripes`, `su`, …),

@@ -256,7 +256,7 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
     let started_unix = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let alloc = p.alloc_spec()?;
     let wl = p.workload()?;
-    let opts = RunOptions { threads: p.threads, seed: p.seed };
+    let opts = RunOptions { threads: p.threads, seed: p.seed, ..Default::default() };
     let size = wl.heap_size_hint(p.threads);
     let flush = FlushInsn::best();
     let progress = Progress::default();

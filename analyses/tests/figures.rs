@@ -37,7 +37,11 @@ fn native(peak_mib: f64, slabs: Option<(u64, u64, u64)>) -> Value {
     json!({
         "ops": 1000, "peak": { "live_bytes": peak_mib * 0.6 * 1048576.0, "mapped_bytes": peak_mib * 1048576.0 },
         "params": { "live_cap": 8 << 20 },
-        "snapshot": { "slabs": slabs.map(|(low, mid, high)| json!({"low": low, "mid": mid, "high": high})) }
+        "snapshot": { "slabs": slabs.map(|(low, mid, high)| json!({"low": low, "mid": mid, "high": high})) },
+        "series": (0..20u64).map(|i| json!({
+            "ops": 50 * i, "live_bytes": (i % 10) << 20,
+            "mapped_bytes": (peak_mib * 1048576.0 * (i.min(10) as f64) / 10.0) as u64,
+        })).collect::<Vec<_>>()
     })
 }
 
@@ -103,7 +107,7 @@ fn data(id: &str) -> Vec<Row> {
                 rows.push(r);
             }
         }
-        "fig15a" | "fig15b" => {
+        "fig15a" | "fig15b" | "heapshape" => {
             for w in 1..=4 {
                 for (k, a) in ["nvalloc-log", "nvalloc-log:morphing=false", "pmdk"].iter().enumerate() {
                     let slabs = (*a != "pmdk").then_some((10 * k as u64 + w, 20, 30 - w));

@@ -90,7 +90,7 @@ pub fn every_workload(family: &'static dyn Family, spec: &str) {
         let wl = Workload::preset(name, Scale::Tiny).unwrap();
         for threads in [1, 2] {
             let hs = HeapSpec { path: dir.0.join("heap"), size: alloc.heap_size(&wl, threads), overwrite: true };
-            let opts = RunOptions { threads, seed: 7 };
+            let opts = RunOptions { threads, seed: 7, ..Default::default() };
             let progress = RunProgress::default();
             let rs = RunSpec {
                 alloc: &alloc,
@@ -177,7 +177,7 @@ pub fn sigkill_recovery(family: &'static dyn Family, spec: &str, test: &str) {
 /// once operations are under way, and exits with an error if it finishes.
 fn victim(alloc: &AllocSpec, wl: &Workload, path: &Path) {
     let hs = HeapSpec { path: path.to_path_buf(), size: alloc.heap_size(wl, VICTIM_THREADS), overwrite: true };
-    let opts = RunOptions { threads: VICTIM_THREADS, seed: 11 };
+    let opts = RunOptions { threads: VICTIM_THREADS, seed: 11, ..Default::default() };
     let progress = RunProgress::default();
     std::thread::scope(|s| {
         s.spawn(|| {

@@ -52,7 +52,7 @@ fn run_nvalloc(preset: &str, wl: &Workload, threads: u32) -> Result<Option<RunRe
         }
         Err(e) => return Err(format!("{preset}: {e}")),
     };
-    let r = workloads::run(&nv, wl, &RunOptions { threads, seed: 7 }, &Progress::default());
+    let r = workloads::run(&nv, wl, &RunOptions { threads, seed: 7, ..Default::default() }, &Progress::default());
     let pm = nv.close().map_err(|e| e.to_string())?;
     drop(pm);
     heap.close().unwrap();
@@ -63,7 +63,7 @@ fn run_pmdk(wl: &Workload, threads: u32) -> Result<RunReport, String> {
     let dir = tmpdir();
     let path = dir.path().join("pmdk.pool");
     let pool = Pmdk::create(&path, wl.heap_size_hint(threads), &PmdkOptions::default()).map_err(|e| e.to_string())?;
-    let r = workloads::run(&pool, wl, &RunOptions { threads, seed: 7 }, &Progress::default());
+    let r = workloads::run(&pool, wl, &RunOptions { threads, seed: 7, ..Default::default() }, &Progress::default());
     pool.close().map_err(|e| e.to_string())?;
     r.map_err(|e| format!("pmdk: {e}"))
 }
@@ -77,7 +77,7 @@ fn run_llfree(wl: &Workload, threads: u32) -> Result<RunReport, String> {
     let heap = Heap::create_with(&path, size, &HeapOptions::default()).unwrap();
     let pm = Pm::native(&heap, FlushInsn::best()).unwrap();
     let ll = LlFree::create(&heap, pm, LlFreeConfig::default()).map_err(|e| e.to_string())?;
-    let r = workloads::run(&ll, wl, &RunOptions { threads, seed: 7 }, &Progress::default());
+    let r = workloads::run(&ll, wl, &RunOptions { threads, seed: 7, ..Default::default() }, &Progress::default());
     let mut t = ll.thread(0);
     ll.check(t.pm()).map_err(|e| format!("llfree after {}: {e}", wl.name()))?;
     assert!(t.allocations().is_empty(), "llfree: frames left allocated after {}", wl.name());
@@ -95,6 +95,17 @@ fn check_report(r: &RunReport, who: &str) {
     assert!(r.ops_per_s > 0.0, "{who}: no throughput");
     assert!(r.peak.live_bytes > 0, "{who}: peak live bytes never sampled");
     assert_eq!(r.end.live_bytes, 0, "{who}: bytes left live");
+    // The heap's shape: samples in operation order, within the peak, ending
+    // with the empty heap.
+    let s = &r.series;
+    assert!(s.windows(2).all(|w| w[0].ops <= w[1].ops), "{who}: series out of order");
+    assert!(s.iter().all(|p| p.footprint.live_bytes <= r.peak.live_bytes), "{who}: a sample above the peak");
+    let last = s.last().unwrap_or_else(|| panic!("{who}: no heap samples"));
+    assert_eq!((last.phase.as_deref(), last.footprint.live_bytes, last.ops), (Some("end"), 0, r.ops), "{who}");
+    if who.starts_with("fragbench") {
+        let phases: Vec<&str> = s.iter().filter_map(|p| p.phase.as_deref()).collect();
+        assert_eq!(phases, ["before", "delete", "after", "end"], "{who}");
+    }
 }
 
 /// Runs workload `name` on PMDK, LLFree and every NVAlloc preset, with 1 and 2 threads.
@@ -262,7 +273,7 @@ fn traced_events(wl: &Workload, seed: u64) -> Vec<(u32, OwnedEvent)> {
     })
     .unwrap();
     let nv = NvAlloc::create(&heap, pm, nv_config("nvalloc-log")).unwrap();
-    workloads::run(&nv, wl, &RunOptions { threads: 1, seed }, &Progress::default()).unwrap();
+    workloads::run(&nv, wl, &RunOptions { threads: 1, seed, ..Default::default() }, &Progress::default()).unwrap();
     let pm = nv.close().unwrap();
     let events = collector.finish(pm).unwrap().sink.0;
     heap.close().unwrap();
@@ -436,7 +447,12 @@ impl AllocThread for ToyThread {
 
 fn run_toy(bug: Bug, name: &str) -> Result<RunReport, WorkloadError> {
     let toy = Toy::new(64 << 20, bug);
-    workloads::run(&toy, &workload(name), &RunOptions { threads: 1, seed: 3 }, &Progress::default())
+    workloads::run(
+        &toy,
+        &workload(name),
+        &RunOptions { threads: 1, seed: 3, ..Default::default() },
+        &Progress::default(),
+    )
 }
 
 #[test]
@@ -461,12 +477,22 @@ fn a_failing_thread_stops_the_others() {
     // Two threads at a barrier-heavy workload: one runs dry; the other must
     // not wait forever, and the error is the real one, not "aborted".
     let toy = Toy::new(64 << 20, Bug::RunsDry);
-    let e = workloads::run(&toy, &workload("fragbench-w1"), &RunOptions { threads: 2, seed: 1 }, &Progress::default())
-        .unwrap_err();
+    let e = workloads::run(
+        &toy,
+        &workload("fragbench-w1"),
+        &RunOptions { threads: 2, seed: 1, ..Default::default() },
+        &Progress::default(),
+    )
+    .unwrap_err();
     assert!(matches!(e, WorkloadError::OutOfMemory { .. }), "{e}");
     let toy = Toy::new(64 << 20, Bug::RunsDry);
-    let e = workloads::run(&toy, &workload("prodcon"), &RunOptions { threads: 2, seed: 1 }, &Progress::default())
-        .unwrap_err();
+    let e = workloads::run(
+        &toy,
+        &workload("prodcon"),
+        &RunOptions { threads: 2, seed: 1, ..Default::default() },
+        &Progress::default(),
+    )
+    .unwrap_err();
     assert!(matches!(e, WorkloadError::OutOfMemory { .. }), "{e}");
 }
 

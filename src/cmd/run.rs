@@ -10,6 +10,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmsim_model::pmdk;
 use pmsim_model::runner::{self, AllocInfo, AllocSpec, HeapSpec, Outcome, RunError, RunSpec, ScratchHeap};
+use pmsim_model::workloads::series::Every;
 use pmsim_model::workloads::{Progress, RunOptions, RunReport, Scale, Workload};
 use pmsim_model::{FlushInsn, TraceConfig};
 use pmsim_sim::{Config as SimConfig, Simulator};
@@ -82,6 +83,10 @@ pub struct RunArgs {
     /// cache-line flushes. Without it pmsim sets PMEM_IS_PMEM_FORCE=1, as the paper's DAX pools behave.
     #[arg(long)]
     pmdk_msync: bool,
+    /// Sample the heap's shape (live, mapped, slabs by fullness) every N operations for the run's
+    /// `series` (in --json) [default: adaptive, 128–256 evenly spaced points and every phase end].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    series_every: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -302,7 +307,8 @@ pub fn run(a: RunArgs) -> CmdResult {
     let mut outs = Vec::new();
     let stdout = std::io::stdout();
     for (k, job) in jobs.iter().enumerate() {
-        let opts = RunOptions { threads: job.threads, seed: a.seed };
+        let series = a.series_every.map_or(Every::Auto, Every::Ops);
+        let opts = RunOptions { threads: job.threads, seed: a.seed, series };
         let size = a.heap_size.unwrap_or_else(|| job.alloc.heap_size(&job.wl, job.threads));
         let scratch = a.heap.is_none().then(|| ScratchHeap::new(&format!("run-{k}")));
         let path = a.heap.clone().unwrap_or_else(|| scratch.as_ref().expect("scratch heap").path().to_path_buf());
@@ -381,6 +387,17 @@ fn print_run(o: &RunOut, w: &mut dyn Write) -> std::io::Result<()> {
     )?;
     writeln!(w, "peak         live {}, mapped {}", mib(r.peak.live_bytes), mib(r.peak.mapped_bytes))?;
     writeln!(w, "end          live {}, mapped {}", mib(r.end.live_bytes), mib(r.end.mapped_bytes))?;
+    if let (Some(first), Some(last)) = (r.series.first(), r.series.last()) {
+        let most = r.series.iter().map(|p| p.footprint.mapped_bytes).max().unwrap_or(0);
+        writeln!(
+            w,
+            "series       {} heap samples from operation {} to {} (mapped up to {}; the points are in --json)",
+            r.series.len(),
+            first.ops,
+            last.ops,
+            mib(most)
+        )?;
+    }
     match &r.snapshot {
         Some(s) => {
             write!(

@@ -10,6 +10,7 @@
 //! run returns.
 
 use super::rng::{mix, Rng};
+use super::series::{Every, Series};
 use super::WorkloadError;
 use crate::alloc::{AllocThread, Footprint, PmAllocator, SlabUtilization};
 use serde::Serialize;
@@ -143,10 +144,19 @@ pub struct Shared<'a, A: PmAllocator> {
     extra: Mutex<serde_json::Map<String, serde_json::Value>>,
     /// Heap offset of the anchor directory (root slot 0).
     dir: AtomicU64,
+    /// The heap's shape every N operations.
+    pub(crate) series: Series,
 }
 
 impl<'a, A: PmAllocator> Shared<'a, A> {
-    pub(crate) fn new(alloc: &'a Arc<A>, workload: &'a str, threads: u32, seed: u64, progress: &'a Progress) -> Self {
+    pub(crate) fn new(
+        alloc: &'a Arc<A>,
+        workload: &'a str,
+        threads: u32,
+        seed: u64,
+        progress: &'a Progress,
+        every: Every,
+    ) -> Self {
         let stride = alloc.params().get("dest_bytes").and_then(|v| v.as_u64()).unwrap_or(8).max(8);
         Shared {
             alloc,
@@ -166,6 +176,7 @@ impl<'a, A: PmAllocator> Shared<'a, A> {
             snapshot: Mutex::new(None),
             extra: Mutex::new(serde_json::Map::new()),
             dir: AtomicU64::new(0),
+            series: Series::new(every, FLUSH_OPS),
         }
     }
 
@@ -280,11 +291,21 @@ impl<'a, A: PmAllocator> Shared<'a, A> {
         self.progress.done.store(total, Ordering::Relaxed);
     }
 
-    /// Takes a footprint sample towards the peak.
+    /// Takes a footprint sample towards the peak (and a point of the heap's
+    /// shape when one is due).
     pub fn sample(&self) {
         let f = self.alloc.footprint();
         self.peak_live.fetch_max(f.live_bytes, Ordering::Relaxed);
         self.peak_mapped.fetch_max(f.mapped_bytes, Ordering::Relaxed);
+        let ops = self.ops();
+        if self.series.due(ops) {
+            self.series.record(ops, f, self.alloc.slab_utilization(), None);
+        }
+    }
+
+    /// A point of the heap's shape at the end of a workload phase.
+    pub fn mark_phase(&self, phase: &str) {
+        self.series.record(self.ops(), self.alloc.footprint(), self.alloc.slab_utilization(), Some(phase));
     }
 
     /// Peak footprint so far (each field's own maximum over the samples).

@@ -112,6 +112,7 @@ fn draw(rng: &mut Rng, lo: u64, hi: u64) -> u64 {
 /// Records the footprint and slab breakdown at a phase's end.
 fn phase_end<A: PmAllocator>(sh: &Shared<'_, A>, phase: &str) {
     sh.sample();
+    sh.mark_phase(phase);
     let f = sh.alloc.footprint();
     sh.extra(&format!("{phase}_live_bytes"), f.live_bytes);
     sh.extra(&format!("{phase}_mapped_bytes"), f.mapped_bytes);

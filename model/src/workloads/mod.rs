@@ -36,6 +36,7 @@ pub mod larson;
 pub mod llfree_bench;
 pub mod prodcon;
 pub mod rng;
+pub mod series;
 pub mod shbench;
 pub mod threadtest;
 
@@ -395,11 +396,13 @@ impl Workload {
 pub struct RunOptions {
     pub threads: u32,
     pub seed: u64,
+    /// How often the heap's shape is sampled for [`RunReport::series`].
+    pub series: series::Every,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { threads: 1, seed: 42 }
+        RunOptions { threads: 1, seed: 42, series: series::Every::Auto }
     }
 }
 
@@ -432,6 +435,9 @@ pub struct RunReport {
     /// Workload-specific figures (e.g. FPTree's tree operations per second,
     /// Fragbench's footprint after each phase).
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// The heap's shape as the run went (live and mapped bytes, slabs by
+    /// fullness), every N operations and at phase ends.
+    pub series: Vec<series::ShapePoint>,
 }
 
 /// Runs `wl` with `opts.threads` threads on `alloc`, checks its results, and
@@ -447,7 +453,7 @@ pub fn run<A: PmAllocator>(
     progress: &Progress,
 ) -> Result<RunReport, WorkloadError> {
     wl.validate(opts.threads)?;
-    let sh = Shared::new(alloc, &wl.name, opts.threads, opts.seed, progress);
+    let sh = Shared::new(alloc, &wl.name, opts.threads, opts.seed, progress, opts.series);
     let start = Instant::now();
     let dir_bytes = 8 * Shared::<A>::dir_len(opts.threads) as u64;
     sh.single(0, |w| {
@@ -475,6 +481,7 @@ pub fn run<A: PmAllocator>(
     let end_time = Instant::now();
     let elapsed = end_time - start;
     sh.sample();
+    sh.mark_phase("end");
     let end = alloc.footprint();
     if end.live_bytes != 0 {
         return Err(WorkloadError::Check {
@@ -503,5 +510,6 @@ pub fn run<A: PmAllocator>(
         end,
         snapshot: sh.take_snapshot(),
         extra: sh.take_extra(),
+        series: sh.series.take(),
     })
 }

@@ -236,7 +236,7 @@ pub fn every_workload(spec: &str) {
         for threads in [1, 2] {
             let d = tmpdir();
             let hs = HeapSpec { path: d.path().join("h"), size: wl.heap_size_hint(threads), overwrite: false };
-            let opts = RunOptions { threads, seed: 7 };
+            let opts = RunOptions { threads, seed: 7, ..Default::default() };
             let progress = Progress::default();
             let rs = RunSpec {
                 alloc: &alloc,
