@@ -28,6 +28,13 @@ fn check_report(out: &Path) {
         assert!(html.contains(&format!("Table behind {id}")), "{id}'s table not in index.html");
         assert!(md.contains(&format!("(figures/{id}.png)")), "{id} not in README.md");
     }
+    // The paper's numbers stand beside pmsim's, measured in this run.
+    for (id, paper) in [("fig11", "-35.0 %"), ("fig15a", "-41.9 %"), ("compare", "99.7 %"), ("compare", "6.4×")] {
+        assert!(html.contains(&format!("What the NVAlloc paper reports, beside pmsim ({id})")), "{id}: no paper table");
+        let at = html.find(&format!("<td>{paper}</td><td>")).unwrap_or_else(|| panic!("{id}: {paper} missing"));
+        assert!(!html[at..].starts_with(&format!("<td>{paper}</td><td>-</td>")), "{id}: no pmsim value beside {paper}");
+    }
+    assert!(md.contains("**What the NVAlloc paper reports, beside pmsim**"));
     // The exact parameters of every experiment are in the report.
     assert!(html.contains("stripes = [1, 2, 4, 6, 8, 16, 32]"));
     // The traced report joined the comparison as its own allocator row.

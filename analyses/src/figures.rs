@@ -124,6 +124,7 @@ pub fn fig1a(rows: &[Row]) -> Option<Figure> {
             .into(),
         panels,
         table,
+        paper: None,
     })
 }
 
@@ -183,6 +184,7 @@ pub fn fig2(rows: &[Row]) -> Option<Figure> {
             .into(),
         panels,
         table,
+        paper: None,
     })
 }
 
@@ -242,6 +244,7 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
             .into(),
         panels,
         table,
+        paper: None,
     })
 }
 
@@ -294,6 +297,7 @@ pub fn fig15a(rows: &[Row]) -> Option<Figure> {
             },
         }],
         table,
+        paper: None,
     })
 }
 
@@ -397,6 +401,7 @@ pub fn fig15b(rows: &[Row]) -> Option<Figure> {
             .into(),
         panels,
         table,
+        paper: None,
     })
 }
 
@@ -461,6 +466,7 @@ pub fn fig16a(rows: &[Row]) -> Option<Figure> {
             },
         ],
         table,
+        paper: None,
     })
 }
 
@@ -530,6 +536,7 @@ pub fn fig16b(rows: &[Row]) -> Option<Figure> {
             },
         ],
         table,
+        paper: None,
     })
 }
 
@@ -577,6 +584,7 @@ pub fn fig19(rows: &[Row]) -> Option<Figure> {
             },
         ],
         table,
+        paper: None,
     })
 }
 
@@ -647,5 +655,6 @@ pub fn compare(rows: &[Row]) -> Option<Figure> {
             bars("native throughput", "Mops/s", metric(&|r| r.num(OPS_PER_S).map(|x| x / 1e6))),
         ],
         table,
+        paper: None,
     })
 }

@@ -7,6 +7,7 @@
 pub mod experiment;
 pub mod fields;
 pub mod figures;
+pub mod paper;
 pub mod plot;
 pub mod point;
 pub mod reproduce;

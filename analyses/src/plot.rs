@@ -26,6 +26,9 @@ pub struct Figure {
     pub panels: Vec<Panel>,
     /// The numbers drawn.
     pub table: Table,
+    /// What the paper reports beside pmsim's values ([`crate::paper`]),
+    /// filled in from the experiment's rows when the report is written.
+    pub paper: Option<Table>,
 }
 
 #[derive(Clone, Debug)]

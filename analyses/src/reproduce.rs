@@ -284,7 +284,8 @@ fn section(
     let mut drawn = Vec::new();
     for id in &meta.figures {
         let fig_fn = figures::by_id(id).ok_or_else(|| format!("{file}: unknown figure '{id}'"))?;
-        if let Some(fig) = fig_fn(rows) {
+        if let Some(mut fig) = fig_fn(rows) {
+            fig.paper = crate::paper::table(&fig.id, rows);
             plot::render(&fig, &out.join("figures"))?;
             drawn.push(fig);
         }
@@ -408,6 +409,9 @@ fn index_html(s: &Summary, command: &str) -> String {
                 c = html_escape(&f.caption),
                 tab = f.table.to_html()
             );
+            if let Some(p) = &f.paper {
+                let _ = write!(h, "<h3>{PAPER_BESIDE} ({})</h3>\n{}", f.id, p.to_html());
+            }
         }
         let _ = write!(
             h,
@@ -421,6 +425,9 @@ fn index_html(s: &Summary, command: &str) -> String {
     h.push_str("</body>\n</html>\n");
     h
 }
+
+/// The heading of a figure's table of published numbers.
+const PAPER_BESIDE: &str = "What the NVAlloc paper reports, beside pmsim";
 
 fn readme_md(s: &Summary, command: &str) -> String {
     let mut m = String::new();
@@ -452,6 +459,9 @@ fn readme_md(s: &Summary, command: &str) -> String {
                 f.caption,
                 f.table.to_markdown()
             );
+            if let Some(p) = &f.paper {
+                let _ = write!(m, "\n**{PAPER_BESIDE}**\n\n{}", p.to_markdown());
+            }
         }
     }
     m
