@@ -358,6 +358,7 @@ pub fn heapshape(rows: &[Row]) -> Option<Figure> {
             .into(),
         panels,
         table,
+        paper: None,
     })
 }
 
