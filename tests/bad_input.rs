@@ -173,23 +173,16 @@ struct Case {
 const RUN: &str = "run --alloc nvalloc-log --workload threadtest --param objects=20 --param iterations=1";
 
 fn cases() -> Vec<Case> {
+    // `c!([setup] what, args, expected…)`: a case run as `setup` says.
     macro_rules! c {
-        ($what:expr, $args:expr, $($e:expr),+) => {
-            Case { what: $what, args: $args, expect: &[$($e),+], setup: Setup::default() }
+        ([$setup:expr] $what:expr, $args:expr, $($e:expr),+) => {
+            Case { what: $what, args: $args, expect: &[$($e),+], setup: $setup }
         };
+        ($what:expr, $args:expr, $($e:expr),+) => { c!([Setup::default()] $what, $args, $($e),+) };
     }
-    // On a disk full after `$bytes` bytes of a file.
-    macro_rules! full {
-        ($bytes:expr, $what:expr, $args:expr, $($e:expr),+) => {
-            Case { what: $what, args: $args, expect: &[$($e),+], setup: Setup { full_after: Some($bytes), env: None } }
-        };
-    }
-    // With the environment variable `$k` set to `$v`.
-    macro_rules! with_env {
-        ($k:expr, $v:expr, $what:expr, $args:expr, $($e:expr),+) => {
-            Case { what: $what, args: $args, expect: &[$($e),+], setup: Setup { full_after: None, env: Some(($k, $v)) } }
-        };
-    }
+    // On a disk full after `bytes` bytes of a file; with `k` set to `v`.
+    let full = |bytes| Setup { full_after: Some(bytes), env: None };
+    let env = |k, v| Setup { full_after: None, env: Some((k, v)) };
     vec![
         // Silent overwrites.
         c!("run --values over an existing .img", "RUN --trace v2.pmt --values", "v2.pmt.img", "already exists"),
@@ -221,10 +214,7 @@ fn cases() -> Vec<Case> {
         c!("export into a missing directory", "export t.pmt --format gem5 --out no/such.txt", "no/such.txt"),
         c!("trace-exec -o over a file", "trace-exec -o old.txt -- /bin/true", "old.txt", "already exists"),
         c!("trace-exec -o over the program", "trace-exec --force -o prog -- ./prog", "prog", "input of this command"),
-        with_env!(
-            "GEM5",
-            "/bin/false",
-            "export --run-gem5 over gem5's earlier output",
+        c!([env("GEM5", "/bin/false")] "export --run-gem5 over gem5's earlier output",
             "export t.pmt --format gem5 --out g --run-gem5",
             "g.m5out",
             "already exists"
@@ -236,34 +226,25 @@ fn cases() -> Vec<Case> {
             "not a regular file"
         ),
         // A full disk: the write fails, the old file stays, nothing is left.
-        full!(
-            64 << 10,
-            "export on a full disk",
+        c!([full(64 << 10)] "export on a full disk",
             "export t.pmt --format gem5 --out old.txt --force",
             "old.txt",
             "too large"
         ),
-        full!(
-            4096,
-            "sim --access-map on a full disk",
+        c!([full(4096)] "sim --access-map on a full disk",
             "sim t.pmt --access-map old.csv --force",
             "old.csv",
             "too large"
         ),
-        full!(4096, "merge --json on a full disk", "sweep merge sw --json old.json --force", "old.json", "too large"),
-        full!(
-            10 << 20,
-            "run --trace --values on a full disk",
+        c!([full(4096)] "merge --json on a full disk", "sweep merge sw --json old.json --force", "old.json", "too large"),
+        c!([full(10 << 20)] "run --trace --values on a full disk",
             "run --alloc nvalloc-log --workload threadtest --heap-size 8M --trace v2.pmt --values --force",
             "v2.pmt",
             "too large"
         ),
         // A sweep refused for other reasons than its parameters leaves no directory.
-        full!(200, "a sweep on a full disk", "sweep --set seed=1 --out d", "d/experiment.json", "too large"),
-        with_env!(
-            "PATH",
-            "/nonexistent",
-            "sweep --slurm without Slurm",
+        c!([full(200)] "a sweep on a full disk", "sweep --set seed=1 --out d", "d/experiment.json", "too large"),
+        c!([env("PATH", "/nonexistent")] "sweep --slurm without Slurm",
             "sweep --set seed=1 --slurm --out d",
             "sbatch"
         ),

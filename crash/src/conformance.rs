@@ -82,30 +82,10 @@ fn spec_of(family: &'static dyn Family, spec: &str) -> AllocSpec {
 }
 
 /// Every workload at tiny scale, 1 and 2 threads, natively through the
-/// runner; each workload checks its own results, and nothing may stay live.
+/// runner ([`runner::check_every_workload`]).
 pub fn every_workload(family: &'static dyn Family, spec: &str) {
-    let alloc = spec_of(family, spec);
     let dir = Scratch::new("workloads");
-    for name in Workload::expand("all").unwrap() {
-        let wl = Workload::preset(name, Scale::Tiny).unwrap();
-        for threads in [1, 2] {
-            let hs = HeapSpec { path: dir.0.join("heap"), size: alloc.heap_size(&wl, threads), overwrite: true };
-            let opts = RunOptions { threads, seed: 7, ..Default::default() };
-            let progress = RunProgress::default();
-            let rs = RunSpec {
-                alloc: &alloc,
-                workload: &wl,
-                opts: &opts,
-                heap: &hs,
-                flush: FlushInsn::best(),
-                progress: &progress,
-            };
-            let o = runner::run_native(&rs).unwrap_or_else(|e| panic!("{name} on {spec}, {threads} thread(s): {e}"));
-            assert!(o.run.ops > 0, "{name} on {spec}: nothing measured");
-            assert!(o.run.peak.live_bytes > 0, "{name} on {spec}: peak live never sampled");
-            assert_eq!(o.run.end.live_bytes, 0, "{name} on {spec}, {threads} thread(s): bytes left live");
-        }
-    }
+    runner::check_every_workload(&spec_of(family, spec), &dir.0).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The name the test harness gives test `f` of module `module` (its path
@@ -193,29 +173,37 @@ fn victim(alloc: &AllocSpec, wl: &Workload, path: &Path) {
     });
 }
 
-/// Records a small traced Threadtest of `spec` (values and the heap image
-/// included) and explores its crash states.
-fn explore_spec(family: &'static dyn Family, spec: &str) -> Summary {
-    let alloc = spec_of(family, spec);
-    let dir = Scratch::new("explore");
-    let trace = dir.0.join("t.pmt");
-    let wl =
-        Workload::preset("threadtest", Scale::Tiny).unwrap().with_overrides(["objects=100", "iterations=2"]).unwrap();
-    let heap = HeapSpec { path: dir.0.join("heap"), size: 8 << 20, overwrite: true };
+/// Records `alloc` on `workload` (with `params` overrides, tiny scale) into
+/// `dir/NAME.pmt` on an 8 MiB heap; with `values`, the stored bytes and the
+/// heap image `dir/NAME.pmt.img` too: the input of the crash explorer, for
+/// the kit and for any test that explores a traced run.
+pub fn record(dir: &Path, name: &str, alloc: &AllocSpec, workload: &str, params: &[&str], values: bool) -> PathBuf {
+    let trace = dir.join(format!("{name}.pmt"));
+    let wl = Workload::preset(workload, Scale::Tiny).unwrap().with_overrides(params.iter().copied()).unwrap();
+    let heap = HeapSpec { path: dir.join(format!("{name}.heap")), size: 8 << 20, overwrite: true };
     let progress = RunProgress::default();
     let rs = RunSpec {
-        alloc: &alloc,
+        alloc,
         workload: &wl,
         opts: &RunOptions::default(),
         heap: &heap,
         flush: FlushInsn::best(),
         progress: &progress,
     };
-    let tcfg = TraceConfig { values: true, heap_image: Some(dir.0.join("t.pmt.img")), ..TraceConfig::default() };
-    let wopts = WriterOptions { values: true, ..WriterOptions::default() };
+    let image = values.then(|| dir.join(format!("{name}.pmt.img")));
+    let tcfg = TraceConfig { values, heap_image: image, ..TraceConfig::default() };
+    let wopts = WriterOptions { values, ..WriterOptions::default() };
     let (_, finished) = runner::run_traced(&rs, &tcfg, |h| TraceFile::create(&trace, &h, &wopts))
-        .unwrap_or_else(|e| panic!("{spec}: traced run: {e}"));
+        .unwrap_or_else(|e| panic!("{}: traced run: {e}", alloc.label()));
     finished.sink.finish().unwrap();
+    trace
+}
+
+/// Records a small traced Threadtest of `spec` (values and the heap image
+/// included) and explores its crash states.
+fn explore_spec(family: &'static dyn Family, spec: &str) -> Summary {
+    let dir = Scratch::new("explore");
+    let trace = record(&dir.0, "t", &spec_of(family, spec), "threadtest", &["objects=100", "iterations=2"], true);
     let tr = CrashTrace::load(&trace, None).unwrap();
     let target = target_among(&tr.header, &[family]).unwrap_or_else(|e| panic!("{spec}: {e}"));
     explore(&tr, target.as_ref(), &Options { bound: 32, every: 2, ..Options::default() }, &Progress::default())

@@ -4,34 +4,13 @@
 //! and bad inputs get one clear error.
 
 use pmsim_crash::{explore, target_for, CrashTrace, Options, Progress, Summary};
-use pmsim_model::runner::{self, AllocSpec, HeapSpec, RunSpec};
-use pmsim_model::workloads::{Progress as RunProgress, RunOptions, Scale, Workload};
-use pmsim_model::{FlushInsn, TraceConfig};
-use pmsim_traces::{OpKind, TraceFile, WriterOptions};
+use pmsim_model::runner::AllocSpec;
+use pmsim_traces::OpKind;
 use std::path::{Path, PathBuf};
 
-/// Records `alloc` on `workload` (with overrides) into `dir/name.pmt`, with
-/// values and the heap image, on a small heap.
+/// Records `alloc` with the conformance kit's recorder.
 fn record(dir: &Path, name: &str, alloc: &str, workload: &str, params: &[&str], values: bool) -> PathBuf {
-    let trace = dir.join(format!("{name}.pmt"));
-    let alloc = AllocSpec::parse(alloc, []).unwrap();
-    let wl = Workload::preset(workload, Scale::Tiny).unwrap().with_overrides(params.iter().copied()).unwrap();
-    let heap = HeapSpec { path: dir.join(format!("{name}.heap")), size: 8 << 20, overwrite: true };
-    let progress = RunProgress::default();
-    let spec = RunSpec {
-        alloc: &alloc,
-        workload: &wl,
-        opts: &RunOptions::default(),
-        heap: &heap,
-        flush: FlushInsn::best(),
-        progress: &progress,
-    };
-    let image = values.then(|| dir.join(format!("{name}.pmt.img")));
-    let tcfg = TraceConfig { values, heap_image: image, ..TraceConfig::default() };
-    let wopts = WriterOptions { values, ..WriterOptions::default() };
-    let (_, finished) = runner::run_traced(&spec, &tcfg, |h| TraceFile::create(&trace, &h, &wopts)).unwrap();
-    finished.sink.finish().unwrap();
-    trace
+    pmsim_crash::conformance::record(dir, name, &AllocSpec::parse(alloc, []).unwrap(), workload, params, values)
 }
 
 fn run(trace: &Path, opts: &Options) -> Summary {

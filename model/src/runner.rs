@@ -269,6 +269,37 @@ pub struct Outcome {
     pub flush_insn: String,
 }
 
+/// Runs every workload at tiny scale on 1 and 2 threads natively, as
+/// `pmsim run` does, with the heap at `dir/heap`: each workload checks its
+/// own results, and each run must measure something and leave no byte live.
+/// The allocator conformance check every allocator's tests run (the model's
+/// own and the crash crate's kit), kept here once.
+pub fn check_every_workload(alloc: &AllocSpec, dir: &Path) -> Result<(), String> {
+    for name in Workload::expand("all").map_err(|e| e.to_string())? {
+        let wl = Workload::preset(name, crate::workloads::Scale::Tiny).map_err(|e| e.to_string())?;
+        for threads in [1, 2] {
+            let run = format!("{name} on {}, {threads} thread(s)", alloc.label);
+            let hs = HeapSpec { path: dir.join("heap"), size: alloc.heap_size(&wl, threads), overwrite: true };
+            let opts = RunOptions { threads, seed: 7, ..Default::default() };
+            let progress = Progress::default();
+            let rs =
+                RunSpec { alloc, workload: &wl, opts: &opts, heap: &hs, flush: FlushInsn::best(), progress: &progress };
+            let o = run_native(&rs).map_err(|e| format!("{run}: {e}"))?;
+            let r = &o.run;
+            if r.ops == 0 || r.ops_per_s <= 0.0 {
+                return Err(format!("{run}: nothing measured"));
+            }
+            if r.peak.live_bytes == 0 {
+                return Err(format!("{run}: peak live never sampled"));
+            }
+            if r.end.live_bytes != 0 {
+                return Err(format!("{run}: {} bytes left live", r.end.live_bytes));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs natively: real flush instructions, no tracing.
 pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
     let d = Drive { workload: spec.workload, opts: spec.opts, progress: spec.progress };

@@ -147,12 +147,16 @@ impl Policy {
         Ok(())
     }
 
+    /// Whether `path` was checked already ([`Policy::check`], [`Policy::check_dir`]).
+    fn checked(&self, path: &Path) -> bool {
+        fs::canonicalize(parent_of(path))
+            .is_ok_and(|p| path.file_name().is_some_and(|n| self.outputs.contains(&p.join(n))))
+    }
+
     /// Checks `path` (unless [`Policy::check`] already did) and opens it for
     /// writing under a temporary name.
     pub fn create(&mut self, path: &Path) -> Result<Output, OutputError> {
-        let checked = fs::canonicalize(parent_of(path))
-            .is_ok_and(|p| path.file_name().is_some_and(|n| self.outputs.contains(&p.join(n))));
-        if !checked {
+        if !self.checked(path) {
             self.check(path)?;
         }
         Output::create(path, self.force).map_err(|e| format!("{}: cannot create: {e}", path.display()))
@@ -207,9 +211,7 @@ impl Policy {
     /// Checks the directory `path` (unless [`Policy::check_dir`] already did)
     /// and makes it under a temporary name.
     pub fn create_dir(&mut self, path: &Path) -> Result<OutputDir, OutputError> {
-        let checked = fs::canonicalize(parent_of(path))
-            .is_ok_and(|p| path.file_name().is_some_and(|n| self.outputs.contains(&p.join(n))));
-        if !checked {
+        if !self.checked(path) {
             self.check_dir(path)?;
         }
         OutputDir::create(path, self.force).map_err(|e| format!("{}: cannot create: {e}", path.display()))

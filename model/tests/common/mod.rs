@@ -5,9 +5,8 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
-use pmsim_model::runner::{self, AllocSpec, HeapSpec, RunSpec};
-use pmsim_model::workloads::{Progress, RunOptions, Scale, Workload};
-use pmsim_model::{AllocThread, FlushInsn, Heap, HeapErrorKind};
+use pmsim_model::runner::{self, AllocSpec};
+use pmsim_model::{AllocThread, Heap, HeapErrorKind};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -227,33 +226,10 @@ pub fn conservatively_reachable(
     seen
 }
 
-/// Runs every workload at tiny scale, 1 and 2 threads, through the runner
-/// (as `pmsim run --alloc <spec>` does); each checks its own results.
+/// Every workload at tiny scale on `spec` ([`runner::check_every_workload`]).
 pub fn every_workload(spec: &str) {
-    let alloc = AllocSpec::parse(spec, []).unwrap();
-    for name in Workload::expand("all").unwrap() {
-        let wl = Workload::preset(name, Scale::Tiny).unwrap();
-        for threads in [1, 2] {
-            let d = tmpdir();
-            let hs = HeapSpec { path: d.path().join("h"), size: wl.heap_size_hint(threads), overwrite: false };
-            let opts = RunOptions { threads, seed: 7, ..Default::default() };
-            let progress = Progress::default();
-            let rs = RunSpec {
-                alloc: &alloc,
-                workload: &wl,
-                opts: &opts,
-                heap: &hs,
-                flush: FlushInsn::best(),
-                progress: &progress,
-            };
-            let o = runner::run_native(&rs).unwrap_or_else(|e| panic!("{name} on {spec}, {threads} thread(s): {e}"));
-            let r = &o.run;
-            assert!(r.ops > 0 && r.ops_per_s > 0.0, "{name} on {spec}: nothing measured");
-            assert!(r.peak.live_bytes > 0, "{name} on {spec}: peak live never sampled");
-            assert_eq!(r.end.live_bytes, 0, "{name} on {spec}, {threads} thread(s): bytes left live");
-            assert_eq!(o.alloc.name, spec);
-        }
-    }
+    let d = tmpdir();
+    runner::check_every_workload(&AllocSpec::parse(spec, []).unwrap(), d.path()).unwrap_or_else(|e| panic!("{e}"));
 }
 
 // ----- the victims' root table -------------------------------------------------------
