@@ -286,8 +286,8 @@ pub fn check_every_workload(alloc: &AllocSpec, dir: &Path) -> Result<(), String>
                 RunSpec { alloc, workload: &wl, opts: &opts, heap: &hs, flush: FlushInsn::best(), progress: &progress };
             let o = run_native(&rs).map_err(|e| format!("{run}: {e}"))?;
             let r = &o.run;
-            if r.ops == 0 || r.ops_per_s <= 0.0 {
-                return Err(format!("{run}: nothing measured"));
+            if r.ops == 0 {
+                return Err(format!("{run}: no operation counted"));
             }
             if r.peak.live_bytes == 0 {
                 return Err(format!("{run}: peak live never sampled"));
