@@ -18,7 +18,24 @@ fn check_report(out: &Path) {
     let md = std::fs::read_to_string(out.join("README.md")).unwrap();
     assert!(html.contains(&format!("pmsim {}", env!("CARGO_PKG_VERSION"))), "version missing");
     assert!(html.contains("pmsim reproduce --scale tiny"), "command missing");
-    for id in ["fig1a", "fig2", "fig11", "fig15a", "fig15b", "heapshape", "fig16a", "fig16b", "fig19", "compare"] {
+    for id in [
+        "fig1a",
+        "fig2",
+        "fig11",
+        "fig15a",
+        "fig15b",
+        "heapshape",
+        "fig16a",
+        "fig16b",
+        "fig19",
+        "compare",
+        "scaling",
+        "scaling-threadtest",
+        "calibration-bandwidth",
+        "calibration-wa",
+        "calibration-fence",
+        "calibration-latency",
+    ] {
         for ext in ["svg", "png"] {
             let f = out.join("figures").join(format!("{id}.{ext}"));
             let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
@@ -55,6 +72,13 @@ fn check_report(out: &Path) {
         assert!(html.contains(&format!("<img src=\"figures/{figure}.png\"")));
     }
     assert!(html.contains("<tr><td>pmdk</td><td>threadtest</td><td>1000</td>"), "PMDK's access map missing");
+    // Estimated throughput at every thread count, PMDK's Threadtest too, and
+    // NVAlloc's speed-up over it; the calibration table with every point.
+    let text = std::fs::read_to_string(out.join("results").join("scaling-threadtest.csv")).unwrap();
+    assert_eq!(text.lines().count(), 1 + 5 * 8, "{text}");
+    assert!(html.contains("<td>threadtest</td><td>pmdk</td><td>16</td>"), "PMDK at 16 threads missing");
+    let text = std::fs::read_to_string(out.join("results").join("calibration.csv")).unwrap();
+    assert!(text.lines().count() > 50 && text.contains("validation") && text.contains("fitted"), "{text}");
 }
 
 /// Every number the figures read ([`pmsim_analyses::fields`]) is a number
@@ -161,7 +185,7 @@ fn reproduce_tiny_writes_the_report_and_its_sweeps_merge() {
     assert!(html.contains("href=\"results/stripes.csv\"") && rep.join("results/stripes.csv").exists());
     assert!(html.contains(&format!("rows: <code>{}/</code>", sweep.display())), "rows not named at the sweep");
     let text = std::fs::read_to_string(&csv).unwrap();
-    assert_eq!(text.lines().count(), 1 + 28, "{text}");
+    assert_eq!(text.lines().count(), 1 + 56, "{text}");
     assert!(text.lines().next().unwrap().contains("stripes"));
 
     // Running again resumes: nothing left to run.

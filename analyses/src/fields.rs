@@ -106,6 +106,14 @@ fields! {
     PERSIST_PER_OP = Sim "/overall/persist_ns_per_op" OrNull,
     /// Media bytes / bytes written to the DIMMs.
     WRITE_AMPLIFICATION = Sim "/pm/write_amplification" Always,
+    /// Estimated operations per second with the threads contending for the
+    /// DIMMs (points simulated with `sim.contention = true`).
+    EST_OPS_PER_S = Sim "/contention/ops_per_s" Some,
+    /// Estimated run time of those points (ns): the latest thread's clock.
+    EST_MAKESPAN = Sim "/contention/makespan_ns" Some,
+    /// Events those points replayed past a thread that had none yet (the
+    /// reorder bound was reached: the estimate treats it as blocked).
+    EST_FORCED = Sim "/contention/forced" Some,
     /// Peak bytes mapped by the allocator.
     PEAK_MAPPED = Native "/peak/mapped_bytes" Always,
     /// Peak bytes of live data.

@@ -24,6 +24,8 @@ pub const FIGURES: &[(&str, &str, FigureFn)] = &[
     ("fig16a", "estimated time and reflush ratio vs bit stripes (Fig. 16a)", fig16a),
     ("fig16b", "memory and time vs the SU threshold (Fig. 16b)", fig16b),
     ("fig19", "bit stripes under eADR (Fig. 19)", fig19),
+    ("scaling", "estimated throughput against threads (Figs. 9-10)", scaling),
+    ("scaling-threadtest", "estimated Threadtest throughput against threads (Fig. 9-10)", scaling_threadtest),
     ("compare", "every allocator compared", compare),
 ];
 
@@ -437,7 +439,8 @@ pub fn fig16a(rows: &[Row]) -> Option<Figure> {
     }
     let on = workload_suffix(&rs);
     let name = |r: &Row| format!("{}{} ×{} threads", alloc_label(r, &["stripes"]), on(r), r.point.threads);
-    let mut table = Table::new(&["allocator", "threads", "stripes", "flushes", "reflush %", "persist ns/op"]);
+    let mut table =
+        Table::new(&["allocator", "threads", "stripes", "flushes", "reflush %", "persist ns/op", "est. run time (ms)"]);
     for r in &rs {
         table.push(vec![
             format!("{}{}", alloc_label(r, &["stripes"]), on(r)),
@@ -446,26 +449,41 @@ pub fn fig16a(rows: &[Row]) -> Option<Figure> {
             num(r.num(FLUSHES)),
             format!("{:.2}", 100.0 * r.num(REFLUSH_RATIO).unwrap_or(0.0)),
             format!("{:.1}", per_op(r).unwrap_or(0.0)),
+            num(r.num(EST_MAKESPAN).map(|ns| ns / 1e6)),
         ]);
     }
+    let mut panels = Vec::new();
+    if rs.iter().any(|r| r.num(EST_MAKESPAN).is_some()) {
+        panels.push(Panel {
+            title: "estimated run time, threads contending".into(),
+            x_label: "bit stripes".into(),
+            y_label: "ms".into(),
+            kind: Kind::Lines {
+                series: lines_over(&rs, "stripes", name, |r| r.num(EST_MAKESPAN).map(|ns| ns / 1e6)),
+                log2_x: true,
+            },
+        });
+    }
+    panels.push(stripes_time_panel(&rs, name));
+    panels.push(Panel {
+        title: "reflush ratio".into(),
+        x_label: "bit stripes".into(),
+        y_label: "reflushes / flushes (%)".into(),
+        kind: Kind::Lines {
+            series: lines_over(&rs, "stripes", name, |r| r.num(REFLUSH_RATIO).map(|x| 100.0 * x)),
+            log2_x: true,
+        },
+    });
     Some(Figure {
         id: "fig16a".into(),
         title: "Bit stripes: estimated time and reflush ratio (NVAlloc Fig. 16a)".into(),
-        caption: "Estimated persist time per operation and reflush ratio as the slab bitmaps' stripe count grows \
-                  from 1 to 32, for several thread counts (Threadtest, simulated)."
+        caption: "Estimated run time (the contention model: each thread's clock advanced by its events' costs, \
+                  the threads sharing the DIMMs' queues, XPBuffers and media) where simulated with it, estimated \
+                  persist time per operation (the sum of per-flush costs, threads not contending) and reflush \
+                  ratio as the slab bitmaps' stripe count grows from 1 to 32, for several thread counts \
+                  (Threadtest, simulated)."
             .into(),
-        panels: vec![
-            stripes_time_panel(&rs, name),
-            Panel {
-                title: "reflush ratio".into(),
-                x_label: "bit stripes".into(),
-                y_label: "reflushes / flushes (%)".into(),
-                kind: Kind::Lines {
-                    series: lines_over(&rs, "stripes", name, |r| r.num(REFLUSH_RATIO).map(|x| 100.0 * x)),
-                    log2_x: true,
-                },
-            },
-        ],
+        panels,
         table,
         paper: None,
     })
@@ -586,6 +604,100 @@ pub fn fig19(rows: &[Row]) -> Option<Figure> {
         ],
         table,
         paper: None,
+    })
+}
+
+/// Figs. 9-10 as the contention model estimates them: operations per second
+/// against threads, one panel per workload, one line per allocator, from the
+/// points simulated with `sim.contention = true`.
+pub fn scaling(rows: &[Row]) -> Option<Figure> {
+    scaling_as(rows, "scaling")
+}
+
+/// [`scaling`] drawn from a second experiment (Threadtest, whose objects
+/// are split across the threads there), under an id of its own.
+pub fn scaling_threadtest(rows: &[Row]) -> Option<Figure> {
+    scaling_as(rows, "scaling-threadtest")
+}
+
+fn scaling_as(rows: &[Row], id: &str) -> Option<Figure> {
+    let rs: Vec<&Row> = rows.iter().filter(|r| r.num(EST_OPS_PER_S).is_some()).collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let mops = |r: &Row| r.num(EST_OPS_PER_S).map(|x| x / 1e6);
+    // The same workload and thread count on PMDK, the paper's baseline.
+    let pmdk = |r: &Row| {
+        rs.iter()
+            .find(|q| {
+                q.point.alloc == "pmdk" && q.point.workload == r.point.workload && q.point.threads == r.point.threads
+            })
+            .and_then(|q| mops(q))
+    };
+    let mut table = Table::new(&[
+        "workload",
+        "allocator",
+        "threads",
+        "est. Mops/s",
+        "est. run time (ms)",
+        "x vs 1 thread",
+        "x vs pmdk",
+        "persist ns/op (no contention)",
+        "events replayed past a blocked thread",
+    ]);
+    let mut panels = Vec::new();
+    for wl in distinct(rs.iter().map(|r| r.point.workload.clone())) {
+        let of: Vec<&Row> = rs.iter().copied().filter(|r| r.point.workload == wl).collect();
+        let mut series: Vec<Series<(f64, f64)>> = Vec::new();
+        for a in distinct(of.iter().map(|r| alloc_label(r, &[]))) {
+            let mut pts: Vec<(f64, f64)> = Vec::new();
+            let line: Vec<&Row> = of.iter().copied().filter(|r| alloc_label(r, &[]) == a).collect();
+            let one = line.iter().find(|r| r.point.threads == 1).and_then(|r| mops(r));
+            for r in &line {
+                let m = mops(r);
+                if let Some(m) = m {
+                    pts.push((r.point.threads as f64, m));
+                }
+                let ratio = |b: Option<f64>| match (m, b) {
+                    (Some(m), Some(b)) if b > 0.0 => format!("{:.2}", m / b),
+                    _ => "-".into(),
+                };
+                table.push(vec![
+                    wl.clone(),
+                    a.clone(),
+                    r.point.threads.to_string(),
+                    num(m),
+                    num(r.num(EST_MAKESPAN).map(|ns| ns / 1e6)),
+                    ratio(one),
+                    ratio(pmdk(r)),
+                    num(per_op(r)),
+                    num(r.num(EST_FORCED)),
+                ]);
+            }
+            pts.sort_by(|x, y| x.0.total_cmp(&y.0));
+            series.push((a, pts));
+        }
+        panels.push(Panel {
+            title: wl,
+            x_label: "threads".into(),
+            y_label: "estimated Mops/s".into(),
+            kind: Kind::Lines { series, log2_x: true },
+        });
+    }
+    Some(Figure {
+        id: id.into(),
+        title: "Estimated throughput against threads (NVAlloc Figs. 9-10)".into(),
+        caption: "Operations per second of each allocator as the threads grow, estimated by replaying its run \
+                  through the contention model: each thread on its own core with its own clock, all sharing the \
+                  DIMMs' write queues, XPBuffers and media (timing fitted to FAST '20 Fig. 4). The schedule is \
+                  virtual, so 16 threads are estimated on any machine, but work between traced events is not \
+                  timed (a store or load costs a few ns), so allocators that persist little look faster than \
+                  they would be. A run whose threads were recorded in time slices longer than the reorder bound \
+                  holds has events replayed past blocked threads (the table's last column): its estimate is \
+                  less faithful."
+            .into(),
+        panels,
+        table,
     })
 }
 

@@ -4,6 +4,7 @@
 //! [`store`], [`row`]), and the figures and reports drawn from those files
 //! alone.
 
+pub mod calibration;
 pub mod experiment;
 pub mod fields;
 pub mod figures;

@@ -19,6 +19,7 @@
 //! Valgrind tool in pintools/ and replayed with `pmsim sim --json`) join the
 //! report as extra rows of an experiment: see [`Traced`].
 
+use crate::calibration;
 use crate::experiment::{Experiment, Meta};
 use crate::fields;
 use crate::figures;
@@ -45,6 +46,8 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("su.toml", include_str!("../experiments/su.toml")),
     ("eadr.toml", include_str!("../experiments/eadr.toml")),
     ("allocators.toml", include_str!("../experiments/allocators.toml")),
+    ("scaling-threadtest.toml", include_str!("../experiments/scaling-threadtest.toml")),
+    ("scaling.toml", include_str!("../experiments/scaling.toml")),
 ];
 
 /// A simulator report of a trace made outside pmsim's tracer (`pmsim sim
@@ -248,6 +251,11 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
         eprintln!("reproduce: {name}: {} points ({} run now) in {:.1} s", s.points, s.ran, sec.wall_s);
         sections.push(sec);
     }
+    if opts.only.is_empty() {
+        let sec = calibration_section(&mut policy, out)?;
+        eprintln!("reproduce: calibration: {} published points in {:.1} s", sec.points, sec.wall_s);
+        sections.push(sec);
+    }
     let summary = Summary {
         out: out.display().to_string(),
         scale: opts.scale.clone(),
@@ -301,6 +309,57 @@ fn section(
         figures: drawn.iter().map(|f| f.id.clone()).collect(),
         rows: rows_at,
         toml: params,
+        drawn,
+        headline,
+    })
+}
+
+/// The Optane model against the published measurements (`pmsim calibrate`
+/// at its full size, default constants): one figure per benchmark family,
+/// the table of every point into OUT/results/calibration.csv.
+fn calibration_section(policy: &mut Policy, out: &Path) -> Result<Section, String> {
+    let t = Instant::now();
+    let rows = pmsim_sim::calibrate::run_all(&pmsim_sim::Config::default(), pmsim_sim::calibrate::Size::Full)?;
+    let drawn = calibration::figures(&rows);
+    for fig in &drawn {
+        plot::render(fig, &out.join("figures"))?;
+    }
+    let mut headline = Table::new(&["point", "model", "published", "unit", "error %", "role", "source"]);
+    for r in &rows {
+        headline.push(vec![
+            r.point.clone(),
+            format!("{:.4}", r.model),
+            table::num(r.published),
+            r.unit.into(),
+            r.error.map_or("-".into(), |e| format!("{:.1}", 100.0 * e)),
+            if r.fitted { "fitted" } else { "validation" }.into(),
+            r.source.unwrap_or("-").into(),
+        ]);
+    }
+    let csv = out.join("results").join("calibration.csv");
+    let mut text = Vec::new();
+    headline.write_csv(&mut text).map_err(|e| format!("{}: {e}", csv.display()))?;
+    policy.write(&csv, &text)?;
+    let mean = |fitted: bool| {
+        let e: Vec<f64> = rows.iter().filter(|r| r.fitted == fitted).filter_map(|r| r.error).collect();
+        (100.0 * e.iter().sum::<f64>() / e.len().max(1) as f64, 100.0 * e.iter().copied().fold(0.0, f64::max))
+    };
+    let ((fm, fw), (vm, vw)) = (mean(true), mean(false));
+    Ok(Section {
+        name: "calibration".into(),
+        title: "The Optane model against published measurements".into(),
+        description: format!(
+            "FAST '20's microbenchmarks synthesized as traces and replayed through the contention model with the \
+             default constants (`pmsim calibrate`). Fitted points: mean error {fm:.1} %, worst {fw:.1} %; \
+             validation points (never fitted to): mean error {vm:.1} %, worst {vw:.1} %."
+        ),
+        file: "sim/optane.toml (pmsim calibrate)".into(),
+        points: rows.len(),
+        ran: rows.len(),
+        wall_s: t.elapsed().as_secs_f64(),
+        figures: drawn.iter().map(|f| f.id.clone()).collect(),
+        rows: "results/calibration.csv".into(),
+        toml: pmsim_sim::DEFAULT_TOML.into(),
         drawn,
         headline,
     })

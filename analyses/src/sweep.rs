@@ -17,7 +17,7 @@ use pmsim_model::runner::{self, AllocSpec, HeapSpec, RunSpec, ScratchHeap};
 use pmsim_model::workloads::{Params, Progress, RunOptions, Workload};
 use pmsim_model::{FlushInsn, TraceConfig};
 use pmsim_pintools::{trace_pmdk_threadtest, PintoolsError, PmdkThreadtest};
-use pmsim_sim::Simulator;
+use pmsim_sim::{Contention, ContentionReport, Simulator, Timed};
 use pmsim_traces::TraceReader;
 use rayon::prelude::*;
 use serde_json::{Map, Value};
@@ -232,21 +232,42 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str) -> Result<DbiS
             return Err(e.to_string());
         }
     };
-    let replay = || -> Result<(Value, Vec<Value>), String> {
+    let replay = || -> Result<(Value, Vec<Value>, Option<ContentionReport>), String> {
+        let time = if cfg.contention {
+            let mut c = Contention::new(&cfg)?;
+            c.replay(&mut TraceReader::open(&traced.out).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            Some(c.report())
+        } else {
+            None
+        };
         let mut r = TraceReader::open(&traced.out).map_err(|e| e.to_string())?;
         let mut sim = Simulator::new(cfg, r.header()).map_err(|e| e.to_string())?;
         sim.replay(&mut r).map_err(|e| e.to_string())?;
         let access = sim.access_map().iter().map(|a| serde_json::to_value(a).expect("serializes")).collect();
-        Ok((serde_json::to_value(sim.report()).expect("reports serialize"), access))
+        Ok((serde_json::to_value(sim.report()).expect("reports serialize"), access, time))
     };
     let res = replay();
     let _ = std::fs::remove_file(&traced.out);
-    let (mut report, access) = res?;
+    let (mut report, access, time) = res?;
+    with_contention(&mut report, time);
     let obj = report.as_object_mut().expect("a report is an object");
     let dimms = obj.remove("dimms");
     obj.remove("trace");
     obj.insert("tracer".into(), Value::String("valgrind".into()));
     Ok(DbiSim::Done(report, access, dimms))
+}
+
+/// Adds the contention model's figures to a simulator report as
+/// `contention`, without the per-DIMM split (which DIMM an address maps to
+/// depends on where the heap was mapped).
+fn with_contention(report: &mut Value, time: Option<ContentionReport>) {
+    if let (Some(obj), Some(t)) = (report.as_object_mut(), time) {
+        let mut t = serde_json::to_value(t).expect("reports serialize");
+        if let Some(o) = t.as_object_mut() {
+            o.remove("dimms");
+        }
+        obj.insert("contention".into(), t);
+    }
 }
 
 /// Runs one point: the simulated part under the shared lock, the native part
@@ -271,18 +292,20 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
             let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true };
             let spec = RunSpec { alloc: &alloc, workload: &wl, opts: &opts, heap: &hs, flush, progress: &progress };
             let (outcome, mut finished) = runner::run_traced(&spec, &TraceConfig::default(), |h| {
-                Simulator::new(cfg.clone(), &h).map_err(std::io::Error::other)
+                Timed::new(cfg.clone(), &h).map_err(std::io::Error::other)
             })
             .map_err(|e| fail("simulated", &e))?;
-            let mut report = serde_json::to_value(finished.sink.report()).expect("reports serialize");
+            let time = finished.sink.time_report();
+            let mut report = serde_json::to_value(finished.sink.sim.report()).expect("reports serialize");
             if let Some(obj) = report.as_object_mut() {
                 env.sim_dimms = obj.remove("dimms");
                 // The simulator names the trace by its header; the point already says it all.
                 obj.remove("trace");
             }
+            with_contention(&mut report, time);
             result.sim = Some(report);
             result.access_map =
-                finished.sink.access_map().iter().map(|a| serde_json::to_value(a).expect("serializes")).collect();
+                finished.sink.sim.access_map().iter().map(|a| serde_json::to_value(a).expect("serializes")).collect();
             result.allocator = Some(serde_json::to_value(&outcome.alloc).expect("serializes"));
         } else {
             let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());

@@ -33,6 +33,11 @@ fn sim(flushes: f64, reflush: f64, ops: f64, eadr: bool, scale: f64) -> Value {
     })
 }
 
+/// The contention model's part of a simulator report: `ops` in `makespan_ns`.
+fn contention(ops: f64, makespan_ns: f64) -> Value {
+    json!({ "ops": ops, "makespan_ns": makespan_ns, "ops_per_s": ops / (makespan_ns * 1e-9), "forced": 0 })
+}
+
 fn native(peak_mib: f64, slabs: Option<(u64, u64, u64)>) -> Value {
     json!({
         "ops": 1000, "peak": { "live_bytes": peak_mib * 0.6 * 1048576.0, "mapped_bytes": peak_mib * 1048576.0 },
@@ -136,10 +141,14 @@ fn data(id: &str) -> Vec<Row> {
                         let i = rows.len();
                         let sk = if id == "fig19" { json!({"eadr": e}) } else { json!({}) };
                         let r = 0.6 / (s as f64).sqrt();
+                        let mut sim = sim(1e5 * t as f64, r, 2e4 * t as f64, e, 1.0);
+                        if id == "fig16a" {
+                            sim["contention"] = contention(2e4 * t as f64, 1e7 * (1.0 + r) / t as f64);
+                        }
                         rows.push(row(
                             i,
                             spec("nvalloc-log", "threadtest", t, json!({"stripes": s}), sk),
-                            Some(sim(1e5 * t as f64, r, 2e4 * t as f64, e, 1.0)),
+                            Some(sim),
                             None,
                             None,
                         ));
@@ -158,6 +167,24 @@ fn data(id: &str) -> Vec<Row> {
                         Some(native(40.0 - 30.0 * su, None)),
                         Some(1e6 / (1.0 + su)),
                     ));
+                }
+            }
+        }
+        "scaling" | "scaling-threadtest" => {
+            for wl in ["threadtest", "prodcon"] {
+                for (k, a) in ["nvalloc-log", "pmdk"].iter().enumerate() {
+                    for t in [1, 2, 4, 8, 16] {
+                        let mut sim = sim(1e5, 0.5, 2e4, false, 1.0);
+                        sim["contention"] = contention(2e4, 1e7 * (k + 1) as f64 / (t as f64).sqrt());
+                        let i = rows.len();
+                        rows.push(row(
+                            i,
+                            spec(a, wl, t, json!({}), json!({"contention": true})),
+                            Some(sim),
+                            None,
+                            None,
+                        ));
+                    }
                 }
             }
         }

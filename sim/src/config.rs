@@ -170,7 +170,7 @@ impl Default for TimingConfig {
             imc_dimms: 3,
             media_write_ns: 104.4,
             media_read_ns: 53.5,
-            reorder_events: 1 << 18,
+            reorder_events: 1 << 22,
         }
     }
 }
@@ -229,6 +229,11 @@ pub struct Config {
     pub eadr: bool,
     /// Compute the reflush statistics only (no cache, Optane or latency model).
     pub reflush_only: bool,
+    /// Also replay the events through the virtual-time contention model
+    /// ([`crate::contention`], timing constants in `timing`) where a sweep
+    /// point streams its run into the simulator ([`crate::Timed`]): estimated
+    /// makespan and operations per second with the threads contending.
+    pub contention: bool,
     pub reflush: ReflushConfig,
     pub cache: CacheConfig,
     pub optane: OptaneConfig,

@@ -26,6 +26,12 @@
 //! and attributes it to head-of-line blocking in the controller's queues;
 //! this term is that fall, with its one constant fitted to Fig. 4.
 //!
+//! A **reflush** (a flush of a dirty line that the same thread flushed fewer
+//! than `reflush.threshold` distinct lines ago) is persistent no sooner than
+//! `latency.reflush_ns` (by distance) after its issue: the line's previous
+//! write is still on its way through the DIMM, and NVAlloc (ASPLOS '22, §3.1)
+//! measured 800 ns at distance 0 falling to 500 ns at distance 3.
+//!
 //! A fence waits until every write its thread issued before it was accepted.
 //! So one thread is bound by latency, a few fill the DIMMs, and many slow
 //! them down: their writes queue behind each other's at the controller, and
@@ -44,6 +50,7 @@
 //! seeds, no wall clock): the same trace gives the same figures.
 
 use crate::config::Config;
+use crate::distance::DistanceTracker;
 use crate::fastmap::U64Map;
 use crate::optane::Optane;
 use pmsim_traces::{Event, EventSink, FlushKind, Record, TraceError, TraceReader, TraceTotals, Visit};
@@ -67,6 +74,12 @@ struct Costs {
     writer: u64,
     media_write: u64,
     media_read: u64,
+    /// A reflush's time until its write is persistent, by reflush distance
+    /// (`latency.reflush_ns`); distances from `reflush.threshold` on are not
+    /// reflushes.
+    reflush: [u64; 8],
+    reflush_len: usize,
+    threshold: u64,
 }
 
 /// An event as the scheduler holds it back (what the timing needs of it).
@@ -119,6 +132,9 @@ struct Thread {
     ops: u64,
     events: u64,
     nt_line: u64,
+    /// The thread's reflush distances (its own flushes, as `scope = thread`).
+    distance: DistanceTracker,
+    reflushes: u64,
     started: bool,
     live: bool,
     queue: VecDeque<Ev>,
@@ -197,6 +213,8 @@ pub struct ThreadTime {
     pub end_ns: f64,
     /// Time its fences waited for its writes to be accepted.
     pub fence_wait_ns: f64,
+    /// Flushes of a dirty line at a reflush distance below the threshold.
+    pub reflushes: u64,
 }
 
 /// Per-DIMM figures of a contention replay.
@@ -269,6 +287,11 @@ impl Contention {
         let ps = |ns: f64| (ns * 1000.0).round() as u64;
         let q = t.wpq_entries as usize;
         let entries = cfg.optane.xpbuffer_entries as usize;
+        let mut reflush = [0u64; 8];
+        let reflush_len = cfg.latency.reflush_ns.len().min(8);
+        for (r, &ns) in reflush.iter_mut().zip(&cfg.latency.reflush_ns) {
+            *r = ps(ns);
+        }
         let dimm = DimmTime {
             wpq: vec![0; q],
             wpq_tid: vec![0; q],
@@ -293,6 +316,9 @@ impl Contention {
                 writer: ps(t.writer_ns),
                 media_write: ps(t.media_write_ns),
                 media_read: ps(t.media_read_ns),
+                reflush,
+                reflush_len,
+                threshold: cfg.reflush.threshold,
             },
             xpline: cfg.optane.xpline_bytes,
             reorder: t.reorder_events as usize,
@@ -421,10 +447,18 @@ impl Contention {
             Ev::Flush { line, kind } => {
                 let issue = self.threads[t].clock + c.flush_issue;
                 self.threads[t].clock = issue;
+                let distance = self.threads[t].distance.flush(line);
                 let (d, new) = self.dirty.get_or_insert_mut(line, 0);
                 if !new && *d == 1 {
                     *d = 0;
-                    let accepted = self.write(t, line, issue + c.flush_to_wpq);
+                    let mut accepted = self.write(t, line, issue + c.flush_to_wpq);
+                    // A reflush: the line's previous write is still on its
+                    // way through the DIMM, and the new one waits for it
+                    // (NVAlloc §3.1 measured the latency).
+                    if let Some(dist) = distance.filter(|&x| x < c.threshold && c.reflush_len > 0) {
+                        accepted = accepted.max(issue + c.reflush[(dist as usize).min(c.reflush_len - 1)]);
+                        self.threads[t].reflushes += 1;
+                    }
                     let th = &mut self.threads[t];
                     th.persisted_at = th.persisted_at.max(accepted);
                     if kind == FlushKind::Clflush {
@@ -557,6 +591,7 @@ impl Contention {
                     ops: th.ops,
                     end_ns: ns(th.clock),
                     fence_wait_ns: ns(th.fence_wait),
+                    reflushes: th.reflushes,
                 }
             })
             .collect();
@@ -622,9 +657,17 @@ pub fn write_text(r: &ContentionReport, out: &mut impl io::Write) -> io::Result<
             d.dimm, d.writes, d.media_writes, d.rmw, d.media_busy_ns, d.wpq_wait_ns, d.media_wait_ns
         )?;
     }
-    writeln!(out, "  {:>4} {:>12} {:>10} {:>14} {:>14}", "tid", "events", "ops", "end_ns", "fence_wait_ns")?;
+    writeln!(
+        out,
+        "  {:>4} {:>12} {:>10} {:>14} {:>14} {:>10}",
+        "tid", "events", "ops", "end_ns", "fence_wait_ns", "reflushes"
+    )?;
     for t in &r.threads {
-        writeln!(out, "  {:>4} {:>12} {:>10} {:>14.0} {:>14.0}", t.tid, t.events, t.ops, t.end_ns, t.fence_wait_ns)?;
+        writeln!(
+            out,
+            "  {:>4} {:>12} {:>10} {:>14.0} {:>14.0} {:>10}",
+            t.tid, t.events, t.ops, t.end_ns, t.fence_wait_ns, t.reflushes
+        )?;
     }
     Ok(())
 }
@@ -675,6 +718,30 @@ mod tests {
         let expect = t.store_ns + t.flush_issue_ns + t.flush_to_wpq_ns;
         assert!((r.makespan_ns - expect).abs() < 1e-6, "{} vs {expect}", r.makespan_ns);
         assert_eq!(r.write_bytes, 64);
+    }
+
+    #[test]
+    fn a_reflush_waits_for_the_line_s_previous_write() {
+        let cfg = Config::default();
+        let run = |lines: [u64; 2]| {
+            let mut c = Contention::new(&cfg).unwrap();
+            for l in lines {
+                op(&mut c, 0, l);
+            }
+            c.report()
+        };
+        let (again, other) = (run([0, 0]), run([0, 4096]));
+        assert_eq!((again.threads[0].reflushes, other.threads[0].reflushes), (1, 0));
+        // The second op of `again` waits the reflush latency at distance 0.
+        let first = other.makespan_ns / 2.0;
+        assert!(again.makespan_ns >= first + cfg.latency.reflush_ns[0], "{} vs {}", again.makespan_ns, first);
+        assert!(other.makespan_ns < first * 2.0 + 1.0);
+        // Past the threshold a flush of the same line is a regular one.
+        let mut c = Contention::new(&cfg).unwrap();
+        for l in [0, 64, 128, 192, 256, 0] {
+            op(&mut c, 0, l);
+        }
+        assert_eq!(c.report().threads[0].reflushes, 0);
     }
 
     #[test]

@@ -55,6 +55,7 @@ mod print;
 mod simulator;
 pub mod sites;
 pub mod stats;
+pub mod timed;
 pub mod xpbuffer;
 
 pub use access_map::{write_csv as write_access_map_csv, write_json as write_access_map_json, AccessPoint};
@@ -65,3 +66,4 @@ pub use print::write_text;
 pub use simulator::{Simulator, WindowAt};
 pub use sites::{write_sites, SiteReport};
 pub use stats::{Report, Stats, WindowReport};
+pub use timed::Timed;

@@ -4,7 +4,7 @@
 
 use super::CmdResult;
 use clap::Args;
-use pmsim_sim::{Config, Simulator};
+use pmsim_sim::{Config, Contention, Simulator};
 use pmsim_traces::synth::metadata_stream;
 use pmsim_traces::{Event, TraceHeader, TraceReader, TraceWriter, WriterOptions};
 use serde::Serialize;
@@ -21,7 +21,8 @@ pub struct BenchArgs {
     runs: usize,
     /// Also time reading this trace file (a real trace, from disk or page cache),
     /// writing its events, and replaying it through the simulator (full model
-    /// and reflush statistics alone), file decoding included.
+    /// and reflush statistics alone, and the contention model's pass), file
+    /// decoding included.
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Skip the synthetic-stream rows (time the --trace file only).
@@ -142,6 +143,14 @@ fn simulate(path: &std::path::Path, cfg: &Config) -> Result<u64, Box<dyn std::er
     Ok(std::hint::black_box(sim.report()).events)
 }
 
+/// Replays a trace file through the contention model (`pmsim sim
+/// --contention`'s pass); returns the events replayed.
+fn contend(path: &std::path::Path) -> Result<u64, Box<dyn std::error::Error>> {
+    let mut c = Contention::new(&Config::default())?;
+    c.replay(&mut TraceReader::open(path)?)?;
+    Ok(std::hint::black_box(c.report()).events)
+}
+
 pub fn run(a: BenchArgs) -> CmdResult {
     let mut rows = Vec::new();
     if !a.no_synthetic {
@@ -195,6 +204,17 @@ pub fn run(a: BenchArgs) -> CmdResult {
                 Some(target),
             ));
         }
+        contend(path)?;
+        let t = median_secs(a.runs, || {
+            let _ = contend(path);
+        });
+        rows.push(Row::new(
+            format!("sim --contention {} (file)", path.display()),
+            totals.events,
+            totals.bytes,
+            t,
+            None,
+        ));
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
