@@ -505,7 +505,12 @@ fn sim_json_holds_every_number_the_figures_read() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     check(&v, Source::Sim).unwrap_or_else(|e| panic!("{e}"));
     for f in ALL.iter().filter(|f| f.source == Source::Sim) {
-        let got = v.pointer(f.path).unwrap_or_else(|| panic!("{} missing", f.path));
+        // The contention model's figures are in the rows of points simulated
+        // with it (checked in tests/reproduce.rs), not in a plain report.
+        let Some(got) = v.pointer(f.path) else {
+            assert!(f.need == Need::Some && f.path.starts_with("/contention/"), "{} missing", f.path);
+            continue;
+        };
         assert!(got.is_number() || f.need != Need::Always, "{}: {got}", f.path);
     }
 }
