@@ -84,6 +84,7 @@ pub fn figures(rows: &[Row]) -> Vec<Figure> {
                 .into(),
             panels,
             table: table(&bw),
+            paper: None,
         });
     }
     let wa = family(Family::Wa);
@@ -102,6 +103,7 @@ pub fn figures(rows: &[Row]) -> Vec<Figure> {
                 kind: Kind::Lines { series: lines(&wa, |p| p.access as f64 / 1024.0), log2_x: true },
             }],
             table: table(&wa),
+            paper: None,
         });
     }
     let fence = family(Family::Fence);
@@ -119,6 +121,7 @@ pub fn figures(rows: &[Row]) -> Vec<Figure> {
                 kind: Kind::Lines { series: lines(&fence, |p| p.access as f64), log2_x: true },
             }],
             table: table(&fence),
+            paper: None,
         });
     }
     let lat = family(Family::Latency);
@@ -144,6 +147,7 @@ pub fn figures(rows: &[Row]) -> Vec<Figure> {
                 },
             }],
             table: table(&lat),
+            paper: None,
         });
     }
     figs

@@ -698,6 +698,7 @@ fn scaling_as(rows: &[Row], id: &str) -> Option<Figure> {
             .into(),
         panels,
         table,
+        paper: None,
     })
 }
 
