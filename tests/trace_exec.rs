@@ -367,27 +367,22 @@ fn nvalloc_traced_by_valgrind_matches_the_builtin_tracer() {
 
 // ---- PMDK ----------------------------------------------------------------------
 
+/// `pmsim trace-exec` of the PMDK Threadtest example (2 iterations × 200
+/// objects of 64 B, 1 thread), PM under `pm`, into `out`, with `extra`
+/// options; it must succeed.
+fn trace_pmdk_threadtest(pm: &Path, out: &Path, extra: &[&str]) -> Output {
+    let (pm, out) = (pm.to_str().unwrap(), out.to_str().unwrap());
+    let args = [&["trace-exec", "--example", "pmdk-threadtest", "--pm-dir", pm, "-o", out][..], extra];
+    let o = pmsim(&[&args.concat()[..], &["--", "2", "200", "64", "1"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    o
+}
+
 #[test]
 fn pmdk_threadtest_is_traced_and_simulated() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("pmdk.pmt");
-    let pm = dir.path().to_str().unwrap();
-    let o = pmsim(&[
-        "trace-exec",
-        "--example",
-        "pmdk-threadtest",
-        "--json",
-        "--pm-dir",
-        pm,
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        "2",
-        "200",
-        "64",
-        "1",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = trace_pmdk_threadtest(dir.path(), &out, &["--json"]);
     let (h, evs) = read(&out);
     // The program's stdout comes first, then the summary as JSON.
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -453,26 +448,9 @@ fn pmdk_threadtest_is_traced_and_simulated() {
 #[test]
 fn pmdk_window_at_the_first_allocation() {
     let dir = tempfile::tempdir().unwrap();
-    let pm = dir.path().to_str().unwrap();
     let trace = |name: &str, func: &str| {
         let out = dir.path().join(name);
-        let o = pmsim(&[
-            "trace-exec",
-            "--example",
-            "pmdk-threadtest",
-            "--window-at",
-            func,
-            "--pm-dir",
-            pm,
-            "-o",
-            out.to_str().unwrap(),
-            "--",
-            "2",
-            "200",
-            "64",
-            "1",
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
+        let o = trace_pmdk_threadtest(dir.path(), &out, &["--window-at", func]);
         (out, o)
     };
     let (out, _) = trace("w.pmt", "pmemobj_alloc");

@@ -129,10 +129,24 @@ pub struct Row {
     pub relative: Option<f64>,
 }
 
+/// (b − a) / |a|: the change relative to `a`; a change from 0 is infinite
+/// (0 when nothing changed).
+fn relative_change(a: f64, b: f64) -> f64 {
+    if a != 0.0 {
+        (b - a) / a.abs()
+    } else {
+        match b.partial_cmp(&a) {
+            Some(std::cmp::Ordering::Greater) => f64::INFINITY,
+            Some(std::cmp::Ordering::Less) => f64::NEG_INFINITY,
+            _ => 0.0,
+        }
+    }
+}
+
 impl Row {
     fn new(metric: String, a: Option<f64>, b: Option<f64>) -> Row {
         let delta = a.zip(b).map(|(a, b)| b - a);
-        let relative = a.zip(delta).and_then(|(a, d)| (a != 0.0).then(|| d / a.abs()));
+        let relative = a.zip(b).filter(|(a, _)| *a != 0.0).map(|(a, b)| relative_change(a, b));
         Row { metric, a, b, delta, relative }
     }
 }
@@ -215,12 +229,7 @@ impl Threshold {
         let x = match self.bound {
             Bound::Value => b,
             Bound::Delta => b - a,
-            Bound::Relative if a != 0.0 => 100.0 * (b - a) / a.abs(),
-            Bound::Relative => match b.partial_cmp(&a) {
-                Some(std::cmp::Ordering::Greater) => f64::INFINITY,
-                Some(std::cmp::Ordering::Less) => f64::NEG_INFINITY,
-                _ => 0.0,
-            },
+            Bound::Relative => 100.0 * relative_change(a, b),
         };
         match self.direction {
             Direction::Above => x > self.amount,
