@@ -349,18 +349,35 @@ impl fmt::Debug for Heap {
     }
 }
 
+/// How long [`lock`] waits for a lock held only for a moment.
+///
+/// A handle closed by this process can stay locked briefly: a child that
+/// another thread is spawning at that instant holds a copy of every descriptor
+/// (and so the lock) from fork until its exec closes them. A heap that is
+/// really open elsewhere stays locked past this grace, and is refused.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Takes the exclusive advisory lock that says "this heap is open".
 fn lock(file: &File, path: &Path) -> Result<(), HeapError> {
-    // SAFETY: flock on a file descriptor we own; no memory is passed.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    if e.kind() == io::ErrorKind::WouldBlock {
-        Err(HeapError::new(HeapErrorKind::Locked, path, "heap is already open (locked by another handle or process)"))
-    } else {
-        Err(HeapError::io(path, "cannot lock", e))
+    let start = std::time::Instant::now();
+    loop {
+        // SAFETY: flock on a file descriptor we own; no memory is passed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::WouldBlock {
+            return Err(HeapError::io(path, "cannot lock", e));
+        }
+        if start.elapsed() >= LOCK_GRACE {
+            return Err(HeapError::new(
+                HeapErrorKind::Locked,
+                path,
+                "heap is already open (locked by another handle or process)",
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 

@@ -279,7 +279,10 @@ pub fn check_every_workload(alloc: &AllocSpec, dir: &Path) -> Result<(), String>
         let wl = Workload::preset(name, crate::workloads::Scale::Tiny).map_err(|e| e.to_string())?;
         for threads in [1, 2] {
             let run = format!("{name} on {}, {threads} thread(s)", alloc.label);
-            let hs = HeapSpec { path: dir.join("heap"), size: alloc.heap_size(&wl, threads), overwrite: true };
+            // A heap file per run: a fresh inode is never locked by a copy of
+            // an earlier run's descriptor (see `heap::lock`).
+            let path = dir.join(format!("heap-{name}-{threads}"));
+            let hs = HeapSpec { path, size: alloc.heap_size(&wl, threads), overwrite: true };
             let opts = RunOptions { threads, seed: 7, ..Default::default() };
             let progress = Progress::default();
             let rs =
@@ -295,6 +298,7 @@ pub fn check_every_workload(alloc: &AllocSpec, dir: &Path) -> Result<(), String>
             if r.end.live_bytes != 0 {
                 return Err(format!("{run}: {} bytes left live", r.end.live_bytes));
             }
+            let _ = std::fs::remove_file(&hs.path);
         }
     }
     Ok(())
