@@ -278,7 +278,8 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
     let alloc = p.alloc_spec()?;
     let wl = p.workload()?;
     let opts = RunOptions { threads: p.threads, seed: p.seed, ..Default::default() };
-    let size = wl.heap_size_hint(p.threads);
+    // The allocator's own sizing (LLFree needs a frame per object and a tree per thread).
+    let size = alloc.heap_size(&wl, p.threads);
     let flush = FlushInsn::best();
     let progress = Progress::default();
     let mut result = Results::default();
