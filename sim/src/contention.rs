@@ -32,6 +32,15 @@
 //! write is still on its way through the DIMM, and NVAlloc (ASPLOS '22, §3.1)
 //! measured 800 ns at distance 0 falling to 500 ns at distance 3.
 //!
+//! Reflush distances are counted in `reflush.scope` (per thread, per DIMM or
+//! over all threads), as the simulator counts them.
+//!
+//! Under **eADR** (`eadr = true`) the caches are in the persistence domain:
+//! flushes cost their issue only and write nothing, as the simulator treats
+//! them; non-temporal stores still go to the DIMMs. This model has no cache,
+//! so the writes eADR makes by evicting dirty lines are not charged: an eADR
+//! estimate is a lower bound on the DIMMs' load.
+//!
 //! A fence waits until every write its thread issued before it was accepted.
 //! So one thread is bound by latency, a few fill the DIMMs, and many slow
 //! them down: their writes queue behind each other's at the controller, and
@@ -49,7 +58,7 @@
 //! Costs are integer picoseconds, and nothing depends on the host (no hash
 //! seeds, no wall clock): the same trace gives the same figures.
 
-use crate::config::Config;
+use crate::config::{Config, Scope};
 use crate::distance::DistanceTracker;
 use crate::fastmap::U64Map;
 use crate::optane::Optane;
@@ -132,8 +141,6 @@ struct Thread {
     ops: u64,
     events: u64,
     nt_line: u64,
-    /// The thread's reflush distances (its own flushes, as `scope = thread`).
-    distance: DistanceTracker,
     reflushes: u64,
     started: bool,
     live: bool,
@@ -272,6 +279,11 @@ pub struct Contention {
     live: Vec<u32>,
     /// Lines stored to since their last flush (value 1) or flushed (0).
     dirty: U64Map,
+    /// Reflush distances: one tracker per thread, per DIMM or in all, by `scope`.
+    scope: Scope,
+    trackers: Vec<DistanceTracker>,
+    /// Flushes write nothing (the caches are persistent).
+    eadr: bool,
     buffered: usize,
     forced: u64,
     /// The clock of the latest event replayed: where a new thread starts.
@@ -329,6 +341,13 @@ impl Contention {
             threads: Vec::new(),
             live: Vec::new(),
             dirty: U64Map::new(),
+            scope: cfg.reflush.scope,
+            trackers: match cfg.reflush.scope {
+                Scope::Thread => Vec::new(),
+                Scope::Dimm => (0..cfg.optane.dimms).map(|_| DistanceTracker::default()).collect(),
+                Scope::Global => vec![DistanceTracker::default()],
+            },
+            eadr: cfg.eadr,
             buffered: 0,
             forced: 0,
             now: 0,
@@ -367,6 +386,9 @@ impl Contention {
     fn start(&mut self, t: usize) {
         if t >= self.threads.len() {
             self.threads.resize_with(t + 1, Thread::default);
+            if self.scope == Scope::Thread {
+                self.trackers.resize_with(t + 1, DistanceTracker::default);
+            }
         }
         let th = &mut self.threads[t];
         th.started = true;
@@ -447,7 +469,15 @@ impl Contention {
             Ev::Flush { line, kind } => {
                 let issue = self.threads[t].clock + c.flush_issue;
                 self.threads[t].clock = issue;
-                let distance = self.threads[t].distance.flush(line);
+                if self.eadr {
+                    return;
+                }
+                let key = match self.scope {
+                    Scope::Thread => t,
+                    Scope::Dimm => self.optane.dimm_of(line),
+                    Scope::Global => 0,
+                };
+                let distance = self.trackers[key].flush(line);
                 let (d, new) = self.dirty.get_or_insert_mut(line, 0);
                 if !new && *d == 1 {
                     *d = 0;
@@ -742,6 +772,56 @@ mod tests {
             op(&mut c, 0, l);
         }
         assert_eq!(c.report().threads[0].reflushes, 0);
+    }
+
+    #[test]
+    fn under_eadr_a_flush_writes_nothing_and_a_fence_waits_for_nothing() {
+        let mut cfg = Config::default();
+        let adr = {
+            let mut c = Contention::new(&cfg).unwrap();
+            op(&mut c, 0, 0);
+            op(&mut c, 0, 0);
+            c.report()
+        };
+        cfg.eadr = true;
+        let mut c = Contention::new(&cfg).unwrap();
+        op(&mut c, 0, 0);
+        op(&mut c, 0, 0);
+        let eadr = c.report();
+        assert_eq!((adr.write_bytes, eadr.write_bytes), (128, 0));
+        assert_eq!((adr.threads[0].reflushes, eadr.threads[0].reflushes), (1, 0));
+        let t = &cfg.timing;
+        let expect = 2.0 * (t.store_ns + t.flush_issue_ns + t.fence_ns);
+        assert!((eadr.makespan_ns - expect).abs() < 1e-6, "{} vs {expect}", eadr.makespan_ns);
+        assert!(adr.makespan_ns > eadr.makespan_ns + cfg.latency.reflush_ns[0]);
+    }
+
+    #[test]
+    fn reflushes_are_counted_in_the_configured_scope() {
+        // Two threads take turns writing one line: no thread flushes it twice
+        // in a row by itself, but in all (scope = global) every flush after
+        // the first is a reflush at distance 0.
+        let reflushes = |scope: Scope| {
+            let mut cfg = Config::default();
+            cfg.reflush.scope = scope;
+            let mut c = Contention::new(&cfg).unwrap();
+            c.push(0, &Event::ThreadStart);
+            c.push(1, &Event::ThreadStart);
+            for _ in 0..4 {
+                op(&mut c, 0, 0);
+                for l in 1..8 {
+                    op(&mut c, 0, l * 4096);
+                }
+                op(&mut c, 1, 0);
+                for l in 1..8 {
+                    op(&mut c, 1, (100 + l) * 4096);
+                }
+            }
+            c.report().threads.iter().map(|t| t.reflushes).sum::<u64>()
+        };
+        assert_eq!(reflushes(Scope::Thread), 0);
+        assert!(reflushes(Scope::Global) > 0);
+        assert!(reflushes(Scope::Dimm) > 0);
     }
 
     #[test]
