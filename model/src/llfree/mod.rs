@@ -115,19 +115,8 @@ impl AllocConfig for LlFreeConfig {
                 ),
             ));
         }
-        if !matches!(
-            self.mutation,
-            Mutation::None | Mutation::LlCounterFlush | Mutation::FreeBeforeUnpublish | Mutation::LlTrustCounters
-        ) {
-            return Err(AllocError::config(
-                NAME,
-                format!(
-                    "mutation = {} does not concern LLFree (it has ll-counter-flush, free-before-unpublish, ll-trust-counters)",
-                    self.mutation.name()
-                ),
-            ));
-        }
-        Ok(())
+        const OWN: [Mutation; 3] = [Mutation::LlCounterFlush, Mutation::FreeBeforeUnpublish, Mutation::LlTrustCounters];
+        self.mutation.check("LLFree", &OWN).map_err(|m| AllocError::config(NAME, m))
     }
 }
 

@@ -103,13 +103,7 @@ impl AllocConfig for MakaluConfig {
         if !self.dirty_lines.is_power_of_two() {
             return bad(format!("dirty_lines = {} (a power of two)", self.dirty_lines));
         }
-        if !matches!(self.mutation, Mutation::None | Mutation::UndoEntryFlush | Mutation::MarkCountStale) {
-            return bad(format!(
-                "mutation = {} does not concern Makalu (it has undo-entry-flush, mark-count-stale)",
-                self.mutation.name()
-            ));
-        }
-        Ok(())
+        self.mutation.check("Makalu", &[Mutation::UndoEntryFlush, Mutation::MarkCountStale]).or_else(bad)
     }
 }
 

@@ -78,6 +78,17 @@ impl Mutation {
         Mutation::NonfullLost,
     ];
 
+    /// `Ok` for `None` and for the mutations in `own` (those allocator `alloc`
+    /// implements); otherwise why not. A mutation another allocator
+    /// implements would run the real code under a mutated name.
+    pub fn check(self, alloc: &str, own: &[Mutation]) -> Result<(), String> {
+        if self == Mutation::None || own.contains(&self) {
+            return Ok(());
+        }
+        let names: Vec<&str> = own.iter().map(|m| m.name()).collect();
+        Err(format!("mutation = {} does not concern {alloc} (it has {})", self.name(), names.join(", ")))
+    }
+
     /// The configuration spelling (`wal-entry-flush`, …).
     pub fn name(self) -> &'static str {
         match self {

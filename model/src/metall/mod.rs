@@ -86,13 +86,7 @@ impl AllocConfig for MetallConfig {
         if !c.is_power_of_two() || !(64 << 10..=2 << 20).contains(&c) {
             return Err(AllocError::config(NAME, format!("chunk_size = {c} (a power of two from 65536 to 2097152)")));
         }
-        if !matches!(self.mutation, Mutation::None | Mutation::NonfullLost) {
-            return Err(AllocError::config(
-                NAME,
-                format!("mutation = {} does not concern Metall (it has nonfull-lost)", self.mutation.name()),
-            ));
-        }
-        Ok(())
+        self.mutation.check("Metall", &[Mutation::NonfullLost]).map_err(|m| AllocError::config(NAME, m))
     }
 }
 

@@ -283,7 +283,15 @@ impl AllocConfig for NvAllocConfig {
         if self.gc_interval == 0 {
             return bad("gc_interval = 0 (must be at least 1)".into());
         }
-        Ok(())
+        const OWN: [Mutation; 6] = [
+            Mutation::WalEntryFlush,
+            Mutation::BitmapFlush,
+            Mutation::DestFlush,
+            Mutation::MorphFlagFlush,
+            Mutation::LogAltFlush,
+            Mutation::WalClearFirst,
+        ];
+        self.mutation.check("NVAlloc", &OWN).or_else(bad)
     }
 }
 
@@ -315,6 +323,11 @@ mod tests {
             WalMode::Strict
         );
         assert!(NvAllocConfig::default().set("wal", "lax").unwrap_err().to_string().contains("wal"));
+        // Another allocator's mutation would run the real code under its name.
+        let m = NvAllocConfig::preset("nvalloc-log").unwrap().with_overrides(["mutation=ll-trust-counters"]);
+        assert!(m.unwrap_err().to_string().contains("does not concern NVAlloc"));
+        let m = NvAllocConfig::preset("nvalloc-log").unwrap().with_overrides(["mutation=dest-flush"]);
+        assert_eq!(m.unwrap().mutation, Mutation::DestFlush);
         let mut old: serde_json::Value = serde_json::to_value(NvAllocConfig::default()).unwrap();
         old.as_object_mut().unwrap().remove("wal");
         assert_eq!(
