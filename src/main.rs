@@ -61,7 +61,36 @@ fn main() -> ExitCode {
     interrupt::clean_after_if_asked();
     let cli = Cli::parse();
     interrupt::install();
-    let result = match cli.command {
+    // Output piped into a reader that stops early (`pmsim crash … | head`):
+    // Rust ignores SIGPIPE, so `println!` panics on the closed pipe. That
+    // panic is not a bug of pmsim: it unwinds silently (every scratch file's
+    // guard still runs) and pmsim exits as a program killed by SIGPIPE would
+    // be seen by a shell, without a message.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_broken_pipe(info.payload()) {
+            hook(info)
+        }
+    }));
+    match std::panic::catch_unwind(move || dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(p) if is_broken_pipe(&*p) => ExitCode::from(141),
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+/// Whether a panic is `println!`'s on a closed stdout.
+fn is_broken_pipe(payload: &(dyn std::any::Any + Send)) -> bool {
+    let msg = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe")
+}
+
+fn dispatch(command: Command) -> ExitCode {
+    let result = match command {
         Command::Trace(c) => cmd::trace::run(c),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sim(a) => cmd::sim::run(a),

@@ -453,3 +453,40 @@ fn interrupted_runs_leave_no_scratch_heaps() {
     assert!(o.status.success());
     assert_eq!(scratch_of(pid), Vec::<PathBuf>::new(), "the next run removes a killed run's scratch heap");
 }
+
+/// Output piped into a reader that has gone (`pmsim crash … | head`): a
+/// quiet exit with the shell's status for SIGPIPE (141), no panic message,
+/// and no scratch file left.
+#[test]
+fn a_closed_stdout_is_a_quiet_exit() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let args: Vec<String> =
+        "run --alloc nvalloc-log --workload threadtest --param objects=50 --param iterations=1 --heap-size 8M \
+         --trace v.pmt --values"
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+    let o = run_in(d, &args, Duration::from_secs(300));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut fds = [0; 2];
+    // SAFETY: pipe fills the two descriptors, which we then own.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: each descriptor is owned once, by the OwnedFd made of it.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let c = Command::new(PMSIM)
+        .args(["crash", "v.pmt", "--every", "8"])
+        .current_dir(d)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pmsim starts");
+    let pid = c.id();
+    let o = wait_limited(c, Duration::from_secs(300), &["crash".into()]);
+    assert_eq!(o.status.code(), Some(141), "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    assert_eq!(scratch_of(pid), Vec::<PathBuf>::new());
+}
