@@ -46,7 +46,17 @@ fn check_report(out: &Path) {
         assert!(md.contains(&format!("(figures/{id}.png)")), "{id} not in README.md");
     }
     // The paper's numbers stand beside pmsim's, measured in this run.
-    for (id, paper) in [("fig11", "-35.0 %"), ("fig15a", "-41.9 %"), ("compare", "99.7 %"), ("compare", "6.4×")] {
+    for (id, paper) in [
+        ("fig1a", "99.7 %"),
+        ("fig11", "-35.0 %"),
+        ("fig15a", "-41.9 %"),
+        ("fig16a", "6 stripes"),
+        ("fig16b", "falls (no number)"),
+        ("fig19", "0.0 %"),
+        ("compare", "99.7 %"),
+        ("compare", "6.4×"),
+        ("scaling-threadtest", "6.4×"),
+    ] {
         assert!(html.contains(&format!("What the NVAlloc paper reports, beside pmsim ({id})")), "{id}: no paper table");
         let at = html.find(&format!("<td>{paper}</td><td>")).unwrap_or_else(|| panic!("{id}: {paper} missing"));
         assert!(!html[at..].starts_with(&format!("<td>{paper}</td><td>-</td>")), "{id}: no pmsim value beside {paper}");
@@ -118,8 +128,7 @@ fn cell(rows: &[std::collections::HashMap<String, String>], key: &[(&str, &str)]
 }
 
 /// The effects the main job's figures exist to show, on its rows at its
-/// scale (tiny). Fragbench's (Fig. 15a, 16b) need a larger heap than tiny
-/// maps (the README says which scale shows them).
+/// scale (tiny).
 fn figure_effects(out: &Path) {
     // Fig. 1a: NVAlloc-LOG reflushes less than half as often as the base.
     let f = results(out, "flushes");
@@ -146,6 +155,25 @@ fn figure_effects(out: &Path) {
         let (lo, hi) = (t.iter().copied().fold(f64::MAX, f64::min), t.iter().copied().fold(0.0, f64::max));
         assert!(t.len() >= 6 && hi <= 1.01 * lo, "Fig. 19: {a} under eADR {t:?}");
     }
+    // Fig. 15a: slab morphing lowers peak mapped memory by at least 20 % on W1 and W3.
+    let fr = results(out, "fragbench");
+    for w in ["fragbench-w1", "fragbench-w3"] {
+        let peak = |a: &str| cell(&fr, &[("workload", w), ("alloc", a)], "peak_mapped_bytes");
+        let (with, without) = (peak("nvalloc-log"), peak("nvalloc-log:morphing=false"));
+        assert!(with <= 0.8 * without, "Fig. 15a: {w} peak mapped {with} with morphing, {without} without");
+    }
+    // Fig. 16b: on W4 (the paper's workload for it) peak memory does not rise
+    // as SU rises, and falls over the whole range.
+    let su = results(out, "su");
+    let mut w4: Vec<(f64, f64)> = su
+        .iter()
+        .filter(|r| r["workload"] == "fragbench-w4")
+        .map(|r| (r["su"].parse().unwrap(), r["peak_mapped_bytes"].parse().unwrap()))
+        .collect();
+    w4.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert!(w4.len() >= 6, "Fig. 16b: W4 rows {w4:?}");
+    assert!(w4.windows(2).all(|p| p[1].1 <= p[0].1), "Fig. 16b: W4 peak mapped rises with SU: {w4:?}");
+    assert!(w4[w4.len() - 1].1 < w4[0].1, "Fig. 16b: W4 peak mapped flat over SU: {w4:?}");
 }
 
 #[test]

@@ -17,9 +17,16 @@
 //! stripes = [1, 2, 4, 8, 16, 32]   # any other bare key: an allocator parameter (`pmsim run --set`)
 //! "param.iterations" = [20]        # param.KEY: a workload parameter (`pmsim run --param`)
 //! "sim.eadr" = [false, true]       # sim.PATH: a simulator configuration key (sim/optane.toml)
+//!
+//! [scale.tiny]                     # axes that replace [sweep]'s at one scale only
+//! "param.live_cap" = 20971520
 //! ```
 //!
 //! Keys may also be written as TOML sub-tables (`[sweep.sim] eadr = true`).
+//! A `[scale.NAME]` table lets an experiment that `pmsim reproduce` runs at
+//! any scale size a workload differently at one of them (the main job's
+//! Fragbench at `tiny`, whose preset stays small for the tests) without
+//! shrinking it at the others; `--set` replaces a key at every scale.
 //! Every point is checked when the experiment is resolved (allocator specs
 //! parsed with their parameters, workloads built and validated, simulator
 //! configurations validated), so a misspelt key fails before anything runs,
@@ -41,6 +48,9 @@ pub struct ExperimentFile {
     pub experiment: Meta,
     #[serde(default)]
     pub sweep: toml::Table,
+    /// `[scale.NAME]`: axes that replace `[sweep]`'s at scale NAME.
+    #[serde(default)]
+    pub scale: BTreeMap<String, toml::Table>,
 }
 
 /// What an experiment is for (shown in reports).
@@ -68,6 +78,10 @@ pub struct Experiment {
     pub meta: Meta,
     /// Axis name → its values, as JSON (numbers, booleans, strings).
     pub axes: BTreeMap<String, Vec<Value>>,
+    /// Scale → axes that replace those of `axes` for the points at that
+    /// scale (`[scale.NAME]`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub at_scale: BTreeMap<String, BTreeMap<String, Vec<Value>>>,
 }
 
 /// The keys that are not allocator, workload or simulator parameters.
@@ -124,7 +138,17 @@ impl Experiment {
         })?;
         let mut axes = BTreeMap::new();
         flatten("", &f.sweep, &mut axes).map_err(|e| format!("{name}: {e}"))?;
-        let mut exp = Experiment { meta: f.experiment, axes };
+        let mut at_scale = BTreeMap::new();
+        for (scale, t) in &f.scale {
+            scale.parse::<Scale>().map_err(|e| format!("{name}: [scale.{scale}]: {e}"))?;
+            let mut over = BTreeMap::new();
+            flatten("", t, &mut over).map_err(|e| format!("{name}: [scale.{scale}]: {e}"))?;
+            if let Some(k) = over.keys().find(|k| matches!(k.as_str(), "scale" | "mode")) {
+                return Err(format!("{name}: [scale.{scale}]: '{k}' cannot change with the scale"));
+            }
+            at_scale.insert(scale.clone(), over);
+        }
+        let mut exp = Experiment { meta: f.experiment, axes, at_scale };
         if exp.meta.name.is_empty() {
             exp.meta.name = Path::new(name).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         }
@@ -147,7 +171,11 @@ impl Experiment {
 
     /// An experiment with no file: defaults and then `--set`s.
     pub fn empty(name: &str) -> Experiment {
-        Experiment { meta: Meta { name: name.into(), ..Meta::default() }, axes: BTreeMap::new() }
+        Experiment {
+            meta: Meta { name: name.into(), ..Meta::default() },
+            axes: BTreeMap::new(),
+            at_scale: BTreeMap::new(),
+        }
     }
 
     /// Replaces an axis from the command line: `key=v1,v2,…` (each value
@@ -170,6 +198,10 @@ impl Experiment {
             })
             .collect::<Result<Vec<Value>, _>>()?;
         self.axes.insert(k.to_string(), vals);
+        // The command line wins at every scale.
+        for over in self.at_scale.values_mut() {
+            over.remove(k);
+        }
         Ok(())
     }
 
@@ -188,31 +220,13 @@ impl Experiment {
         Ok(())
     }
 
-    fn axis(&self, key: &str) -> Option<&Vec<Value>> {
-        self.axes.get(key)
-    }
-
-    fn strings(&self, key: &str, default: &[&str]) -> Result<Vec<String>, ExpError> {
-        match self.axis(key) {
-            None => Ok(default.iter().map(|s| s.to_string()).collect()),
-            Some(vs) => vs
-                .iter()
-                .map(|v| match v {
-                    Value::String(s) => Ok(s.clone()),
-                    other => Err(format!("'{key}': expected text, got {other}")),
-                })
-                .collect(),
+    /// The axes of the points at `scale`: `[sweep]`'s with `[scale.NAME]`'s over them.
+    fn axes_at(&self, scale: &str) -> BTreeMap<String, Vec<Value>> {
+        let mut axes = self.axes.clone();
+        if let Some(over) = self.at_scale.get(scale) {
+            axes.extend(over.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
-    }
-
-    fn numbers(&self, key: &str, default: u64) -> Result<Vec<u64>, ExpError> {
-        match self.axis(key) {
-            None => Ok(vec![default]),
-            Some(vs) => vs
-                .iter()
-                .map(|v| v.as_u64().ok_or_else(|| format!("'{key}': expected a non-negative integer, got {v}")))
-                .collect(),
-        }
+        axes
     }
 
     /// The cross product, in a fixed order that does not depend on how the
@@ -221,7 +235,7 @@ impl Experiment {
     /// kind by name, values as listed). Every point is validated.
     pub fn points(&self) -> Result<Vec<Point>, ExpError> {
         let default_mode = self.meta.mode.unwrap_or(Mode::Sim);
-        let modes: Vec<Mode> = match self.axis("mode") {
+        let modes: Vec<Mode> = match self.axes.get("mode") {
             None => vec![default_mode],
             Some(vs) => vs
                 .iter()
@@ -230,103 +244,136 @@ impl Experiment {
                 })
                 .collect::<Result<_, _>>()?,
         };
-        let scales = self.strings("scale", &["tiny"])?;
+        let scales = strings(&self.axes, "scale", &["tiny"])?;
         for s in &scales {
             s.parse::<Scale>().map_err(|e| format!("'scale': {e}"))?;
         }
-        let mut workloads = Vec::new();
-        for w in self.strings("workload", &["threadtest"])? {
-            for n in Workload::expand(&w).map_err(|e| format!("'workload': {e}"))? {
-                if !workloads.iter().any(|x: &String| x == n) {
-                    workloads.push(n.to_string());
-                }
-            }
-        }
-        let threads = self.numbers("threads", 1)?;
-        let seeds = self.numbers("seed", 42)?;
-        let mut allocs = Vec::new();
-        for a in self.strings("alloc", &["nvalloc-log"])? {
-            if a == "all" {
-                allocs.extend(AllocSpec::names().into_iter().map(String::from));
-            } else {
-                allocs.push(a);
-            }
-        }
-        let mut wl_keys = Vec::new();
-        let mut alloc_keys = Vec::new();
-        let mut sim_keys = Vec::new();
-        for (k, vs) in &self.axes {
-            if vs.is_empty() {
-                return Err(format!("'{k}': an empty list of values"));
-            }
-            match key_kind(k) {
-                KeyKind::Core(_) => {}
-                KeyKind::Workload(p) => wl_keys.push((p, vs)),
-                KeyKind::Alloc(p) => alloc_keys.push((p, vs)),
-                KeyKind::Sim(p) => sim_keys.push((p, vs)),
-            }
-        }
-        let wl_combos = combos(&wl_keys);
-        // A bare key reaches the allocators that have the parameter (as
-        // `pmsim run --set` does); one that none of them has is refused.
-        let mut alloc_combos = Vec::with_capacity(allocs.len());
-        let mut used = vec![false; alloc_keys.len()];
-        for a in &allocs {
-            let name = a.split(':').next().unwrap_or("");
-            let spec = AllocSpec::parse(name, []).map_err(|e| format!("'alloc': {e}"))?;
-            let mine: Vec<(&str, &Vec<Value>)> = alloc_keys
-                .iter()
-                .enumerate()
-                .filter(|(_, (k, _))| spec.params().contains_key(*k))
-                .map(|(i, kv)| {
-                    used[i] = true;
-                    *kv
-                })
-                .collect();
-            alloc_combos.push(combos(&mine));
-        }
-        if let Some(i) = used.iter().position(|u| !u) {
-            return Err(format!(
-                "'{}': no allocator of the sweep ({}) has this parameter",
-                alloc_keys[i].0,
-                allocs.join(", ")
-            ));
-        }
-        let sim_combos = combos(&sim_keys);
         let mut out = Vec::new();
         for &mode in &modes {
             for scale in &scales {
-                for wl in &workloads {
-                    for wp in &wl_combos {
-                        for &t in &threads {
-                            for (alloc, alloc_combos) in allocs.iter().zip(&alloc_combos) {
-                                for ap in alloc_combos {
-                                    for sp in &sim_combos {
-                                        for &seed in &seeds {
-                                            let p = Point {
-                                                mode,
-                                                scale: scale.clone(),
-                                                workload: wl.clone(),
-                                                workload_params: wp.clone(),
-                                                threads: t as u32,
-                                                alloc: alloc.clone(),
-                                                alloc_params: ap.clone(),
-                                                sim: sp.clone(),
-                                                seed,
-                                            };
-                                            p.check()?;
-                                            out.push(p);
-                                        }
-                                    }
-                                }
+                let axes = self.axes_at(scale);
+                cross(&axes, mode, scale, &mut out).map_err(|e| match self.at_scale.contains_key(scale) {
+                    true => format!("at scale {scale}: {e}"),
+                    false => e,
+                })?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn strings(axes: &BTreeMap<String, Vec<Value>>, key: &str, default: &[&str]) -> Result<Vec<String>, ExpError> {
+    match axes.get(key) {
+        None => Ok(default.iter().map(|s| s.to_string()).collect()),
+        Some(vs) => vs
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(format!("'{key}': expected text, got {other}")),
+            })
+            .collect(),
+    }
+}
+
+fn numbers(axes: &BTreeMap<String, Vec<Value>>, key: &str, default: u64) -> Result<Vec<u64>, ExpError> {
+    match axes.get(key) {
+        None => Ok(vec![default]),
+        Some(vs) => vs
+            .iter()
+            .map(|v| v.as_u64().ok_or_else(|| format!("'{key}': expected a non-negative integer, got {v}")))
+            .collect(),
+    }
+}
+
+/// The points of one mode and scale, from that scale's axes, appended to `out`.
+fn cross(axes: &BTreeMap<String, Vec<Value>>, mode: Mode, scale: &str, out: &mut Vec<Point>) -> Result<(), ExpError> {
+    let mut workloads = Vec::new();
+    for w in strings(axes, "workload", &["threadtest"])? {
+        for n in Workload::expand(&w).map_err(|e| format!("'workload': {e}"))? {
+            if !workloads.iter().any(|x: &String| x == n) {
+                workloads.push(n.to_string());
+            }
+        }
+    }
+    let threads = numbers(axes, "threads", 1)?;
+    let seeds = numbers(axes, "seed", 42)?;
+    let mut allocs = Vec::new();
+    for a in strings(axes, "alloc", &["nvalloc-log"])? {
+        if a == "all" {
+            allocs.extend(AllocSpec::names().into_iter().map(String::from));
+        } else {
+            allocs.push(a);
+        }
+    }
+    let mut wl_keys = Vec::new();
+    let mut alloc_keys = Vec::new();
+    let mut sim_keys = Vec::new();
+    for (k, vs) in axes {
+        if vs.is_empty() {
+            return Err(format!("'{k}': an empty list of values"));
+        }
+        match key_kind(k) {
+            KeyKind::Core(_) => {}
+            KeyKind::Workload(p) => wl_keys.push((p, vs)),
+            KeyKind::Alloc(p) => alloc_keys.push((p, vs)),
+            KeyKind::Sim(p) => sim_keys.push((p, vs)),
+        }
+    }
+    let wl_combos = combos(&wl_keys);
+    // A bare key reaches the allocators that have the parameter (as
+    // `pmsim run --set` does); one that none of them has is refused.
+    let mut alloc_combos = Vec::with_capacity(allocs.len());
+    let mut used = vec![false; alloc_keys.len()];
+    for a in &allocs {
+        let name = a.split(':').next().unwrap_or("");
+        let spec = AllocSpec::parse(name, []).map_err(|e| format!("'alloc': {e}"))?;
+        let mine: Vec<(&str, &Vec<Value>)> = alloc_keys
+            .iter()
+            .enumerate()
+            .filter(|(_, (k, _))| spec.params().contains_key(*k))
+            .map(|(i, kv)| {
+                used[i] = true;
+                *kv
+            })
+            .collect();
+        alloc_combos.push(combos(&mine));
+    }
+    if let Some(i) = used.iter().position(|u| !u) {
+        return Err(format!(
+            "'{}': no allocator of the sweep ({}) has this parameter",
+            alloc_keys[i].0,
+            allocs.join(", ")
+        ));
+    }
+    let sim_combos = combos(&sim_keys);
+    for wl in &workloads {
+        for wp in &wl_combos {
+            for &t in &threads {
+                for (alloc, alloc_combos) in allocs.iter().zip(&alloc_combos) {
+                    for ap in alloc_combos {
+                        for sp in &sim_combos {
+                            for &seed in &seeds {
+                                let p = Point {
+                                    mode,
+                                    scale: scale.to_string(),
+                                    workload: wl.clone(),
+                                    workload_params: wp.clone(),
+                                    threads: t as u32,
+                                    alloc: alloc.clone(),
+                                    alloc_params: ap.clone(),
+                                    sim: sp.clone(),
+                                    seed,
+                                };
+                                p.check()?;
+                                out.push(p);
                             }
                         }
                     }
                 }
             }
         }
-        Ok(out)
     }
+    Ok(())
 }
 
 /// Every combination of the keys' values (keys in name order, values as listed).
@@ -408,6 +455,35 @@ mod tests {
         let e =
             Experiment::from_toml("[sweep]\nlog_lines=[1,4]\nalloc=['llfree','nvalloc-log']\n", "l.toml").unwrap_err();
         assert!(e.contains("'log_lines': no allocator of the sweep (llfree, nvalloc-log) has this parameter"), "{e}");
+    }
+
+    /// `[scale.NAME]` replaces axes for the points at that scale only, the
+    /// command line replaces them at every scale, and mode and scale
+    /// themselves cannot change with the scale.
+    #[test]
+    fn scale_tables_apply_at_their_scale_only() {
+        let text = "[sweep]\nworkload='fragbench-w1'\nscale=['tiny','small']\n\"param.live_cap\"=1048576\n\
+                    [scale.tiny]\n\"param.live_cap\"=[2097152,4194304]\n";
+        let e = Experiment::from_toml(text, "s.toml").unwrap();
+        let caps = |e: &Experiment| -> Vec<(String, u64)> {
+            let pts = e.points().unwrap();
+            pts.iter().map(|p| (p.scale.clone(), p.workload_params["live_cap"].as_u64().unwrap())).collect()
+        };
+        let want = [("tiny", 2097152), ("tiny", 4194304), ("small", 1048576)];
+        assert_eq!(caps(&e), want.map(|(s, c)| (s.to_string(), c)));
+        let back: Experiment = serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
+        assert_eq!(back, e, "experiment.json keeps the scale tables");
+        let mut set = e.clone();
+        set.set_axis("param.live_cap=3000000").unwrap();
+        assert!(caps(&set).iter().all(|(_, c)| *c == 3000000), "{:?}", caps(&set));
+        for (bad, needle) in [
+            ("[sweep]\nthreads=1\n[scale.huge]\nthreads=2\n", "[scale.huge]"),
+            ("[sweep]\nthreads=1\n[scale.tiny]\nmode='native'\n", "'mode' cannot change with the scale"),
+            ("[sweep]\nthreads=1\n[scale.tiny]\nstripez=2\n", "stripez"),
+        ] {
+            let e = Experiment::from_toml(bad, "b.toml").unwrap_err();
+            assert!(e.starts_with("b.toml: ") && e.contains(needle) && !e.contains('\n'), "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -535,7 +535,11 @@ pub fn fig16b(rows: &[Row]) -> Option<Figure> {
         title: "Slab morphing: memory and time vs SU (NVAlloc Fig. 16b)".into(),
         caption: "Peak mapped memory (native run) and time — native wall time of the run and the simulator's \
                   estimated persist time — as the space-utilization threshold below which slabs morph moves \
-                  from 5 % to 50 %."
+                  from 5 % to 50 %. W4 is the paper's workload for it. W3's memory can rise again past SU 30 %: \
+                  its Before phase fills two size classes (128 B and 192 B) at once, and a threshold that high \
+                  lets each morph partly used slabs of the other; a morphed slab keeps its live blocks (they pin \
+                  the new class's blocks over them) and cannot morph again while one lives, so the Before phase \
+                  ends with more slabs and the After phase finds fewer to morph (README, Fig. 16b)."
             .into(),
         panels: vec![
             Panel {
