@@ -32,7 +32,8 @@ enum Command {
     /// made durable, reflushes at distance 0) with their code sites; --deny KIND fails on them.
     Lint(cmd::lint::LintArgs),
     /// Two runs side by side (traces or saved `sim --json` reports): every figure, per region and
-    /// operation, the code sites that changed most; --fail-if BOUND exits 1 on a regression, for CI.
+    /// operation, the code sites that changed most; or two sweep directories point by point;
+    /// --fail-if BOUND exits 1 on a regression, for CI.
     Diff(cmd::diff::DiffArgs),
     /// Replay the published Optane microbenchmarks (FAST '20) through the contention model and print
     /// model beside published value with the relative error (fitted points and validation points).

@@ -493,6 +493,86 @@ fn diff_and_lint_fail_ci_only_when_a_bound_is_crossed() {
     fails_with(&pmsim(&["lint", &base, "--deny", "nonsense"]), &["unknown finding"]);
 }
 
+/// `pmsim diff` on two sweep directories: points pair up by their
+/// parameters, those of one sweep only are named, and a threshold fails the
+/// comparison exactly when one point crosses it.
+#[test]
+fn diff_compares_sweeps_point_by_point() {
+    use pmsim_analyses::store::{decode_line, encode_line};
+    let dir = tempfile::tempdir().unwrap();
+    let path = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let (a, b) = (path("a"), path("b"));
+    for (allocs, out) in [("base", &a), ("base,nvalloc-log", &b)] {
+        let set = ["alloc=", allocs].concat();
+        let o = pmsim(&[
+            "sweep",
+            "--set",
+            &set,
+            "--set",
+            "workload=threadtest",
+            "--set",
+            "mode=both",
+            "--set",
+            "param.iterations=2",
+            "--set",
+            "param.objects=300",
+            "--out",
+            out,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // The base point is the same in both (one thread: the same figures).
+    let o = pmsim(&["diff", &a, &b, "--fail-if", "reflush_ratio>+0.02", "--fail-if", "peak_mapped_bytes>+0%"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for needle in [
+        "1 points in both: 0 changed",
+        "1 points only in b:",
+        "nvalloc-log threadtest",
+        "ok    reflush_ratio>+0.02  (1 points)",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in\n{out}");
+    }
+    // A bound on the value itself is crossed by the same figures.
+    fails_with(
+        &pmsim(&["diff", &a, &b, "--fail-if", "flushes>1"]),
+        &["regresses from", "flushes>1 at base threadtest"],
+    );
+
+    // B's base point now reflushes more, as a build that regressed would.
+    let shard = Path::new(&b).join("shards").join("0.jsonl");
+    let text = std::fs::read_to_string(&shard).unwrap();
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        let mut row = decode_line(line.as_bytes()).unwrap();
+        if row.point.alloc == "base" {
+            let r = &mut row.result.sim.as_mut().unwrap()["overall"]["reflush_ratio"];
+            *r = serde_json::json!(r.as_f64().unwrap() + 0.05);
+        }
+        lines.push(encode_line(&row));
+    }
+    std::fs::write(&shard, lines.concat()).unwrap();
+    fails_with(
+        &pmsim(&["diff", &a, &b, "--fail-if", "reflush_ratio>+0.02"]),
+        &["regresses from", "reflush_ratio>+0.02 at base threadtest ×1"],
+    );
+    let o = pmsim(&["diff", &a, &b, "--fail-if", "reflush_ratio>+0.1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let figures = v["points"][0]["figures"].as_array().unwrap();
+    let ratio = figures.iter().find(|f| f["metric"] == "reflush_ratio").unwrap();
+    assert!((ratio["delta"].as_f64().unwrap() - 0.05).abs() < 1e-9, "{ratio}");
+    assert_eq!(v["only_in_b"].as_array().unwrap().len(), 1);
+    assert_eq!(v["verdicts"][0]["crossed"], false);
+
+    // Bad input: one line each.
+    fails_with(&pmsim(&["diff", &a, SAMPLE]), &["is a directory and", "is not"]);
+    std::fs::create_dir(path("empty")).unwrap();
+    fails_with(&pmsim(&["diff", &a, &path("empty")]), &["empty: no experiment.json: not a sweep directory"]);
+    fails_with(&pmsim(&["diff", &a, &b, "--fail-if", "regions/nowhere/flushes>1"]), &["no point of both sweeps"]);
+    fails_with(&pmsim(&["diff", &a, &b, "--window"]), &["--window"]);
+}
+
 /// Every number the figures read is in a real `pmsim sim --json` report
 /// (the report a `--traced` row is made of); the other documents (native
 /// report, timings, access map) are checked against the rows of a real

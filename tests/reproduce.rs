@@ -29,6 +29,7 @@ fn check_report(out: &Path) {
         "fig16b",
         "fig19",
         "compare",
+        "sites",
         "scaling",
         "scaling-threadtest",
         "calibration-bandwidth",
@@ -105,6 +106,7 @@ fn every_field_is_in_some_row(out: &Path) {
         let found = match f.source {
             Source::AccessPoint => rows.iter().flat_map(|r| &r.result.access_map).any(|p| read(p, *f).is_some()),
             Source::ShapePoint => rows.iter().flat_map(|r| r.shape_points()).any(|p| read(p, *f).is_some()),
+            Source::Site => rows.iter().flat_map(|r| r.sites()).any(|s| read(s, *f).is_some()),
             _ => rows.iter().any(|r| r.num(*f).is_some()),
         };
         assert!(found, "{f:?}: in no row of {}", out.display());

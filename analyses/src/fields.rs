@@ -28,6 +28,9 @@ pub enum Source {
     /// Each point of the heap's shape over the native run (`/series` of the
     /// native report).
     ShapePoint,
+    /// Each code site of the simulator report (`/sites`, `pmsim sim --by
+    /// site`), in traces whose tracer names sites.
+    Site,
 }
 
 impl Source {
@@ -38,6 +41,7 @@ impl Source {
             Source::Timing => "the native timings",
             Source::AccessPoint => "an access-map point",
             Source::ShapePoint => "a heap-shape point",
+            Source::Site => "a code site of the simulator report",
         }
     }
 }
@@ -143,6 +147,12 @@ fields! {
     SHAPE_MAPPED = ShapePoint "/mapped_bytes" Always,
     /// Bytes of live data then.
     SHAPE_LIVE = ShapePoint "/live_bytes" Always,
+    /// Flushes issued at a code site.
+    SITE_FLUSHES = Site "/flushes" Always,
+    /// Reflushes / flushes of those.
+    SITE_REFLUSH_RATIO = Site "/reflush_ratio" Always,
+    /// Estimated persist time of the site's flushes and fences (ns).
+    SITE_PERSIST = Site "/persist_ns" Always,
 }
 
 /// The persist-time slots of Fig. 11, in the simulator's order, with their names.
@@ -158,6 +168,10 @@ pub const PERSIST_SLOTS: [(&str, Field); 6] = [
 /// The category of an access-map point (a string, so not a [`Field`]; checked
 /// with them).
 pub const AP_CATEGORY: &str = "category";
+
+/// The name of a code site (`function (file:line)`; a string, checked with
+/// the fields).
+pub const SITE_NAME: &str = "name";
 
 /// A field's value in `doc` (a document of the field's source): `None` when
 /// absent or null. Absence is an error only in [`check`].
@@ -181,6 +195,9 @@ pub fn check(doc: &Value, source: Source) -> Result<(), String> {
     if source == Source::AccessPoint && !doc.get(AP_CATEGORY).is_some_and(Value::is_string) {
         return Err(format!("{} has no category string at /{AP_CATEGORY}", source.name()));
     }
+    if source == Source::Site && !doc.get(SITE_NAME).is_some_and(Value::is_string) {
+        return Err(format!("{} has no name string at /{SITE_NAME}", source.name()));
+    }
     Ok(())
 }
 
@@ -194,6 +211,7 @@ pub fn check_row(r: &Row) -> Result<(), String> {
         check(&Value::Object(r.env.native_timing.clone()), Source::Timing)?;
     }
     r.shape_points().iter().try_for_each(|p| check(p, Source::ShapePoint))?;
+    r.sites().iter().try_for_each(|s| check(s, Source::Site))?;
     r.result.access_map.iter().try_for_each(|p| check(p, Source::AccessPoint))
 }
 
@@ -242,6 +260,8 @@ mod tests {
         v["params"] = json!({"live_cap": "big"});
         assert!(check(&v, Source::Native).unwrap_err().contains("/params/live_cap"));
         assert!(check(&json!({"nth": 1, "heap_offset": 64}), Source::AccessPoint).unwrap_err().contains("category"));
+        let site = json!({"flushes": 3, "reflush_ratio": 0.5, "persist_ns": 1.0});
+        assert!(check(&site, Source::Site).unwrap_err().contains("name"));
     }
 
     #[test]

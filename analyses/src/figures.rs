@@ -27,6 +27,7 @@ pub const FIGURES: &[(&str, &str, FigureFn)] = &[
     ("scaling", "estimated throughput against threads (Figs. 9-10)", scaling),
     ("scaling-threadtest", "estimated Threadtest throughput against threads (Fig. 9-10)", scaling_threadtest),
     ("compare", "every allocator compared", compare),
+    ("sites", "the costliest code sites of every allocator", sites),
 ];
 
 /// The figure function of an id.
@@ -772,6 +773,91 @@ pub fn compare(rows: &[Row]) -> Option<Figure> {
             bars("estimated persist time", "ns per operation", metric(&per_op)),
             bars("native throughput", "Mops/s", metric(&|r| r.num(OPS_PER_S).map(|x| x / 1e6))),
         ],
+        table,
+        paper: None,
+    })
+}
+
+/// Code sites listed per allocator in [`sites`].
+pub const TOP_SITES: usize = 5;
+
+/// The costliest code sites of every allocator beside the comparison: for
+/// each simulated point whose trace names sites (pmsim's tracer, the
+/// Valgrind tool), its [`TOP_SITES`] sites by estimated persist time with
+/// their flushes and reflush ratio, from the simulator's per-site table in
+/// the row (`pmsim sim --by site`); the bars stack those sites' persist time
+/// per operation, the rest of the sites above them.
+pub fn sites(rows: &[Row]) -> Option<Figure> {
+    let rs: Vec<&Row> = sim_rows(rows).into_iter().filter(|r| !r.sites().is_empty()).collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let mut table = Table::new(&[
+        "allocator",
+        "workload",
+        "threads",
+        "rank",
+        "site",
+        "flushes",
+        "reflush ratio",
+        "persist ns/op",
+        "share of sites' persist time %",
+    ]);
+    let get = |s: &Value, f| fields::read(s, f).unwrap_or(0.0);
+    let mut panels = Vec::new();
+    for wl in distinct(rs.iter().map(|r| r.point.workload.clone())) {
+        let mut cats = Vec::new();
+        let mut vals = vec![Vec::new(); TOP_SITES + 1];
+        for r in rs.iter().filter(|r| r.point.workload == wl) {
+            let ops = r.num(SIM_OPS).filter(|&o| o > 0.0).unwrap_or(1.0);
+            let mut by_cost: Vec<&Value> = r.sites().iter().collect();
+            by_cost.sort_by(|a, b| {
+                get(b, SITE_PERSIST)
+                    .total_cmp(&get(a, SITE_PERSIST))
+                    .then(get(b, SITE_FLUSHES).total_cmp(&get(a, SITE_FLUSHES)))
+            });
+            let total: f64 = by_cost.iter().map(|s| get(s, SITE_PERSIST)).sum();
+            cats.push(alloc_label(r, &[]));
+            for (k, v) in vals.iter_mut().enumerate().take(TOP_SITES) {
+                v.push(by_cost.get(k).map_or(0.0, |s| get(s, SITE_PERSIST) / ops));
+            }
+            let rest: f64 = by_cost.iter().skip(TOP_SITES).map(|s| get(s, SITE_PERSIST)).sum();
+            vals[TOP_SITES].push(rest / ops);
+            for (k, s) in by_cost.iter().take(TOP_SITES).enumerate() {
+                let share = if total > 0.0 { 100.0 * get(s, SITE_PERSIST) / total } else { 0.0 };
+                table.push(vec![
+                    alloc_label(r, &[]),
+                    wl.clone(),
+                    r.point.threads.to_string(),
+                    (k + 1).to_string(),
+                    s.get(SITE_NAME).and_then(Value::as_str).unwrap_or("").to_string(),
+                    num(fields::read(s, SITE_FLUSHES)),
+                    num(fields::read(s, SITE_REFLUSH_RATIO)),
+                    format!("{:.1}", get(s, SITE_PERSIST) / ops),
+                    format!("{share:.1}"),
+                ]);
+            }
+        }
+        let names = (1..=TOP_SITES).map(|k| format!("site {k}")).chain(["other sites".to_string()]);
+        let series: Vec<Series<f64>> = names.zip(vals).filter(|(_, v)| v.iter().any(|&x| x > 0.0)).collect();
+        panels.push(Panel {
+            title: wl,
+            x_label: "allocator".into(),
+            y_label: "estimated persist time (ns per operation)".into(),
+            kind: Kind::Bars { categories: cats, series, stacked: true },
+        });
+    }
+    Some(Figure {
+        id: "sites".into(),
+        title: format!("The {TOP_SITES} costliest code sites of every allocator"),
+        caption: format!(
+            "Per allocator and workload, the {TOP_SITES} code sites (the source line or function that issued \
+             the flushes and fences, as the trace names it) with the most estimated persist time, with their \
+             flushes and reflush ratio (the simulator's per-site table, `pmsim sim --by site`); the bars stack \
+             their persist time per operation, site 1 lowest, the other sites on top. Points whose trace names \
+             no sites are left out."
+        ),
+        panels,
         table,
         paper: None,
     })

@@ -1,10 +1,11 @@
 //! pmsim's analyses: experiments (TOML files or command-line ranges) and
 //! their points ([`experiment`], [`point`]), sweeps that run them in parallel
 //! and in deterministic shards into durable result files ([`sweep`],
-//! [`store`], [`row`]), and the figures and reports drawn from those files
-//! alone.
+//! [`store`], [`row`]), the figures and reports drawn from those files
+//! alone, and two sweeps compared point by point ([`diff`]).
 
 pub mod calibration;
+pub mod diff;
 pub mod experiment;
 pub mod fields;
 pub mod figures;

@@ -75,14 +75,14 @@ impl Row {
     /// row has no document of the field's source, or the field is absent or
     /// null there. Rows are checked against every field when they are loaded
     /// ([`fields::check_row`]), so a missing statistic is an error there,
-    /// not a `None` here. Access-map fields are per point: read them with
-    /// [`fields::read`].
+    /// not a `None` here. Access-map, heap-shape and site fields are per
+    /// element: read them with [`fields::read`].
     pub fn num(&self, f: Field) -> Option<f64> {
         match f.source {
             Source::Sim => fields::read(self.result.sim.as_ref()?, f),
             Source::Native => fields::read(self.result.native.as_ref()?, f),
             Source::Timing => self.env.native_timing.get(f.path.trim_start_matches('/'))?.as_f64(),
-            Source::AccessPoint | Source::ShapePoint => None,
+            Source::AccessPoint | Source::ShapePoint | Source::Site => None,
         }
     }
 
@@ -90,6 +90,12 @@ impl Row {
     /// runs sampled it); read them with [`fields::read`].
     pub fn shape_points(&self) -> &[Value] {
         self.result.native.as_ref().and_then(|n| n.get("series")).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    }
+
+    /// The code sites of the simulator report, costliest first (none when
+    /// the trace named no sites); read them with [`fields::read`].
+    pub fn sites(&self) -> &[Value] {
+        self.result.sim.as_ref().and_then(|s| s.get("sites")).and_then(Value::as_array).map_or(&[], Vec::as_slice)
     }
 
     /// An allocator parameter as the instance ran with it (`stripes`, `su`, …),

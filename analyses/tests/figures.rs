@@ -188,6 +188,25 @@ fn data(id: &str) -> Vec<Row> {
                 }
             }
         }
+        "sites" => {
+            for wl in ["threadtest", "larson-small"] {
+                for (k, a) in allocs.iter().enumerate() {
+                    let mut sim = sim(1e5, 0.8 - 0.15 * k as f64, 2e4, false, 1.0);
+                    // Eight sites, the costliest first (as the simulator
+                    // orders them), the later ones cheaper.
+                    sim["sites"] = (0..8u64)
+                        .map(|s| {
+                            json!({"site": s + 1, "name": format!("model/src/{a}.rs:{}", 10 * s + 1),
+                                        "flushes": 1000 * (8 - s), "reflushes": 100 * (8 - s) * k as u64,
+                                        "reflush_ratio": 0.1 * k as f64, "fences": 10,
+                                        "persist_ns": 1e4 * (8 - s) as f64})
+                        })
+                        .collect::<Value>();
+                    let i = rows.len();
+                    rows.push(row(i, spec(a, wl, 1, json!({}), json!({})), Some(sim), None, None));
+                }
+            }
+        }
         other => panic!("no data for figure {other}: add it here"),
     }
     rows
@@ -273,4 +292,28 @@ fn stripes_figures_keep_workloads_apart() {
         assert_eq!(fig.table.rows.len(), 2 * one);
         assert!(fig.table.rows.iter().any(|r| r[0].ends_with(" on larson-small")), "{id}");
     }
+}
+
+/// The comparison's code sites: the five costliest of each point by persist
+/// time whatever order the row lists them in, with their share of the
+/// sites' persist time; points whose trace names no sites are left out.
+#[test]
+fn sites_lists_the_costliest_five_of_each_point() {
+    let mut rows = data("sites");
+    let fig = by_id("sites").unwrap()(&rows).unwrap();
+    assert_eq!(fig.table.rows.len(), 5 * rows.len());
+    let cells = |r: &Vec<String>| (r[0].clone(), r[3].clone(), r[4].clone(), r[8].clone());
+    // Persist time 8, 7, … 1 (× 10 µs): the first is 8/36 of the sites' total.
+    assert_eq!(cells(&fig.table.rows[0]), ("base".into(), "1".into(), "model/src/base.rs:1".into(), "22.2".into()));
+    assert_eq!(cells(&fig.table.rows[4]), ("base".into(), "5".into(), "model/src/base.rs:41".into(), "11.1".into()));
+    let Kind::Bars { series, .. } = &fig.panels[0].kind else { panic!("bars") };
+    let names: Vec<&str> = series.iter().map(|s| s.0.as_str()).collect();
+    assert_eq!(names, ["site 1", "site 2", "site 3", "site 4", "site 5", "other sites"]);
+    // Listed cheapest first, the same sites come out; without sites, no row.
+    rows[0].result.sim.as_mut().unwrap()["sites"].as_array_mut().unwrap().reverse();
+    rows[1].result.sim.as_mut().unwrap().as_object_mut().unwrap().remove("sites");
+    let again = by_id("sites").unwrap()(&rows).unwrap();
+    assert_eq!(again.table.rows[..5], fig.table.rows[..5]);
+    assert_eq!(again.table.rows.len(), 5 * (rows.len() - 1));
+    assert!(!again.table.rows.iter().any(|r| r[0] == rows[1].point.alloc && r[1] == rows[1].point.workload));
 }

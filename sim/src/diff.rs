@@ -144,7 +144,8 @@ fn relative_change(a: f64, b: f64) -> f64 {
 }
 
 impl Row {
-    fn new(metric: String, a: Option<f64>, b: Option<f64>) -> Row {
+    /// The comparison of one figure, `None` where a side lacks it.
+    pub fn new(metric: String, a: Option<f64>, b: Option<f64>) -> Row {
         let delta = a.zip(b).map(|(a, b)| b - a);
         let relative = a.zip(b).filter(|(a, _)| *a != 0.0).map(|(a, b)| relative_change(a, b));
         Row { metric, a, b, delta, relative }
@@ -330,7 +331,8 @@ fn names(a: &Value, b: &Value, array: &str, key: &str) -> Vec<String> {
     out
 }
 
-fn change(r: &Row) -> String {
+/// The change column: relative where `a` is not 0, else the delta.
+pub fn change(r: &Row) -> String {
     match (r.relative, r.delta) {
         (Some(p), _) => format!("{:+.1}%", 100.0 * p),
         (None, Some(0.0)) => "=".to_string(),
@@ -339,7 +341,8 @@ fn change(r: &Row) -> String {
     }
 }
 
-fn write_rows(rows: &[Row], out: &mut dyn Write) -> io::Result<()> {
+/// The rows of a table: figure, a, b, change.
+pub fn write_rows(rows: &[Row], out: &mut dyn Write) -> io::Result<()> {
     let w = rows.iter().map(|r| r.metric.len()).max().unwrap_or(0).max(6);
     for r in rows {
         writeln!(out, "{:<w$}  {:>14}  {:>14}  {:>9}", r.metric, cell(r.a), cell(r.b), change(r))?;

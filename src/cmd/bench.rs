@@ -6,9 +6,10 @@ use super::CmdResult;
 use clap::Args;
 use pmsim_sim::{Config, Contention, Simulator};
 use pmsim_traces::synth::metadata_stream;
-use pmsim_traces::{Event, TraceHeader, TraceReader, TraceWriter, WriterOptions};
+use pmsim_traces::{Event, Record, TraceHeader, TraceReader, TraceWriter, Visit, WriterOptions};
 use serde::Serialize;
-use std::path::PathBuf;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(Args)]
@@ -22,7 +23,9 @@ pub struct BenchArgs {
     /// Also time reading this trace file (a real trace, from disk or page cache),
     /// writing its events, and replaying it through the simulator (full model
     /// and reflush statistics alone, and the contention model's pass), file
-    /// decoding included.
+    /// decoding included. A trace that names code sites is also copied twice
+    /// into the temporary directory, with its sites and without, and both
+    /// copies replayed in alternation: what the per-site tables cost.
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Skip the synthetic-stream rows (time the --trace file only).
@@ -45,6 +48,10 @@ struct Row {
     cpu_mevents_per_s: f64,
     /// What the project asks of this path, M events/s (issues 2 and 5).
     target: Option<f64>,
+    /// On the copy with code sites: its on-CPU speed relative to the copy
+    /// without, in percent (issue 24 asks for no more than 10 % lost).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_no_sites_pct: Option<f64>,
 }
 
 impl Row {
@@ -56,6 +63,7 @@ impl Row {
             mevents_per_s: events as f64 / t.wall / 1e6,
             cpu_mevents_per_s: events as f64 / t.cpu / 1e6,
             target,
+            vs_no_sites_pct: None,
         }
     }
 }
@@ -72,20 +80,32 @@ struct Times {
     cpu: f64,
 }
 
-fn median_secs(runs: usize, mut f: impl FnMut()) -> Times {
-    let (mut wall, mut cpu): (Vec<f64>, Vec<f64>) = (0..runs.max(1))
-        .map(|_| {
-            let (s, c) = (Instant::now(), thread_cpu_ns());
-            f();
-            let w = s.elapsed().as_secs_f64();
-            (w, c.zip(thread_cpu_ns()).map_or(w, |(a, b)| (b - a) as f64 / 1e9))
-        })
-        .unzip();
+/// Wall-clock and on-CPU seconds of one call.
+fn time_once(f: &mut dyn FnMut()) -> (f64, f64) {
+    let (s, c) = (Instant::now(), thread_cpu_ns());
+    f();
+    let w = s.elapsed().as_secs_f64();
+    (w, c.zip(thread_cpu_ns()).map_or(w, |(a, b)| (b - a) as f64 / 1e9))
+}
+
+fn median_of(samples: Vec<(f64, f64)>) -> Times {
+    let (mut wall, mut cpu): (Vec<f64>, Vec<f64>) = samples.into_iter().unzip();
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
     Times { wall: median(&mut wall), cpu: median(&mut cpu) }
+}
+
+fn median_secs(runs: usize, mut f: impl FnMut()) -> Times {
+    median_of((0..runs.max(1)).map(|_| time_once(&mut f)).collect())
+}
+
+/// The medians of two things timed in alternation (a, b, a, b, …), so that a
+/// change in the machine's load reaches both alike.
+fn median_secs_pair(runs: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (Times, Times) {
+    let (ta, tb): (Vec<_>, Vec<_>) = (0..runs.max(1)).map(|_| (time_once(&mut a), time_once(&mut b))).unzip();
+    (median_of(ta), median_of(tb))
 }
 
 fn encode(events: &[(u32, Event<'_>)], n: usize, opts: &WriterOptions) -> Vec<u8> {
@@ -133,6 +153,80 @@ fn rewrite(path: &std::path::Path) -> Result<u64, Box<dyn std::error::Error>> {
         return Err(e.into());
     }
     Ok(w.finish()?.0 .0)
+}
+
+/// A trace in the temporary directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Copies events into a writer with the code site of each flush and fence
+/// (as the decoder announces it), or all at the unknown site 0.
+struct SiteCopy<'w, W: Write> {
+    w: &'w mut TraceWriter<W>,
+    keep: bool,
+    site: u32,
+    err: Option<std::io::Error>,
+}
+
+impl<'a, W: Write> Visit<'a> for SiteCopy<'_, W> {
+    fn event(&mut self, rec: &Record<'a>) {
+        let site = if self.keep { self.site } else { 0 };
+        if let Err(e) = self.w.write_at(rec.tid, site, &rec.event) {
+            self.err.get_or_insert(e);
+        }
+    }
+
+    fn thread(&mut self, _tid: u32) {
+        self.site = 0;
+    }
+
+    fn site(&mut self, site: u32) {
+        self.site = site;
+    }
+}
+
+/// Two raw copies of a trace that names code sites, written by the same
+/// writer: one with its sites, one without (every flush and fence at the
+/// unknown site 0, as a tracer without sites writes them). They differ only
+/// in the sites, so replaying both measures what the per-site tables cost.
+/// `None` for a trace without sites.
+fn site_copies(path: &Path) -> Result<Option<(Scratch, Scratch)>, Box<dyn std::error::Error>> {
+    let sites = {
+        let mut r = TraceReader::open(path)?;
+        r.for_each(|_| {})?;
+        r.sites().clone()
+    };
+    if sites.is_empty() {
+        return Ok(None);
+    }
+    let copy = |keep: bool| -> Result<Scratch, Box<dyn std::error::Error>> {
+        let which = if keep { "sites" } else { "no-sites" };
+        let out = Scratch(std::env::temp_dir().join(format!("pmsim-{}-bench-{which}.pmt", std::process::id())));
+        let mut r = TraceReader::open(path)?;
+        let opts = WriterOptions { values: r.values(), ..WriterOptions::default() };
+        let file = std::fs::File::create(&out.0).map_err(|e| format!("{}: cannot create: {e}", out.0.display()))?;
+        let mut w = TraceWriter::new(BufWriter::new(file), r.header(), &opts)?;
+        if keep {
+            for s in sites.iter() {
+                w.define_site(s)?;
+            }
+        }
+        let mut c = SiteCopy { w: &mut w, keep, site: 0, err: None };
+        while let Some(block) = r.next_block()? {
+            block.visit(&mut c)?;
+        }
+        if let Some(e) = c.err {
+            return Err(format!("{}: {e}", out.0.display()).into());
+        }
+        w.finish()?.0.flush()?;
+        Ok(out)
+    };
+    Ok(Some((copy(true)?, copy(false)?)))
 }
 
 /// Replays a trace file through the simulator; returns the events replayed.
@@ -215,7 +309,14 @@ pub fn run(a: BenchArgs) -> CmdResult {
             t,
             None,
         ));
+        if let Some((with, without)) = site_copies(path)? {
+            site_cost(&a, (&with.0, &without.0), &mut rows)?;
+        }
     }
+    let site_costs: Vec<String> = rows
+        .iter()
+        .filter_map(|r| Some(format!("{} {:+.1} %", r.what.split(" (").next()?, r.vs_no_sites_pct?)))
+        .collect();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -231,6 +332,36 @@ pub fn run(a: BenchArgs) -> CmdResult {
             );
         }
         println!("(median of {} runs, one thread; file rows include decoding)", a.runs);
+        if !site_costs.is_empty() {
+            println!("code sites, on-CPU speed with vs without: {}", site_costs.join(", "));
+        }
+    }
+    Ok(())
+}
+
+/// What code sites cost the simulator: the two copies of [`site_copies`]
+/// replayed in alternation, full model and reflush statistics alone.
+fn site_cost(a: &BenchArgs, (with, without): (&Path, &Path), rows: &mut Vec<Row>) -> CmdResult {
+    let totals = |p: &Path| TraceReader::open(p)?.for_each(|_| {});
+    let (tw, tn) = (totals(with)?, totals(without)?);
+    for (name, cfg) in
+        [("sim full", Config::default()), ("sim reflush-only", Config { reflush_only: true, ..Config::default() })]
+    {
+        simulate(with, &cfg)?;
+        simulate(without, &cfg)?;
+        let (t_with, t_without) = median_secs_pair(
+            a.runs,
+            || {
+                let _ = simulate(with, &cfg);
+            },
+            || {
+                let _ = simulate(without, &cfg);
+            },
+        );
+        let mut r = Row::new(format!("{name} (copy with sites)"), tw.events, tw.bytes, t_with, None);
+        let n = Row::new(format!("{name} (copy without sites)"), tn.events, tn.bytes, t_without, None);
+        r.vs_no_sites_pct = Some(100.0 * (r.cpu_mevents_per_s / n.cpu_mevents_per_s - 1.0));
+        rows.extend([r, n]);
     }
     Ok(())
 }

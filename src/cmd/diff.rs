@@ -1,11 +1,12 @@
 //! `pmsim diff A B`: the figures of two runs side by side (traces replayed
-//! now, or reports saved by `pmsim sim --json`), and `--fail-if` thresholds
-//! that make the exit status 1 when the candidate B regresses from the
-//! baseline A, for CI.
+//! now, or reports saved by `pmsim sim --json`), or of two sweep directories
+//! point by point, and `--fail-if` thresholds that make the exit status 1
+//! when the candidate B regresses from the baseline A, for CI.
 
 use super::sim::{replay, ModelArgs};
 use super::CmdResult;
 use clap::Args;
+use pmsim_analyses::diff::{self as sweep_diff, SweepComparison};
 use pmsim_sim::diff::{cell, write_text, Comparison, Threshold};
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -14,13 +15,18 @@ use std::path::{Path, PathBuf};
 #[derive(Args)]
 #[command(after_help = "Examples:\n  \
 pmsim diff base.pmt nvalloc.pmt\n  \
-pmsim diff before.json after.pmt --fail-if 'flushes_per_op>+2%' --fail-if 'regions/wal/reflush_ratio>0.3'\n\n\
+pmsim diff before.json after.pmt --fail-if 'flushes_per_op>+2%' --fail-if 'regions/wal/reflush_ratio>0.3'\n  \
+pmsim diff sweep-main/ sweep-branch/ --fail-if 'reflush_ratio>+0.02' --fail-if 'peak_mapped_bytes>+5%'\n\n\
+Two sweep directories (`pmsim sweep --out DIR`, every point run) are compared point by point: points pair up \
+by their parameters (their id), those of one sweep only are listed, and every threshold holds for every point \
+that has its figure on both sides (peak_mapped_bytes and peak_live_bytes from a point's native run, the others \
+from its simulator report).\n\n\
 Thresholds: NAME>+5% (B rose more than 5 % above A), NAME>+0.1 (rose by more than 0.1), NAME>1500 (B above \
 1500), and the same with < and - for figures that must not fall. NAME is a figure of the table (flushes_per_op, \
 reflush_ratio, persist_ns_per_op, write_amplification, …) or a path into the report: regions/NAME/FIELD, \
 ops/OP/FIELD, threads/TID/FIELD, sites/NAME/FIELD, pm/FIELD.")]
 pub struct DiffArgs {
-    /// The baseline: a .pmt trace, or a report saved by `pmsim sim --json`.
+    /// The baseline: a .pmt trace, a report saved by `pmsim sim --json`, or a sweep directory.
     a: PathBuf,
     /// The candidate, compared against A.
     b: PathBuf,
@@ -31,7 +37,7 @@ pub struct DiffArgs {
     #[arg(long, default_value_t = 10)]
     top: usize,
     /// Compare the windows of the two runs (`--from-marker`, `--skip-ops` or a recorded `window`
-    /// marker), not the whole runs.
+    /// marker), not the whole runs (traces and reports only).
     #[arg(long)]
     window: bool,
     /// Print the comparison as JSON.
@@ -45,6 +51,19 @@ pub struct DiffArgs {
 pub fn run(a: DiffArgs) -> CmdResult {
     // Bad thresholds are refused before any replay.
     let thresholds = a.fail_if.iter().map(|t| Threshold::parse(t)).collect::<Result<Vec<_>, _>>()?;
+    match (a.a.is_dir(), a.b.is_dir()) {
+        (true, true) => return sweeps(&a, &thresholds),
+        (false, false) => {}
+        (a_dir, _) => {
+            let (dir, file) = if a_dir { (&a.a, &a.b) } else { (&a.b, &a.a) };
+            return Err(format!(
+                "{} is a directory and {} is not: compare two sweep directories, or two traces or reports",
+                dir.display(),
+                file.display()
+            )
+            .into());
+        }
+    }
     let cfg = a.model.config()?;
     let pick = |path: &Path, r: Value| -> Result<Value, Box<dyn std::error::Error>> {
         if !a.window {
@@ -58,20 +77,51 @@ pub fn run(a: DiffArgs) -> CmdResult {
     let rb = pick(&a.b, load(&a.b, &cfg)?)?;
     let (na, nb) = (a.a.display().to_string(), a.b.display().to_string());
     let c = Comparison::new((&na, &ra), (&nb, &rb), &thresholds, a.top)?;
+    let failed =
+        c.failures().map(|v| format!("{} (a {}, b {})", v.threshold.text, cell(Some(v.a)), cell(Some(v.b)))).collect();
+    emit(a.json, &c, write_text, (&na, &nb), failed)
+}
+
+/// Prints a comparison (JSON or text), then fails naming every crossed
+/// threshold, so the exit status is 1 exactly when one was crossed.
+fn emit<C: serde::Serialize>(
+    json: bool,
+    c: &C,
+    text: fn(&C, &mut dyn Write) -> std::io::Result<()>,
+    (na, nb): (&str, &str),
+    failed: Vec<String>,
+) -> CmdResult {
     let mut out = std::io::stdout().lock();
-    if a.json {
-        serde_json::to_writer_pretty(&mut out, &c)?;
+    if json {
+        serde_json::to_writer_pretty(&mut out, c)?;
         writeln!(out)?;
     } else {
-        write_text(&c, &mut out)?;
+        text(c, &mut out)?;
     }
     out.flush()?;
-    let failed: Vec<String> =
-        c.failures().map(|v| format!("{} (a {}, b {})", v.threshold.text, cell(Some(v.a)), cell(Some(v.b)))).collect();
     if !failed.is_empty() {
-        return Err(format!("{} regresses from {}: {}", nb, na, failed.join("; ")).into());
+        return Err(format!("{nb} regresses from {na}: {}", failed.join("; ")).into());
     }
     Ok(())
+}
+
+/// Two sweep directories, point by point.
+fn sweeps(a: &DiffArgs, thresholds: &[Threshold]) -> CmdResult {
+    if a.window {
+        return Err("--window: sweep rows hold whole runs; it applies to traces and reports".into());
+    }
+    let (na, nb) = (a.a.display().to_string(), a.b.display().to_string());
+    let (exp_a, rows_a, warn_a) = sweep_diff::load(&a.a)?;
+    let (exp_b, rows_b, warn_b) = sweep_diff::load(&a.b)?;
+    for w in warn_a.iter().chain(&warn_b) {
+        eprintln!("pmsim: warning: {w}");
+    }
+    let c = SweepComparison::new((&na, &exp_a, &rows_a), (&nb, &exp_b, &rows_b), thresholds)?;
+    let failed = c
+        .failures()
+        .map(|v| format!("{} at {} (a {}, b {})", v.threshold.text, v.label, cell(Some(v.a)), cell(Some(v.b))))
+        .collect();
+    emit(a.json, &c, sweep_diff::write_text, (&na, &nb), failed)
 }
 
 /// The report of `path`: a saved JSON report as it is (the `report` of a
