@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 const HELP: &str = "pmsim-model links PMDK's libpmemobj (the peer allocator of the NVAlloc paper), \
-but it was not found.\n  Debian/Ubuntu: apt-get install libpmemobj-dev pkg-config\n  \
+but it was not found.\n  Debian/Ubuntu: apt-get install libpmemobj-dev libpmempool-dev pkg-config\n  \
 or run scripts/setup.sh; or set PMDK_LIB_DIR to the directory holding libpmemobj.so.";
 
 fn pkg_config(args: &[&str]) -> Option<String> {
@@ -51,7 +51,19 @@ fn main() {
         eprintln!("error: {HELP}");
         panic!("{HELP}");
     }
+    let pool_lib = pkg_config(&["--exists", "libpmempool"]).is_some()
+        || std::env::var("PMDK_LIB_DIR").is_ok_and(|d| Path::new(&d).join("libpmempool.so").exists())
+        || ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/usr/local/lib64"]
+            .iter()
+            .any(|d| Path::new(d).join("libpmempool.so").exists());
+    if !pool_lib {
+        let help = format!("libpmempool (PMDK's consistency check) was not found.\n{HELP}");
+        eprintln!("error: {help}");
+        panic!("{help}");
+    }
     println!("cargo:rustc-link-lib=dylib=pmemobj");
+    // libpmempool: PMDK's consistency check, run on PMDK's crash images.
+    println!("cargo:rustc-link-lib=dylib=pmempool");
     println!("cargo:rustc-link-lib=dylib=pmem");
     println!("cargo:rustc-env=PMSIM_PMDK_VERSION={version}");
 }

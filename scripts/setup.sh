@@ -14,7 +14,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 # for a real one-node cluster (scripts/slurm-local.sh, `pmsim sweep --slurm`
 # tests); Chromium and its driver to check reports in a real browser
 # (scripts/check-report.py); Java for TLC (specs/), unless a JDK is there.
-APT_PKGS=(build-essential pkg-config libpmemobj-dev valgrind curl ca-certificates python3 python3-pip python3-venv
+APT_PKGS=(build-essential pkg-config libpmemobj-dev libpmempool-dev valgrind curl ca-certificates python3 python3-pip python3-venv
   fonts-dejavu-core slurmctld slurmd slurm-client munge chromium chromium-driver)
 command -v java >/dev/null 2>&1 || APT_PKGS+=(openjdk-17-jre-headless)
 missing=()

@@ -371,9 +371,15 @@ fn nvalloc_traced_by_valgrind_matches_the_builtin_tracer() {
 /// objects of 64 B, 1 thread), PM under `pm`, into `out`, with `extra`
 /// options; it must succeed.
 fn trace_pmdk_threadtest(pm: &Path, out: &Path, extra: &[&str]) -> Output {
+    trace_pmdk_threadtest_with(pm, out, extra, &["2", "200", "64", "1"])
+}
+
+/// [`trace_pmdk_threadtest`] with the program's own arguments `prog`
+/// (ITERATIONS OBJECTS SIZE THREADS [API]).
+fn trace_pmdk_threadtest_with(pm: &Path, out: &Path, extra: &[&str], prog: &[&str]) -> Output {
     let (pm, out) = (pm.to_str().unwrap(), out.to_str().unwrap());
     let args = [&["trace-exec", "--example", "pmdk-threadtest", "--pm-dir", pm, "-o", out][..], extra];
-    let o = pmsim(&[&args.concat()[..], &["--", "2", "200", "64", "1"]].concat());
+    let o = pmsim(&[&args.concat()[..], &["--"], prog].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     o
 }
@@ -492,4 +498,90 @@ fn pmdk_window_at_the_first_allocation() {
     assert!(stderr(&o).contains("never called"), "{}", stderr(&o));
     let e = one_error_line(&pmsim(&["sim", out.to_str().unwrap(), "--from-marker", "window"]));
     assert!(e.contains("the window never began"), "{e}");
+}
+
+// ---- PMDK crash states -----------------------------------------------------------
+
+/// `pmsim crash … --json` on `trace` with `extra` options: its exit status
+/// and summary; it must leave none of its scratch files (`pmsim-PID-…`).
+fn crash_json(trace: &Path, extra: &[&str]) -> (Output, serde_json::Value) {
+    let child = Command::new(env!("CARGO_BIN_EXE_pmsim"))
+        .args([&["crash", trace.to_str().unwrap(), "--json"][..], extra].concat())
+        .env("PMSIM_CACHE_DIR", cache())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("pmsim runs");
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    let v = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", String::from_utf8_lossy(&o.stdout), stderr(&o)));
+    let prefix = format!("pmsim-{pid}-");
+    for dir in ["/dev/shm".into(), std::env::temp_dir()] {
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "scratch files left: {left:?}");
+    }
+    (o, v)
+}
+
+/// PMDK as a crash target: the PMDK Threadtest traced with values (its pool's
+/// bytes at the first mapping in `OUT.img`), then every image `pmsim crash`
+/// allows at the fences after the pool's creation, each opened by libpmemobj
+/// (its own recovery), checked by libpmempool and `pmemobj_check` and by the
+/// program's root object: each completed allocation live and published in
+/// its slot, each interrupted one atomic, each completed free free.
+#[test]
+fn pmdk_crash_states_recovered_by_libpmemobj_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.pmt");
+    trace_pmdk_threadtest_with(dir.path(), &out, &["--values"], &["1", "24", "64", "1"]);
+    let (h, _) = read(&out);
+    assert_eq!(h.extra["heap_image"]["file"], "p.pmt.img", "{:?}", h.extra);
+    assert_eq!(std::fs::metadata(dir.path().join("p.pmt.img")).unwrap().len(), h.heap.size);
+    let (o, v) = crash_json(&out, &["--bound", "4", "--every", "12"]);
+    assert!(o.status.success(), "{v}\n{}", stderr(&o));
+    assert!(v["violation"].is_null(), "{}", v["violation"]);
+    assert!(v["allocator"].as_str().unwrap().starts_with("pmdk"), "{}", v["allocator"]);
+    let images = v["images"].as_u64().unwrap();
+    assert!(images >= 100, "{images} images");
+    assert!(v["distinct_states"].as_u64().unwrap() > 0, "{}", v["distinct_states"]);
+}
+
+/// The classic PMDK bug, a store inside a transaction that the transaction
+/// does not log (`pmemobj_tx_add_range` forgotten), is caught: a crash inside
+/// the transaction rolls the allocation back but not the slot, which may
+/// already be durable and names a free block. The report prints the command
+/// that replays exactly the failing image, and that command fails the same
+/// way. The same program with the slot logged passes.
+#[test]
+fn pmdk_unlogged_transaction_store_is_caught_with_its_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("tx.pmt");
+    trace_pmdk_threadtest_with(dir.path(), &good, &["--values"], &["1", "6", "64", "1", "tx"]);
+    let (o, v) = crash_json(&good, &["--bound", "4", "--during", "malloc"]);
+    assert!(o.status.success() && v["violation"].is_null(), "{}\n{}", v["violation"], stderr(&o));
+    assert!(v["images"].as_u64().unwrap() >= 40, "{}", v["images"]);
+
+    let bad = dir.path().join("unlogged.pmt");
+    trace_pmdk_threadtest_with(dir.path(), &bad, &["--values"], &["1", "6", "64", "1", "tx-unlogged"]);
+    let o = pmsim(&["crash", bad.to_str().unwrap(), "--bound", "4", "--during", "malloc"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    // The transaction rolls the allocation back, but not the unlogged slot:
+    // it names a free block.
+    assert!(text.contains("VIOLATION") && text.contains("is not atomic: block free, destination"), "{text}");
+    let replay = text.lines().find_map(|l| l.strip_prefix("replay       ")).expect("a replay line").to_string();
+    let problem = text.lines().find_map(|l| l.strip_prefix("problem      ")).unwrap().to_string();
+    let args: Vec<&str> = replay.split_whitespace().collect();
+    assert_eq!(args[0], "pmsim");
+    let o = pmsim(&args[1..]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let again = String::from_utf8_lossy(&o.stdout);
+    assert!(again.contains(&format!("problem      {problem}")), "{again}");
 }

@@ -12,8 +12,8 @@
 //! the block keeps its liveness expectation but no longer has a destination
 //! to check.
 
+use crate::explore::Layout;
 use crate::load::{CrashTrace, Ev};
-use pmsim_model::heap::{Heap, ROOT_SLOTS};
 use pmsim_traces::OpKind;
 use std::collections::{BTreeMap, HashMap};
 
@@ -39,8 +39,7 @@ pub struct Op {
 }
 
 /// Every malloc and free of the trace, in begin order.
-pub fn operations(tr: &CrashTrace) -> Vec<Op> {
-    let roots = Heap::root_offset(0)..Heap::root_offset(ROOT_SLOTS - 1) + 8;
+pub fn operations(tr: &CrashTrace, layout: &Layout) -> Vec<Op> {
     let mut ops: Vec<Op> = Vec::new();
     // Per thread: the open user op (index into ops), its aligned 8-byte
     // stores (offset, value) and the depth of ops nested in it.
@@ -128,7 +127,7 @@ pub fn operations(tr: &CrashTrace) -> Vec<Op> {
                         op.dest = stores
                             .iter()
                             .rev()
-                            .find(|&&(at, v)| v == result && (roots.contains(&at) || inside(&live, at)))
+                            .find(|&&(at, v)| v == result && (layout.in_roots(at) || inside(&live, at)))
                             .map(|&(at, _)| at);
                         live.insert(result, (op.size, k));
                         if let Some(d) = op.dest {

@@ -9,7 +9,8 @@ use crate::persist::{write_piece, PState};
 use crate::target::{CrashTarget, Recovered};
 use crate::CrashError;
 use memmap2::MmapMut;
-use pmsim_model::heap::{Heap, HEADER_SIZE, ROOT_SLOTS};
+use pmsim_model::family::ImageFormat;
+use pmsim_model::heap::{Heap, HEADER_SIZE};
 use pmsim_model::mech::mark;
 use pmsim_model::runner::ScratchHeap;
 use pmsim_model::watch::AccessWatch;
@@ -39,7 +40,7 @@ pub struct Options {
     /// Only crash points after a marker with this label and before that
     /// thread's next marker.
     pub marker: Option<String>,
-    /// Only this crash point (a fence number).
+    /// Only this crash point (its number among the fences and clflushes).
     pub point: Option<u64>,
     /// Only this image of each point.
     pub image: Option<u64>,
@@ -142,6 +143,7 @@ pub struct PointCoverage {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
     pub allocator: String,
+    /// Moments a crash point may be at: fences and clflushes.
     pub fences: u64,
     pub points: u64,
     pub images: u64,
@@ -198,6 +200,79 @@ fn empty_summary() -> Summary {
     Summary { possible_images_log10: f64::NEG_INFINITY, ..Summary::default() }
 }
 
+/// What the explorer needs to know of the images' format.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub format: ImageFormat,
+    /// Bytes before the first one an allocation may hold (a pmsim heap's
+    /// header page; 0 in an allocator's own format, whose recovery says
+    /// where its objects are).
+    pub first: u64,
+    /// Word ranges `(offset, bytes)` a program publishes allocations in
+    /// besides other live blocks ([`CrashTarget::publication_roots`]).
+    pub roots: Vec<(u64, u64)>,
+}
+
+impl Layout {
+    /// A pmsim heap's: the header page, its root slots.
+    pub fn pmsim_heap() -> Layout {
+        let roots = vec![(Heap::root_offset(0), 8 * pmsim_model::heap::ROOT_SLOTS as u64)];
+        Layout { format: ImageFormat::PmsimHeap, first: HEADER_SIZE, roots }
+    }
+
+    /// Whether `off` lies in a publication root.
+    pub fn in_roots(&self, off: u64) -> bool {
+        self.roots.iter().any(|&(o, n)| off >= o && off - o < n)
+    }
+
+    /// The layout of `tr`'s images under `target`. A pmsim heap's header is
+    /// checked here, as `Heap::open` would, naming the user's image file;
+    /// an allocator's own format gives its roots from the trace's last state
+    /// (every store persisted), which a scratch file holds meanwhile.
+    pub fn of(tr: &CrashTrace, target: &dyn CrashTarget) -> Result<Layout, CrashError> {
+        let named = |m: String| CrashError(format!("{}: {m}", tr.image.display()));
+        match target.image_format() {
+            ImageFormat::PmsimHeap => {
+                let mut page = vec![0u8; HEADER_SIZE.min(tr.heap_size) as usize];
+                let f =
+                    std::fs::File::open(&tr.image).map_err(|e| named(format!("cannot read the heap image: {e}")))?;
+                std::os::unix::fs::FileExt::read_exact_at(&f, &mut page, 0)
+                    .map_err(|e| named(format!("cannot read the heap image: {e}")))?;
+                pmsim_model::heap::check_header(&page, tr.heap_size).map_err(named)?;
+                let heap = Heap::open_copy(&tr.image).map_err(|e| CrashError(e.to_string()))?;
+                let roots = target.publication_roots(&heap).map_err(named)?;
+                Ok(Layout { roots, ..Layout::pmsim_heap() })
+            }
+            ImageFormat::Own => {
+                let mut bytes =
+                    std::fs::read(&tr.image).map_err(|e| named(format!("cannot read the heap image: {e}")))?;
+                for e in &tr.events {
+                    if let Ev::Store { piece, .. } = *e {
+                        write_piece(tr, piece, &mut bytes);
+                    }
+                }
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                let scratch = ScratchHeap::new(&format!("last-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+                std::fs::write(scratch.path(), &bytes)
+                    .map_err(|e| CrashError(format!("{}: {e}", scratch.path().display())))?;
+                drop(bytes);
+                let heap = Heap::open_raw_copy(scratch.path()).map_err(|e| CrashError(e.to_string()))?;
+                let roots =
+                    target.publication_roots(&heap).map_err(|e| CrashError(format!("{}: {e}", tr.path.display())))?;
+                Ok(Layout { format: ImageFormat::Own, first: 0, roots })
+            }
+        }
+    }
+
+    /// A private copy-on-write view of the image file at `path`.
+    pub(crate) fn open(&self, path: &Path) -> Result<Heap, pmsim_model::HeapError> {
+        match self.format {
+            ImageFormat::PmsimHeap => Heap::open_copy(path),
+            ImageFormat::Own => Heap::open_raw_copy(path),
+        }
+    }
+}
+
 /// Counters a caller may poll (progress bars).
 #[derive(Default)]
 pub struct Progress {
@@ -224,7 +299,10 @@ pub fn select_points(tr: &CrashTrace, opts: &Options) -> Vec<(u64, u32)> {
                 let was = marked.insert(tid, on).unwrap_or(false);
                 marked_threads = marked_threads + on as u64 - was as u64;
             }
-            Ev::Fence { .. } => {
+            // Before a fence, and before a clflush, which makes its line
+            // durable at once (no fence follows it in a clflush-only trace,
+            // such as the Valgrind tool's).
+            Ev::Fence { .. } | Ev::Flush { ordered: true, .. } => {
                 // Inside the allocator's creation the heap is not formatted
                 // yet: nothing to recover (unless asked for explicitly).
                 let creating = open.get(&OpKind::Init).copied().unwrap_or(0) > 0;
@@ -258,7 +336,15 @@ pub fn explore(
     if points.is_empty() {
         return Err(CrashError(format!("{}: no crash point matches the selection", tr.path.display())));
     }
-    let ops = expect::operations(tr);
+    let layout = Layout::of(tr, target)?;
+    if opts.recovery_crashes > 0 && layout.format == ImageFormat::Own {
+        return Err(CrashError(format!(
+            "{}: {} recovers inside its own library, where pmsim cannot crash it (drop --recovery-crashes)",
+            tr.path.display(),
+            target.name()
+        )));
+    }
+    let ops = expect::operations(tr, &layout);
     let threads = rayon::current_num_threads().max(1);
     let nchunks = points.len().min(threads * 4);
     let per = points.len().div_ceil(nchunks);
@@ -268,7 +354,7 @@ pub fn explore(
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let result = points.par_chunks(per).enumerate().try_for_each(|(c, chunk)| {
-        let w = Worker { tr, target, opts, ops: &ops, progress, stop: &stop };
+        let w = Worker { tr, target, opts, ops: &ops, layout: &layout, progress, stop: &stop };
         let (sum, v) = w.run(c, chunk)?;
         let mut t = totals.lock().unwrap();
         t.points += sum.points;
@@ -302,7 +388,8 @@ pub fn explore(
     let mut s = totals.into_inner().unwrap();
     s.coverage.sort_by_key(|c| c.point);
     s.allocator = target.name();
-    s.fences = tr.fences.len() as u64;
+    s.fences =
+        tr.events.iter().filter(|e| matches!(e, Ev::Fence { .. } | Ev::Flush { ordered: true, .. })).count() as u64;
     s.violation = found.into_inner().unwrap();
     s.seconds = start.elapsed().as_secs_f64();
     s.images_per_second = s.images as f64 / s.seconds.max(1e-9);
@@ -314,6 +401,7 @@ pub(crate) struct Worker<'a> {
     pub(crate) target: &'a dyn CrashTarget,
     pub(crate) opts: &'a Options,
     pub(crate) ops: &'a [Op],
+    pub(crate) layout: &'a Layout,
     progress: &'a Progress,
     stop: &'a AtomicU64,
 }
@@ -583,16 +671,17 @@ impl Worker<'_> {
         objs: &[Obj],
         nested: bool,
     ) -> Result<ImageRun, CrashError> {
-        let mut heap = Heap::open_copy(path).map_err(|e| CrashError(e.to_string()))?;
+        let mut heap = self.layout.open(path).map_err(|e| CrashError(e.to_string()))?;
         let bytes = heap_bytes(&mut heap);
         apply_kept(self.tr, pending, keep, bytes);
         let before: Vec<[u8; 64]> =
             pending.iter().map(|&(l, _)| bytes[l as usize..l as usize + 64].try_into().expect("a line")).collect();
         let watch = Arc::new(AccessWatch::new(pending.iter().map(|p| p.0)));
         heap.set_watch(watch.clone());
-        let r =
-            catch_unwind(AssertUnwindSafe(|| check_image(&heap, Some(&watch), self.target, objs, self.ops, self.opts)))
-                .unwrap_or_else(|p| Err(panic_message(p)));
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            check_image(&heap, Some(&watch), self.target, self.layout, objs, self.ops, self.opts)
+        }))
+        .unwrap_or_else(|p| Err(panic_message(p)));
         drop(heap);
         let mut h = std::collections::hash_map::DefaultHasher::new();
         let mut read = Vec::with_capacity(pending.len());
@@ -628,6 +717,11 @@ impl Worker<'_> {
     }
 }
 
+/// The offsets of the aligned words of the publication roots.
+fn root_words(layout: &Layout) -> impl Iterator<Item = u64> + '_ {
+    layout.roots.iter().flat_map(|&(o, n)| ((o + 7) & !7..o + n).step_by(8).filter(move |w| w + 8 <= o + n))
+}
+
 /// Live blocks an image's recovery kept that no completed operation needs,
 /// allowed by the allocator's design.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -648,6 +742,7 @@ pub(crate) fn check_image(
     heap: &Heap,
     watch: Option<&AccessWatch>,
     target: &dyn CrashTarget,
+    layout: &Layout,
     objs: &[Obj],
     ops: &[Op],
     opts: &Options,
@@ -670,7 +765,7 @@ pub(crate) fn check_image(
         u64::from_le_bytes(b)
     };
     let size = heap.size();
-    let in_heap = |o: &Obj| o.off >= HEADER_SIZE && o.off.checked_add(o.size).is_some_and(|e| e <= size);
+    let in_heap = |o: &Obj| o.off >= layout.first && o.off.checked_add(o.size).is_some_and(|e| e <= size);
     let before: Vec<Option<Vec<u8>>> = objs
         .iter()
         .map(|o| {
@@ -688,7 +783,7 @@ pub(crate) fn check_image(
     rec.check().map_err(|e| format!("recovered metadata inconsistent: {e}"))?;
     let live = rec.live_allocations();
     rec.check().map_err(|e| format!("the allocator's metadata check failed after recovery: {e}"))?;
-    let mut prev_end = HEADER_SIZE;
+    let mut prev_end = layout.first;
     for &(o, s) in &live {
         if o < prev_end {
             return Err(format!("live allocations overlap: {o:#x} (+{s:#x}) starts before {prev_end:#x}"));
@@ -701,7 +796,7 @@ pub(crate) fn check_image(
     let starts: HashMap<u64, u64> = live.iter().copied().collect();
     let is_live = |o: u64| starts.contains_key(&o);
     let container_live = |d: u64| {
-        d < HEADER_SIZE || {
+        layout.in_roots(d) || {
             let i = live.partition_point(|&(o, _)| o <= d);
             i > 0 && d < live[i - 1].0 + live[i - 1].1
         }
@@ -735,7 +830,7 @@ pub(crate) fn check_image(
             .chain(live.iter().copied())
             .collect();
         let mut reached: HashSet<u64> = HashSet::new();
-        let roots: Vec<u64> = (0..ROOT_SLOTS).map(|s| word(Heap::root_offset(s))).chain(rec.mark_roots()).collect();
+        let roots: Vec<u64> = root_words(layout).map(word).chain(rec.mark_roots()).collect();
         mark::mark_with(read, roots, |w| {
             cand.get(&w).copied().filter(|&n| w.checked_add(n).is_some_and(|e| e <= size) && reached.insert(w))
         });
@@ -821,7 +916,7 @@ pub(crate) fn check_image(
         // (and what recovery keeps regardless), every aligned word of a
         // reached block that is the start of a live block reaches it.
         let mut reached: HashSet<u64> = HashSet::new();
-        let roots: Vec<u64> = (0..ROOT_SLOTS).map(|s| word(Heap::root_offset(s))).chain(rec.mark_roots()).collect();
+        let roots: Vec<u64> = root_words(layout).map(word).chain(rec.mark_roots()).collect();
         mark::mark_with(read, roots, |w| starts.get(&w).copied().filter(|_| reached.insert(w)));
         let before = unaccounted.len();
         unaccounted.retain(|(o, _)| !reached.contains(o));
@@ -948,10 +1043,17 @@ mod tests {
         let opts = Options::default();
         let reached = Fixed(vec![(0x2000, 64), (0x3000, 64)]);
         let two = Kept { retained: 2, ..Kept::default() };
-        assert_eq!(check_image(&heap, None, &reached, &[], &[], &opts), Ok(two), "both retained");
+        assert_eq!(
+            check_image(&heap, None, &reached, &Layout::pmsim_heap(), &[], &[], &opts),
+            Ok(two),
+            "both retained"
+        );
         let leaked = Fixed(vec![(0x2000, 64), (0x3000, 64), (0x4000, 64)]);
-        let e = check_image(&heap, None, &leaked, &[], &[], &opts).unwrap_err();
+        let e = check_image(&heap, None, &leaked, &Layout::pmsim_heap(), &[], &[], &opts).unwrap_err();
         assert!(e.contains("1 leaked allocation(s), not reached from the roots") && e.contains("0x4000"), "{e}");
-        assert_eq!(check_image(&heap, None, &leaked, &[], &[], &Options { leak_bound: 1, ..opts }), Ok(two));
+        assert_eq!(
+            check_image(&heap, None, &leaked, &Layout::pmsim_heap(), &[], &[], &Options { leak_bound: 1, ..opts }),
+            Ok(two)
+        );
     }
 }

@@ -3,14 +3,23 @@
 //!
 //! # Input
 //!
-//! A trace recorded with store values (`pmsim run … --trace t.pmt --values`)
+//! A trace recorded with store values (`pmsim run … --trace t.pmt --values`,
+//! or a program traced by the Valgrind tool, `pmsim trace-exec --values`)
 //! and the heap image saved when tracing started (`t.pmt.img`, named with
 //! its CRC-32 in the trace header, so a mismatched image is refused).
 //!
+//! The images are pmsim heaps, or, for an allocator with its own file format
+//! (PMDK's pool; [`pmsim_model::family::ImageFormat`]), that file's bytes:
+//! then the target says where the program publishes its allocations (PMDK's
+//! root object, read from the trace's last state), its recovery runs in its
+//! own library (libpmemobj's `pmemobj_open`, one image at a time), every
+//! pending byte counts as read for coverage, and recovery is not crashed.
+//!
 //! # Crash points and images
 //!
-//! A crash point is the moment just before a fence: by default every fence of
-//! the trace, optionally only every N-th, only inside an operation of one
+//! A crash point is the moment just before a fence or a clflush (which makes
+//! its line durable at once): by default every one of the trace, optionally
+//! only every N-th, only inside an operation of one
 //! kind (`--during morph`, `log_gc`, `malloc`, …) or only after a marker.
 //! Points inside the allocator's creation (`init`) are left out unless asked
 //! for with `--during init`: the heap is not formatted yet.

@@ -87,7 +87,7 @@ pub(crate) fn crash_recovery(
                     write_piece(&tr, p, bytes);
                 }
             }
-            let r = catch_unwind(AssertUnwindSafe(|| check_image(&h2, None, w.target, objs, w.ops, w.opts)))
+            let r = catch_unwind(AssertUnwindSafe(|| check_image(&h2, None, w.target, w.layout, objs, w.ops, w.opts)))
                 .unwrap_or_else(|p| Err(panic_message(p)));
             run.recovery_images += 1;
             if let Err(p) = r {

@@ -138,8 +138,37 @@ pub trait Recoverable: Allocator {
     }
 }
 
+/// What a target's crash images are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageFormat {
+    /// A pmsim heap ([`Heap`]: a header page with the root slots). Recovery
+    /// is pmsim code whose every access goes through its `PmThread`, so the
+    /// explorer sees what it reads (coverage) and can crash it at its fences.
+    PmsimHeap,
+    /// The allocator's own file format (PMDK's pool), opened as plain bytes
+    /// ([`Heap::open_raw_copy`]). Recovery runs inside a library whose
+    /// accesses pmsim does not see: every pending byte of an image counts as
+    /// read, and the recovery cannot be crashed in turn.
+    Own,
+}
+
 /// An allocator whose crash images can be recovered, as the crash explorer uses it.
 pub trait CrashTarget: Send + Sync {
+    /// What its images are; a pmsim heap unless it says otherwise.
+    fn image_format(&self) -> ImageFormat {
+        ImageFormat::PmsimHeap
+    }
+
+    /// Where a program publishes its allocations besides inside other live
+    /// blocks, as `(offset, bytes)` ranges of words: the heap's root slots;
+    /// for an [`ImageFormat::Own`] target, what `image` (the trace's last
+    /// state, every store persisted) says, e.g. PMDK's root object. A
+    /// `malloc_to` is recognised by storing its result in such a word.
+    fn publication_roots(&self, image: &Heap) -> Result<Vec<(u64, u64)>, String> {
+        let _ = image;
+        Ok(vec![(Heap::root_offset(0), 8 * crate::heap::ROOT_SLOTS as u64)])
+    }
+
     /// A name for reports (the allocator and its variant).
     fn name(&self) -> String;
 

@@ -560,6 +560,23 @@ impl Heap {
         Heap::open_file(path.as_ref(), &HeapOptions::default(), true)
     }
 
+    /// A private copy-on-write view of any file, read as it is: no header is
+    /// checked or written. For crash images in an allocator's own format
+    /// (PMDK's pool), which the crash explorer handles as bytes; the header
+    /// accessors ([`Heap::root`], [`Heap::was_clean`]) mean nothing on it.
+    pub fn open_raw_copy(path: impl AsRef<Path>) -> Result<Heap, HeapError> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| HeapError::io(path, "cannot open", e))?;
+        let size = file.metadata().map_err(|e| HeapError::io(path, "cannot stat", e))?.len();
+        if size == 0 || size > isize::MAX as u64 {
+            return Err(HeapError::new(HeapErrorKind::Corrupt, path, format!("cannot map a file of {size} bytes")));
+        }
+        let mut mmap = map_copy(&file, path, size)?;
+        let base = mmap.as_mut_ptr();
+        let m = Mapping { base, size, mmap, path: path.to_path_buf(), _file: file };
+        Ok(Heap { map: Arc::new(m), was_clean: false, watch: None })
+    }
+
     fn open_file(path: &Path, opts: &HeapOptions, private: bool) -> Result<Heap, HeapError> {
         use HeapErrorKind::*;
         let file = OpenOptions::new().read(true).write(!private).open(path).map_err(|e| {
@@ -741,7 +758,7 @@ impl Heap {
         self.watch = Some(w);
     }
 
-    pub(crate) fn watch(&self) -> Option<&Arc<crate::watch::AccessWatch>> {
+    pub fn watch(&self) -> Option<&Arc<crate::watch::AccessWatch>> {
         self.watch.as_ref()
     }
 

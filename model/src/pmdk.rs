@@ -40,7 +40,7 @@
 
 use crate::alloc::{AllocThread, Footprint, PmAllocator};
 use crate::error::AllocError;
-use crate::family::{drive, CrashTarget, Drive, Driven, Family, Params};
+use crate::family::{drive, CrashTarget, Drive, Driven, Family, Params, Recovered};
 use crate::heap::Heap;
 use crate::live::LiveBytes;
 use crate::pm::Pm;
@@ -109,6 +109,42 @@ extern "C" {
     fn pmemobj_ctl_get(pop: *mut PmemObjPool, name: *const c_char, arg: *mut c_void) -> c_int;
     fn pmemobj_ctl_set(pop: *mut PmemObjPool, name: *const c_char, arg: *mut c_void) -> c_int;
     fn pmem_is_pmem(addr: *const c_void, len: usize) -> c_int;
+    fn pmemobj_first(pop: *mut PmemObjPool) -> PmemOid;
+    fn pmemobj_next(oid: PmemOid) -> PmemOid;
+    fn pmemobj_root_size(pop: *mut PmemObjPool) -> usize;
+    fn pmemobj_check(path: *const c_char, layout: *const c_char) -> c_int;
+}
+
+/// `struct pmempool_check_args` (libpmempool.h, the non-Windows `U` form).
+#[repr(C)]
+struct PmempoolCheckArgs {
+    path: *const c_char,
+    backup_path: *const c_char,
+    pool_type: c_int,
+    flags: u32,
+}
+
+/// `struct pmempool_check_status`: a message of the check.
+#[repr(C)]
+struct PmempoolCheckStatus {
+    kind: c_int,
+    msg: *const c_char,
+    answer: *const c_char,
+}
+
+/// `PMEMPOOL_POOL_TYPE_OBJ`, `PMEMPOOL_CHECK_FORMAT_STR` (messages as
+/// strings), `PMEMPOOL_CHECK_RESULT_CONSISTENT` and
+/// `PMEMPOOL_CHECK_MSG_TYPE_ERROR`, from libpmempool.h.
+const PMEMPOOL_POOL_TYPE_OBJ: c_int = 3;
+const PMEMPOOL_CHECK_FORMAT_STR: u32 = 1 << 5;
+const PMEMPOOL_CHECK_RESULT_CONSISTENT: c_int = 0;
+const PMEMPOOL_CHECK_MSG_TYPE_ERROR: c_int = 1;
+
+extern "C" {
+    fn pmempool_check_init(args: *mut PmempoolCheckArgs, args_size: usize) -> *mut c_void;
+    fn pmempool_check(ppc: *mut c_void) -> *mut PmempoolCheckStatus;
+    fn pmempool_check_end(ppc: *mut c_void) -> c_int;
+    fn pmempool_errormsg() -> *const c_char;
 }
 
 /// PMDK's message for the last failure of this thread (plus errno's).
@@ -628,6 +664,306 @@ impl Family for PmdkFamily {
     }
 
     fn crash_target(&self, _params: &Params) -> Result<Box<dyn CrashTarget>, String> {
-        Err("no crash recovery for allocator 'pmdk' (its crash states come from the Valgrind tool's images)".into())
+        Ok(Box::new(PmdkCrash { pool: Arc::default() }))
+    }
+}
+
+/// PMDK as a crash target: the images of a libpmemobj pool that a program
+/// traced by the Valgrind tool (`pmsim trace-exec --values`) wrote, each
+/// recovered by libpmemobj itself and checked by PMDK's own checks.
+///
+/// An image is written to a scratch pool file; then
+/// * libpmempool's consistency check (`pmempool_check`, what `pmempool
+///   check` runs) must find the image consistent as the crash left it;
+/// * `pmemobj_open` then runs libpmemobj's recovery (its lanes' redo and
+///   undo logs) and must succeed; the pool stays open for the explorer's
+///   probe allocations;
+/// * the live objects are what `pmemobj_first` / `pmemobj_next` walk (the
+///   root object aside: the program's, not an allocation of the trace);
+/// * libpmemobj's own check (`pmemobj_check`: its lanes' logs and the heap
+///   metadata, as recovery finds them) must find the image consistent (the
+///   metadata check, [`Recovered::check`]);
+/// * the recovered bytes go back into the image the explorer holds, where
+///   its checks read the program's root structure (the slots its completed
+///   operations published into) and the objects' contents.
+///
+/// libpmemobj refuses to open a pool whose UUID is open in the process
+/// already, and every image of a trace is the same pool: images are
+/// recovered one at a time ([`RECOVERY`]).
+struct PmdkCrash {
+    /// The scratch pool file images are recovered in (see [`ScratchPool`]).
+    pool: Arc<std::sync::Mutex<Option<ScratchPool>>>,
+}
+
+/// Held while a crash image's pool is open (see [`PmdkCrash`]).
+static RECOVERY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// libpmempool's check of the pool at `path`, without repairing: `Err` with
+/// its first error message (or its result) when the pool is not consistent.
+fn pool_check(path: &CStr) -> Result<(), String> {
+    let mut args = PmempoolCheckArgs {
+        path: path.as_ptr(),
+        backup_path: std::ptr::null(),
+        pool_type: PMEMPOOL_POOL_TYPE_OBJ,
+        flags: PMEMPOOL_CHECK_FORMAT_STR,
+    };
+    // SAFETY: `args` is a valid struct of the size passed; the path outlives the check.
+    let ppc = unsafe { pmempool_check_init(&mut args, std::mem::size_of::<PmempoolCheckArgs>()) };
+    if ppc.is_null() {
+        // SAFETY: a thread-local NUL-terminated string.
+        let m = unsafe { CStr::from_ptr(pmempool_errormsg()) }.to_string_lossy().into_owned();
+        return Err(format!("pmempool_check_init: {m}"));
+    }
+    let mut first_error = None;
+    loop {
+        // SAFETY: `ppc` is a live check context; statuses live until the next call.
+        let st = unsafe { pmempool_check(ppc) };
+        if st.is_null() {
+            break;
+        }
+        // SAFETY: as above; `msg` is NUL-terminated (FORMAT_STR) or null.
+        let (kind, msg) = unsafe { ((*st).kind, (*st).msg) };
+        if kind == PMEMPOOL_CHECK_MSG_TYPE_ERROR && first_error.is_none() && !msg.is_null() {
+            // SAFETY: checked non-null above.
+            first_error = Some(unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned());
+        }
+    }
+    // SAFETY: ends the context made above.
+    let result = unsafe { pmempool_check_end(ppc) };
+    if result == PMEMPOOL_CHECK_RESULT_CONSISTENT {
+        return Ok(());
+    }
+    Err(first_error.unwrap_or_else(|| format!("result {result} (not consistent)")))
+}
+
+/// A crash image's pool open in libpmemobj; closed on drop.
+struct OpenPool(*mut PmemObjPool);
+
+impl OpenPool {
+    fn open(path: &CStr) -> Result<OpenPool, String> {
+        // SAFETY: a NUL-terminated path; a null layout accepts the pool's own.
+        let pop = unsafe { pmemobj_open(path.as_ptr(), std::ptr::null()) };
+        if pop.is_null() {
+            return Err(format!("pmemobj_open: {}", last_error()));
+        }
+        Ok(OpenPool(pop))
+    }
+
+    /// The root object (offset, bytes), or `None` when the pool has none.
+    fn root(&self) -> Option<(u64, u64)> {
+        // SAFETY: an open pool.
+        let size = unsafe { pmemobj_root_size(self.0) } as u64;
+        // SAFETY: an open pool; a size no larger than the root's returns it as it is.
+        let root = unsafe { pmemobj_root(self.0, size as usize) };
+        (size > 0 && root.off != 0).then_some((root.off, size))
+    }
+
+    /// Every allocated object but the root, `(offset, usable size)` by offset.
+    fn objects(&self) -> Vec<(u64, u64)> {
+        let root = self.root().map(|r| r.0);
+        let mut v = Vec::new();
+        // SAFETY: an open pool; walking its objects reads its heap.
+        let mut oid = unsafe { pmemobj_first(self.0) };
+        while oid.off != 0 {
+            if Some(oid.off) != root {
+                // SAFETY: `oid` names an allocated object of this pool.
+                v.push((oid.off, unsafe { pmemobj_alloc_usable_size(oid) } as u64));
+            }
+            // SAFETY: as above.
+            oid = unsafe { pmemobj_next(oid) };
+        }
+        v.sort_unstable();
+        v
+    }
+}
+
+impl Drop for OpenPool {
+    fn drop(&mut self) {
+        // SAFETY: open, and nothing uses it any more.
+        unsafe { pmemobj_close(self.0) };
+    }
+}
+
+/// The scratch pool file crash images are recovered in, and what it holds:
+/// an image is written over it page by page where the two differ (an image
+/// differs from the last recovered one in a few pages, and copying 8 MiB
+/// per image would cost more than libpmemobj's recovery). Removed on drop
+/// (and by pmsim's interrupt handler, as every scratch heap).
+struct ScratchPool {
+    scratch: crate::runner::ScratchHeap,
+    path: CString,
+    file: std::fs::File,
+    holds: Vec<u8>,
+}
+
+impl ScratchPool {
+    fn new() -> Result<ScratchPool, String> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let scratch = crate::runner::ScratchHeap::new(&format!("pmdk-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+        let io = |e: std::io::Error| format!("{}: {e}", scratch.path().display());
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(scratch.path());
+        let file = file.map_err(io)?;
+        let path = cpath(scratch.path()).map_err(|e| e.to_string())?;
+        Ok(ScratchPool { scratch, path, file, holds: Vec::new() })
+    }
+
+    /// Makes the file hold `bytes`.
+    fn write(&mut self, bytes: &[u8]) -> Result<(), String> {
+        use std::os::unix::fs::FileExt;
+        let io = |e: std::io::Error| format!("{}: {e}", self.scratch.path().display());
+        if self.holds.len() != bytes.len() {
+            self.file.set_len(0).map_err(io)?;
+            self.file.write_all_at(bytes, 0).map_err(io)?;
+            self.holds = bytes.to_vec();
+            return Ok(());
+        }
+        for (i, (have, want)) in self.holds.chunks_mut(PAGE).zip(bytes.chunks(PAGE)).enumerate() {
+            if have != want {
+                self.file.write_all_at(want, (i * PAGE) as u64).map_err(io)?;
+                have.copy_from_slice(want);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads back what the file holds (after libpmemobj changed it).
+    fn reread(&mut self) -> Result<&[u8], String> {
+        use std::os::unix::fs::FileExt;
+        let io = |e: std::io::Error| format!("{}: {e}", self.scratch.path().display());
+        self.file.read_exact_at(&mut self.holds, 0).map_err(io)?;
+        Ok(&self.holds)
+    }
+}
+
+/// Pages compared and copied (the kernel's).
+const PAGE: usize = 4096;
+
+/// The bytes of `heap`'s mapping.
+#[allow(clippy::mut_from_ref)]
+fn image_bytes(heap: &Heap) -> &mut [u8] {
+    // SAFETY: the crash explorer's private copy-on-write mapping of one
+    // image, used by this recovery alone while it runs.
+    unsafe { std::slice::from_raw_parts_mut(heap.base(), heap.size() as usize) }
+}
+
+impl PmdkCrash {
+    /// The scratch pool, taken out of its slot while a recovery holds it.
+    fn scratch(&self) -> Result<ScratchPool, String> {
+        match self.pool.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(p) => Ok(p),
+            None => ScratchPool::new(),
+        }
+    }
+}
+
+impl CrashTarget for PmdkCrash {
+    fn name(&self) -> String {
+        format!("pmdk (libpmemobj {VERSION})")
+    }
+
+    /// An object `pmemobj_alloc` returned is allocated durably, published or not.
+    fn plain_mallocs_durable(&self) -> bool {
+        true
+    }
+
+    fn reachability_recovery(&self) -> bool {
+        false
+    }
+
+    fn image_format(&self) -> crate::family::ImageFormat {
+        crate::family::ImageFormat::Own
+    }
+
+    /// The root object: where a libpmemobj program's data starts from.
+    fn publication_roots(&self, image: &Heap) -> Result<Vec<(u64, u64)>, String> {
+        let _guard = RECOVERY.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = self.scratch()?;
+        pool.write(image_bytes(image))?;
+        let roots = OpenPool::open(&pool.path).map(|p| p.root().into_iter().collect());
+        *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = Some(pool);
+        roots.map_err(|e| format!("the trace's last state: {e}"))
+    }
+
+    fn recover(&self, heap: &Heap) -> Result<Box<dyn Recovered>, String> {
+        let guard = RECOVERY.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes = image_bytes(heap);
+        if let Some(w) = heap.watch() {
+            // libpmemobj's reads are out of sight: all of the image counts.
+            w.read(0, bytes.len() as u64);
+        }
+        let mut rec = PmdkRecovered {
+            pool: None,
+            live: Vec::new(),
+            check: Ok(()),
+            scratch: Some(self.scratch()?),
+            home: self.pool.clone(),
+            _guard: guard,
+        };
+        let scratch = rec.scratch.as_mut().expect("just set");
+        scratch.write(bytes)?;
+        pool_check(&scratch.path).map_err(|e| format!("pmempool check of the crash image: {e}"))?;
+        // libpmemobj's own check of the lanes and the heap as recovery finds them.
+        // SAFETY: `path` is NUL-terminated; a null layout accepts the pool's own.
+        rec.check = match unsafe { pmemobj_check(scratch.path.as_ptr(), std::ptr::null()) } {
+            1 => Ok(()),
+            0 => Err(format!("pmemobj_check: the crash image is not consistent: {}", last_error())),
+            _ => Err(format!("pmemobj_check: {}", last_error())),
+        };
+        let pool = OpenPool::open(&scratch.path)?;
+        rec.live = pool.objects();
+        // The pool maps the file shared: reading the file reads the recovered pool.
+        let recovered = scratch.reread()?;
+        // The recovered bytes into the image, where the explorer's checks
+        // read them; only the pages recovery changed (the others stay shared).
+        for (dst, src) in bytes.chunks_mut(PAGE).zip(recovered.chunks(PAGE)) {
+            if dst != src {
+                dst.copy_from_slice(src);
+            }
+        }
+        rec.pool = Some(pool);
+        Ok(Box::new(rec))
+    }
+}
+
+/// A recovered crash image: its objects and checks, and the pool open for
+/// the explorer's probe allocations. On drop the pool is closed, the scratch
+/// pool goes back to its slot, then the next image may open.
+struct PmdkRecovered {
+    pool: Option<OpenPool>,
+    live: Vec<(u64, u64)>,
+    check: Result<(), String>,
+    scratch: Option<ScratchPool>,
+    home: Arc<std::sync::Mutex<Option<ScratchPool>>>,
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Recovered for PmdkRecovered {
+    fn live_allocations(&mut self) -> Vec<(u64, u64)> {
+        self.live.clone()
+    }
+
+    fn check(&mut self) -> Result<(), String> {
+        self.check.clone()
+    }
+
+    fn malloc(&mut self, size: u64) -> Option<u64> {
+        let pop = self.pool.as_ref()?.0;
+        let mut oid = PmemOid::default();
+        // SAFETY: an open pool; `oid` is in DRAM; no constructor.
+        let rc = unsafe { pmemobj_alloc(pop, &mut oid, size as usize, 0, None, std::ptr::null_mut()) };
+        (rc == 0).then_some(oid.off)
+    }
+}
+
+impl Drop for PmdkRecovered {
+    fn drop(&mut self) {
+        self.pool = None;
+        // The probe allocations changed the file since it was last read.
+        if let Some(s) = &mut self.scratch {
+            if s.reread().is_err() {
+                s.holds.clear(); // rewritten whole next time
+            }
+        }
+        *self.home.lock().unwrap_or_else(|e| e.into_inner()) = self.scratch.take();
     }
 }

@@ -9,10 +9,21 @@
  * with pmemobj_free (which clears the slot). Allocations and frees are
  * bracketed by pmtrace operation markers so that costs can be charged to them.
  *
- *   pmdk_threadtest POOL_DIR [ITERATIONS [OBJECTS [SIZE [THREADS]]]]
+ *   pmdk_threadtest POOL_DIR [ITERATIONS [OBJECTS [SIZE [THREADS [API]]]]]
  *
  * Defaults: 20 iterations of 5000 objects of 64 B, 1 thread (pmsim's tiny
  * scale). The pool file is created in POOL_DIR and removed at the end.
+ *
+ * API says how an object is allocated into its slot and freed from it:
+ *   atomic       pmemobj_alloc / pmemobj_free on the slot (the default)
+ *   tx           in a transaction: pmemobj_tx_add_range_direct on the slot,
+ *                pmemobj_tx_alloc / pmemobj_tx_free, the slot stored
+ *   tx-unlogged  the same without pmemobj_tx_add_range_direct: the classic
+ *                PMDK bug (a store in a transaction that the transaction
+ *                neither logs nor flushes at commit), kept as a mutation
+ *                that pmsim crash must catch
+ * The pool's creation is bracketed as pmtrace's init operation, so that the
+ * crash explorer leaves the points before the pool exists out.
  * Under Valgrind PMDK flushes with clflush (Valgrind hides clwb/clflushopt);
  * on a non-DAX directory such as /dev/shm set PMEM_IS_PMEM_FORCE=1, or PMDK
  * calls msync instead of flushing cache lines (`pmsim trace-exec --example
@@ -37,6 +48,44 @@ static PMEMobjpool *pop;
 static struct root *root;
 static uint64_t iterations = 20, objects = 5000, size = 64, nthreads = 1;
 static int failed;
+enum api { API_ATOMIC, API_TX, API_TX_UNLOGGED };
+static enum api api = API_ATOMIC;
+
+/* A PMEMoid stored in a slot as two 8-byte stores (a struct copy may be one
+ * 16-byte vector store): what a malloc_to publishes is an aligned word. */
+static void store_oid(PMEMoid *slot, PMEMoid oid) {
+    *(volatile uint64_t *)&slot->pool_uuid_lo = oid.pool_uuid_lo;
+    *(volatile uint64_t *)&slot->off = oid.off;
+}
+
+/* Allocates SIZE bytes into `slot`; 0 on success. */
+static int alloc_into(PMEMoid *slot) {
+    int rc = 0;
+    if (api == API_ATOMIC) return pmemobj_alloc(pop, slot, size, 0, NULL, NULL);
+    TX_BEGIN(pop) {
+        if (api == API_TX) pmemobj_tx_add_range_direct(slot, sizeof *slot);
+        store_oid(slot, pmemobj_tx_alloc(size, 0));
+    }
+    TX_ONABORT {
+        rc = -1;
+    }
+    TX_END
+    return rc;
+}
+
+/* Frees the object in `slot` and clears the slot. */
+static void free_from(PMEMoid *slot) {
+    if (api == API_ATOMIC) {
+        pmemobj_free(slot);
+        return;
+    }
+    TX_BEGIN(pop) {
+        if (api == API_TX) pmemobj_tx_add_range_direct(slot, sizeof *slot);
+        pmemobj_tx_free(*slot);
+        store_oid(slot, OID_NULL);
+    }
+    TX_END
+}
 
 static uint64_t mix(uint64_t x) {
     x ^= x >> 33;
@@ -67,7 +116,7 @@ static void *worker(void *arg) {
         for (i = 0; i < objects; i++) {
             uint64_t id = tid << 48 | (it & 0xffff) << 32 | i;
             PMTRACE_OP_BEGIN(PMT_OP_MALLOC, size);
-            if (pmemobj_alloc(pop, &slots[i], size, 0, NULL, NULL) != 0) {
+            if (alloc_into(&slots[i]) != 0) {
                 fprintf(stderr, "pmdk_threadtest: pmemobj_alloc: %s\n", pmemobj_errormsg());
                 failed = 1;
                 return NULL;
@@ -83,7 +132,7 @@ static void *worker(void *arg) {
                 return NULL;
             }
             PMTRACE_OP_BEGIN(PMT_OP_FREE, slots[i].off);
-            pmemobj_free(&slots[i]);
+            free_from(&slots[i]);
             PMTRACE_OP_END(PMT_OP_FREE, 0);
         }
     }
@@ -107,9 +156,21 @@ int main(int argc, char **argv) {
     pthread_t th[256];
     size_t pool_size;
     uint64_t t;
-    if (argc < 2 || argc > 6) {
-        fprintf(stderr, "usage: pmdk_threadtest POOL_DIR [ITERATIONS [OBJECTS [SIZE [THREADS]]]]\n");
+    if (argc < 2 || argc > 7) {
+        fprintf(stderr, "usage: pmdk_threadtest POOL_DIR [ITERATIONS [OBJECTS [SIZE [THREADS [API]]]]]\n");
         return 2;
+    }
+    if (argc == 7) {
+        if (strcmp(argv[6], "atomic") == 0)
+            api = API_ATOMIC;
+        else if (strcmp(argv[6], "tx") == 0)
+            api = API_TX;
+        else if (strcmp(argv[6], "tx-unlogged") == 0)
+            api = API_TX_UNLOGGED;
+        else {
+            fprintf(stderr, "pmdk_threadtest: API '%s' is not one of atomic, tx, tx-unlogged\n", argv[6]);
+            return 2;
+        }
     }
     iterations = arg_or(argc, argv, 2, iterations);
     objects = arg_or(argc, argv, 3, objects);
@@ -120,14 +181,16 @@ int main(int argc, char **argv) {
         return 2;
     }
     snprintf(path, sizeof path, "%s/pmdk-threadtest-%d.pool", argv[1], (int)getpid());
-    /* Live objects at most: one batch per thread, plus allocator overhead. */
-    pool_size = (size_t)(nthreads * objects * (size + 64) * 2 + nthreads * objects * sizeof(PMEMoid)) + (32u << 20);
+    /* Live objects at most: one batch per thread, plus allocator overhead,
+     * plus PMDK's smallest pool (PMEMOBJ_MIN_POOL, 8 MiB) for its lanes and
+     * headers: small pools keep crash images small. */
+    pool_size = (size_t)(nthreads * objects * (size + 64) * 2 + nthreads * objects * sizeof(PMEMoid)) + PMEMOBJ_MIN_POOL;
+    PMTRACE_OP_BEGIN(PMT_OP_INIT, 0);
     pop = pmemobj_create(path, "pmsim-threadtest", pool_size, 0600);
     if (pop == NULL) {
         fprintf(stderr, "pmdk_threadtest: %s: %s\n", path, pmemobj_errormsg());
         return 1;
     }
-    PMTRACE_OP_BEGIN(PMT_OP_INIT, 0);
     root = pmemobj_direct(pmemobj_root(pop, sizeof *root + nthreads * objects * sizeof(PMEMoid)));
     PMTRACE_OP_END(PMT_OP_INIT, 0);
     if (root == NULL) {

@@ -16,7 +16,9 @@ use std::process::Command;
 /// An example program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Example {
-    /// `pmdk_threadtest POOL_DIR [ITERATIONS [OBJECTS [SIZE [THREADS]]]]`.
+    /// `pmdk_threadtest POOL_DIR [ITERATIONS [OBJECTS [SIZE [THREADS [API]]]]]`,
+    /// API `atomic` (default), `tx` or `tx-unlogged` (a mutation: a slot
+    /// stored in a transaction that does not log it).
     PmdkThreadtest,
 }
 

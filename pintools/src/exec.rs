@@ -21,7 +21,9 @@ pub struct TraceExec {
     pub out: PathBuf,
     /// Files mapped from under this directory are PM (e.g. `/dev/shm`, a DAX mount).
     pub pm_dir: PathBuf,
-    /// Record the bytes of every PM store (needed for crash states).
+    /// Record the bytes of every PM store (needed for crash states), and the
+    /// heap's bytes when tracing starts into `OUT.img` (the image the crash
+    /// explorer applies the stores to), named with its CRC-32 in the header.
     pub values: bool,
     /// Replace an existing trace file.
     pub force: bool,
@@ -114,6 +116,14 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
     let _lock = Lock::output(&opts.out).map_err(PintoolsError::BadInput)?;
     let mut out = policy.create(&opts.out).map_err(PintoolsError::BadInput)?;
     let tmp = out.tmp_path().to_path_buf();
+    // With values, the heap image beside it (`OUT.img`, as `pmsim run
+    // --values` names it), under the same policy and committed with it.
+    let image = if opts.values {
+        let path = image_path(&opts.out);
+        Some(policy.create(&path).map_err(PintoolsError::BadInput)?)
+    } else {
+        None
+    };
     let cache = opts.cache.clone().unwrap_or_else(cache_dir);
     let tool = ValgrindTool::ensure(&cache)?;
 
@@ -137,6 +147,10 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
     }
     if !opts.window_at.is_empty() {
         cmd.arg(format!("--pmt-window-at={}", opts.window_at));
+    }
+    if let Some(img) = &image {
+        let name = img.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        cmd.arg(format!("--pmt-image={}", img.tmp_path().display())).arg(format!("--pmt-image-name={name}"));
     }
     cmd.arg("--").arg(&program).args(&opts.args).envs(opts.env.iter().map(|(k, v)| (k, v)));
     if opts.quiet {
@@ -176,6 +190,11 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
         Err(e) => e.kind == ErrorKind::Truncated,
     };
     if keep {
+        if let Some(mut img) = image.filter(|_| header.extra.contains_key("heap_image")) {
+            let f = img.take_file();
+            let path = img.path().to_path_buf();
+            img.commit_file(f).map_err(|e| PintoolsError::io(format!("writing {}", path.display()), e))?;
+        }
         let f = out.take_file();
         out.commit_file(f).map_err(|e| PintoolsError::io(format!("writing {}", opts.out.display()), e))?;
     }
@@ -215,6 +234,13 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
         }
         None => Err(PintoolsError::Valgrind { status: status.to_string(), log: log_tail(&log_text) }),
     }
+}
+
+/// Where the heap image of the trace `out` goes: `OUT.img`.
+pub fn image_path(out: &Path) -> PathBuf {
+    let mut name = out.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".img");
+    out.with_file_name(name)
 }
 
 /// A trace error about the temporary file, told of the file the user named.

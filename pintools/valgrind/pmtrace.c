@@ -73,6 +73,8 @@ static const HChar *clo_version = "";        /* --pmt-pmsim-version=V */
 static const HChar *clo_allocator = "";      /* --pmt-allocator=NAME */
 static const HChar *clo_workload = "";       /* --pmt-workload=NAME */
 static const HChar *clo_window_at = "";      /* --pmt-window-at=FUNCTION */
+static const HChar *clo_image = "";          /* --pmt-image=FILE */
+static const HChar *clo_image_name = "";     /* --pmt-image-name=NAME */
 
 static Bool pmt_process_cmd_line_option(const HChar *arg) {
     if VG_STR_CLO (arg, "--pmt-out", clo_out) {
@@ -82,6 +84,8 @@ static Bool pmt_process_cmd_line_option(const HChar *arg) {
     } else if VG_STR_CLO (arg, "--pmt-allocator", clo_allocator) {
     } else if VG_STR_CLO (arg, "--pmt-workload", clo_workload) {
     } else if VG_STR_CLO (arg, "--pmt-window-at", clo_window_at) {
+    } else if VG_STR_CLO (arg, "--pmt-image", clo_image) {
+    } else if VG_STR_CLO (arg, "--pmt-image-name", clo_image_name) {
     } else
         return False;
     return True;
@@ -93,7 +97,10 @@ static void pmt_print_usage(void) {
                 "    --pmt-values=yes|no       record the bytes of every PM store [no]\n"
                 "    --pmt-allocator=NAME      allocator name for the trace header\n"
                 "    --pmt-workload=NAME       workload name for the trace header\n"
-                "    --pmt-window-at=FUNCTION  record the marker window:FUNCTION at the first call of FUNCTION\n");
+                "    --pmt-window-at=FUNCTION  record the marker window:FUNCTION at the first call of FUNCTION\n"
+                "    --pmt-image=FILE          write the heap's bytes at trace start to FILE (the crash\n"
+                "                              explorer's starting image)\n"
+                "    --pmt-image-name=NAME     the name the header gives that image [FILE's]\n");
 }
 
 static void pmt_print_debug_usage(void) {
@@ -218,6 +225,22 @@ static inline UInt trace_tid(ThreadId tid) {
     return tid > 0 ? tid - 1 : 0;
 }
 
+/* Operations a client began before tracing started (the program brackets
+ * the creation of its pool, whose first mapping starts the trace): recorded
+ * at the trace's start, so that the explorer knows its crash points lie
+ * inside them. */
+#define MAX_EARLY_OPS 16
+static struct {
+    UInt tid;
+    UWord op, arg;
+} early_ops[MAX_EARLY_OPS];
+static UInt n_early_ops;
+
+/* The heap image at trace start (--pmt-image): written, its size and CRC-32. */
+static Bool image_written;
+static ULong image_size;
+static uint32_t image_crc;
+
 /* A tiny JSON builder over a fixed buffer: overflow is remembered, not written. */
 typedef struct {
     HChar *p;
@@ -298,6 +321,15 @@ static void build_header(Json *j, Bool final) {
     }
     j_raw(j, "],\"pm_dir\":");
     j_str(j, clo_pm_dir);
+    if (image_written) {
+        j_raw(j, ",\"heap_image\":{\"file\":");
+        j_str(j, clo_image_name[0] ? clo_image_name : clo_image);
+        j_raw(j, ",\"size\":");
+        j_num(j, image_size);
+        j_raw(j, ",\"crc32\":");
+        j_num(j, image_crc);
+        j_raw(j, "}");
+    }
     j_raw(j, ",\"partial\":");
     j_raw(j, final && !exited ? "true" : "false");
     if (final) {
@@ -358,7 +390,79 @@ static void start_trace(void) {
     tracing = True;
     for (t = 1; t <= PMT_MAX_THREADS; t++)
         if (live[t]) check(pmt_thread_start(&writer, trace_tid(t)));
+    for (t = 0; t < n_early_ops; t++) check(pmt_op_begin(&writer, early_ops[t].tid, early_ops[t].op, early_ops[t].arg));
+    n_early_ops = 0;
 }
+
+/* Bytes the heap image is copied in. */
+#define IMAGE_CHUNK (1u << 20)
+static UChar image_buf[IMAGE_CHUNK];
+static uint32_t image_crc_table[256];
+
+/* --pmt-image: the heap's bytes as tracing starts, the state the trace's
+ * stores apply to (the crash explorer's starting image). A file mapping is
+ * read from the file (what the program could have written with write(2) or
+ * fallocate before mapping it is there; bytes past the file's end, which
+ * would fault in the program, are zeros), an announced range from memory. */
+static void write_image(Addr base, SizeT len, const HChar *path, ULong offset) {
+    SysRes r = VG_(open)(clo_image, VKI_O_CREAT | VKI_O_WRONLY | VKI_O_TRUNC, 0644);
+    Int fd, src = -1;
+    SizeT done = 0;
+    uint32_t crc = 0;
+    if (sr_isError(r)) {
+        VG_(umsg)("pmtrace: error: cannot create the heap image %s\n", clo_image);
+        return;
+    }
+    fd = (Int)sr_Res(r);
+    if (path[0]) {
+        SysRes s = VG_(open)(path, VKI_O_RDONLY, 0);
+        if (sr_isError(s) || VG_(lseek)((Int)sr_Res(s), (Off64T)offset, VKI_SEEK_SET) != (Off64T)offset) {
+            VG_(umsg)("pmtrace: error: cannot read %s for the heap image\n", path);
+            if (!sr_isError(s)) VG_(close)((Int)sr_Res(s));
+            VG_(close)(fd);
+            return;
+        }
+        src = (Int)sr_Res(s);
+    }
+    pmt__crc_init(image_crc_table);
+    while (done < len) {
+        SizeT n = len - done < IMAGE_CHUNK ? len - done : IMAGE_CHUNK, got = 0;
+        if (src >= 0) {
+            while (got < n) {
+                Int k = VG_(read)(src, image_buf + got, (Int)(n - got));
+                if (k <= 0) break;
+                got += (SizeT)k;
+            }
+            VG_(memset)(image_buf + got, 0, n - got);
+        } else {
+            VG_(memcpy)(image_buf, (const void *)(base + done), n);
+        }
+        crc = pmt__crc(image_crc_table, crc, image_buf, n);
+        {
+            const UChar *p = image_buf;
+            SizeT left = n;
+            while (left > 0) {
+                Int w = VG_(write)(fd, p, (Int)left);
+                if (w <= 0) break;
+                p += w;
+                left -= (SizeT)w;
+            }
+            if (left > 0) {
+                VG_(umsg)("pmtrace: error: writing the heap image %s failed\n", clo_image);
+                break;
+            }
+        }
+        done += n;
+    }
+    if (src >= 0) VG_(close)(src);
+    VG_(close)(fd);
+    if (done == len) {
+        image_written = True;
+        image_size = len;
+        image_crc = crc;
+    }
+}
+
 
 /* A new PM range: a file mapping (`path`, at file `offset`) or an announced range (path ""). */
 static void add_range(Addr base, SizeT len, const HChar *path, ULong offset) {
@@ -390,6 +494,7 @@ static void add_range(Addr base, SizeT len, const HChar *path, ULong offset) {
         seen[n_seen++] = ranges[n_ranges - 1];
     else
         n_seen_dropped++;
+    if (!tracing && n_seen == 1 && clo_image[0]) write_image(base, len, path, offset);
     if (!tracing) start_trace();
 }
 
@@ -795,10 +900,20 @@ static Bool pmt_handle_client_request(ThreadId tid, UWord *arg, UWord *ret) {
         if (tracing) check(pmt_region_remove(&writer, t, arg[1]));
         break;
     case PMTRACE_REQ_OP_BEGIN:
-        if (tracing) check(pmt_op_begin(&writer, t, arg[1], arg[2]));
+        if (tracing)
+            check(pmt_op_begin(&writer, t, arg[1], arg[2]));
+        else if (!dead && n_early_ops < MAX_EARLY_OPS) {
+            early_ops[n_early_ops].tid = t;
+            early_ops[n_early_ops].op = arg[1];
+            early_ops[n_early_ops].arg = arg[2];
+            n_early_ops++;
+        }
         break;
     case PMTRACE_REQ_OP_END:
-        if (tracing) check(pmt_op_end(&writer, t, arg[1], arg[2]));
+        if (tracing)
+            check(pmt_op_end(&writer, t, arg[1], arg[2]));
+        else if (n_early_ops > 0 && early_ops[n_early_ops - 1].tid == t && early_ops[n_early_ops - 1].op == arg[1])
+            n_early_ops--; /* begun and ended before the trace: nothing to record */
         break;
     case PMTRACE_REQ_MARKER:
         if (tracing)

@@ -16,8 +16,13 @@ Input: a trace recorded with values and its heap image at trace start:
   pmsim run --alloc nvalloc-log --workload threadtest --param objects=200 --heap-size 8M \\
             --trace t.pmt --values        (writes t.pmt and t.pmt.img)
   pmsim crash t.pmt
+A PMDK program traced by the Valgrind tool with values (its pool's bytes when tracing starts go to
+OUT.img the same way), each image opened by libpmemobj itself (its own recovery) and checked by
+libpmempool's and libpmemobj's consistency checks and the program's root object:
+  pmsim trace-exec -o p.pmt --values --example pmdk-threadtest -- 2 50 64 1
+  pmsim crash p.pmt
 
-Crash points are the moments just before a fence (every fence by default; --every N keeps every N-th,
+Crash points are the moments just before a fence or a clflush (every one by default; --every N keeps every N-th,
 --during OP only those inside an operation: malloc, free, morph, log_gc; --marker LABEL only those after
 a marker). Persistency model (x86, ADR): a store is durable once its line was flushed and the flushing
 thread fenced (clflush: at once); until then it may or may not be in PM, and the stores to one line
@@ -167,7 +172,7 @@ pub fn run(a: CrashArgs) -> CmdResult {
 fn print_summary(a: &CrashArgs, s: &Summary) {
     println!("trace        {} ({})", a.trace.display(), s.allocator);
     println!(
-        "crash points {} of {} fences ({} exhaustive, {} sampled; at most {} images at one point)",
+        "crash points {} of {} fences and clflushes ({} exhaustive, {} sampled; at most {} images at one point)",
         s.points, s.fences, s.exhaustive_points, s.sampled_points, s.max_images_at_point
     );
     println!("images       {} checked in {:.2} s: {:.0} images/s", s.images, s.seconds, s.images_per_second);

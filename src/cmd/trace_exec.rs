@@ -21,7 +21,8 @@ pub struct TraceExecArgs {
     /// Files mapped from under this directory are persistent memory (tmpfs or a DAX mount).
     #[arg(long, default_value = "/dev/shm")]
     pm_dir: PathBuf,
-    /// Record the bytes every PM store writes (for crash states).
+    /// Record the bytes every PM store writes, and the heap's bytes when tracing starts into OUT.img
+    /// (for crash states: `pmsim crash OUT`).
     #[arg(long)]
     values: bool,
     /// Replace an existing trace file.
@@ -38,7 +39,9 @@ pub struct TraceExecArgs {
     #[arg(long, value_name = "FUNCTION")]
     window_at: Option<String>,
     /// Trace an example program pmsim ships (built on first use); the arguments after -- are its own,
-    /// after the PM directory it takes first. pmdk-threadtest: [ITERATIONS [OBJECTS [SIZE [THREADS]]]].
+    /// after the PM directory it takes first. pmdk-threadtest: [ITERATIONS [OBJECTS [SIZE [THREADS [API]]]]],
+    /// API one of atomic (pmemobj_alloc/free, the default), tx (a transaction that logs the slot) or
+    /// tx-unlogged (the same without pmemobj_tx_add_range: a mutation pmsim crash catches).
     #[arg(long, value_parser = ["pmdk-threadtest"])]
     example: Option<String>,
     /// Print the summary as JSON.
