@@ -166,6 +166,13 @@ impl Experiment {
             ));
         }
         exp.points().map_err(|e| format!("{name}: {e}"))?;
+        // A `[scale.NAME]` table is checked even when NAME is not the scale
+        // the file names: a misspelt key there fails now, not at that scale.
+        for scale in exp.at_scale.keys() {
+            let mut at = exp.clone();
+            at.axes.insert("scale".into(), vec![Value::String(scale.clone())]);
+            at.points().map_err(|e| format!("{name}: {e}"))?;
+        }
         Ok(exp)
     }
 
@@ -480,6 +487,7 @@ mod tests {
             ("[sweep]\nthreads=1\n[scale.huge]\nthreads=2\n", "[scale.huge]"),
             ("[sweep]\nthreads=1\n[scale.tiny]\nmode='native'\n", "'mode' cannot change with the scale"),
             ("[sweep]\nthreads=1\n[scale.tiny]\nstripez=2\n", "stripez"),
+            ("[sweep]\nthreads=1\n[scale.small]\n\"param.iteratons\"=2\n", "at scale small"),
         ] {
             let e = Experiment::from_toml(bad, "b.toml").unwrap_err();
             assert!(e.starts_with("b.toml: ") && e.contains(needle) && !e.contains('\n'), "{bad:?}: {e}");
