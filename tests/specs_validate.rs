@@ -13,31 +13,46 @@ fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
+/// Records a run of `alloc` with `args` (workload, threads, parameters) into
+/// `out`, with values; the heap image beside it is not needed.
+fn record_run(alloc: &str, args: &[&str], out: &std::path::Path) {
+    let mut a = vec!["run", "--alloc", alloc, "--values", "--overwrite", "--trace", out.to_str().unwrap()];
+    a.extend_from_slice(args);
+    let o = pmsim(&a);
+    assert!(o.status.success(), "{}", text(&o));
+    let _ = std::fs::remove_file(out.with_extension("pmt.img"));
+}
+
 /// Records a two-thread LLFree run of frames of `size` bytes into `out`.
 fn record(alloc: &str, size: &str, heap: &str, out: &std::path::Path) {
-    let o = pmsim(&[
-        "run",
-        "--alloc",
-        alloc,
-        "--workload",
-        "llfree-random",
-        "--threads",
-        "2",
-        "--param",
-        "objects=4",
-        "--param",
-        "iterations=1",
-        "--param",
-        &format!("size={size}"),
-        "--heap-size",
-        heap,
-        "--values",
-        "--overwrite",
-        "--trace",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    let size = format!("size={size}");
+    let args = ["--workload", "llfree-random", "--threads", "2", "--param", "objects=4", "--param", "iterations=1"];
+    record_run(alloc, &[&args[..], &["--param", &size, "--heap-size", heap]].concat(), out);
 }
+
+/// A one-thread Fragbench W1 run small enough to validate in seconds that
+/// morphs: the first 1000-byte allocation finds no slab of its class and
+/// morphs the slab of the driver's root object (one live block of 339).
+const FRAGBENCH_MORPHS: [&str; 18] = [
+    "--workload",
+    "fragbench-w1",
+    "--threads",
+    "1",
+    "--param",
+    "before_min=1000",
+    "--param",
+    "before_max=1000",
+    "--param",
+    "after_min=1300",
+    "--param",
+    "after_max=1300",
+    "--param",
+    "alloc_bytes=60000",
+    "--param",
+    "live_cap=30000",
+    "--heap-size",
+    "16M",
+];
 
 #[test]
 fn llfree_runs_are_behaviours_of_the_spec_and_mutations_are_not() {
@@ -68,6 +83,92 @@ fn llfree_runs_are_behaviours_of_the_spec_and_mutations_are_not() {
     let out = text(&o);
     assert!(out.contains("LEAVES THE SPEC") && out.contains("SetBit(child 1, bit 0)"), "{out}");
     assert!(out.contains("expected Commit"), "{out}");
+
+    // The code with a free's two CASes swapped: the counter first.
+    let t = dir.path().join("llfree-swapped.pmt");
+    record("llfree:mutation=ll-inc-before-clear", "4096", "8M", &t);
+    let o = pmsim(&["specs", "validate", t.to_str().unwrap()]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("LEAVES THE SPEC") && out.contains(": IncCounter(child 1: "), "{out}");
+    assert!(out.contains("expected ClearBit"), "{out}");
+}
+
+#[test]
+fn an_nvalloc_run_that_morphs_is_a_behaviour_of_slab_morphing_and_mutations_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("fragbench.pmt");
+    record_run("nvalloc-log", &FRAGBENCH_MORPHS, &t);
+    let o = pmsim(&["specs", "validate", t.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("SlabMorphing (OldSize=192, NewSize=1024, OldOffset=448") && out.contains("ALLOWED"), "{out}");
+
+    // The spec variant that drops the index table's flush forbids step 2 as the code does it.
+    let o = pmsim(&["specs", "validate", t.to_str().unwrap(), "--const", "Variant=\"flag_before_table\""]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("LEAVES THE SPEC") && out.contains("index table <<[ob |-> 191, live |-> TRUE]>>"), "{out}");
+    assert!(out.contains("expected MorphStep2Table"), "{out}");
+
+    // The code without the flush of the step flag 2.
+    let t = dir.path().join("fragbench-mutated.pmt");
+    record_run("nvalloc-log:mutation=morph-flag-flush", &FRAGBENCH_MORPHS, &t);
+    let o = pmsim(&["specs", "validate", t.to_str().unwrap(), "--spec", "slab-morphing"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("LEAVES THE SPEC") && out.contains("flag 2, index_len 1} (not flushed)"), "{out}");
+    assert!(out.contains("expected MorphStep2Flag"), "{out}");
+}
+
+/// A one-thread Larson-large run whose bookkeeping log is collected: a log
+/// of 7 chunks, a fast GC every 16 tombstones and a slow GC whenever the
+/// log's chunks hold mostly dead records (three, each moving the live
+/// records to a recycled chunk and flipping alt).
+const LARSON_COLLECTS: [&str; 12] = [
+    "--workload",
+    "larson-large",
+    "--threads",
+    "1",
+    "--param",
+    "chunks=8",
+    "--param",
+    "rounds=40",
+    "--param",
+    "generations=1",
+    "--heap-size",
+    "64M",
+];
+const LOG_ALLOC: &str = "nvalloc-log:log_bytes=8192:gc_interval=16:usage_pmem=0.00001";
+
+#[test]
+fn an_nvalloc_run_whose_log_is_collected_is_a_behaviour_of_the_log_gc_spec_and_mutations_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("larson.pmt");
+    record_run(LOG_ALLOC, &LARSON_COLLECTS, &t);
+    let spec = ["--spec", "bookkeeping-log-gc"];
+    let o = pmsim(&[&["specs", "validate", t.to_str().unwrap()][..], &spec].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("BookkeepingLogGC (NChunks=7, K=128, Interleave=16") && out.contains("ALLOWED"), "{out}");
+
+    // Records named by chunk index, not id: the first tombstone into a reused chunk.
+    let o = pmsim(
+        &[&["specs", "validate", t.to_str().unwrap()][..], &spec, &["--const", "Variant=\"index_positions\""]].concat(),
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("LEAVES THE SPEC") && out.contains("tombstone of <<3, "), "{out}");
+    assert!(out.contains("expected WriteEntry"), "{out}");
+
+    // The code without the flush of the alt bit a slow GC flips.
+    let t = dir.path().join("larson-mutated.pmt");
+    record_run(&format!("{LOG_ALLOC}:mutation=log-alt-flush"), &LARSON_COLLECTS, &t);
+    let o = pmsim(&[&["specs", "validate", t.to_str().unwrap()][..], &spec].concat());
+    assert!(!o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("LEAVES THE SPEC") && out.contains("alt 1 (not flushed)"), "{out}");
+    assert!(out.contains("expected SlowGcFlip"), "{out}");
 }
 
 #[test]
@@ -93,4 +194,8 @@ fn a_trace_of_another_allocator_or_without_values_is_one_clear_error() {
     assert!(text(&o).contains("without values"), "{}", text(&o));
     let o = pmsim(&["specs", "validate", t.to_str().unwrap(), "--const", "Nope"]);
     assert!(!o.status.success() && text(&o).contains("expected NAME=VALUE"), "{}", text(&o));
+    let o = pmsim(&["specs", "validate", t.to_str().unwrap(), "--spec", "slab-morphing"]);
+    assert!(!o.status.success() && text(&o).contains("slab-morphing is a specification of NVAlloc"), "{}", text(&o));
+    let o = pmsim(&["specs", "validate", t.to_str().unwrap(), "--spec", "nope"]);
+    assert!(!o.status.success() && text(&o).contains("no specification \"nope\""), "{}", text(&o));
 }

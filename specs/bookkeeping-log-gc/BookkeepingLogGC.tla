@@ -32,11 +32,13 @@ EXTENDS Naturals, Sequences, FiniteSets, TLC
 
 CONSTANTS NChunks,   \* chunks in the log area
           K,         \* records per chunk (CHUNK_RECORDS)
+          Interleave, \* 0: the k-th record of a chunk goes to slot k; n: to line k % n (BkLog::slot_of)
           Extents,   \* the large extents the heap can hold (their start offsets)
           MaxId,     \* bound on chunk ids (next_id), to keep the model finite
           Variant
 
 ASSUME Variant \in {"ok", "alt_before_list", "index_positions"}
+ASSUME Interleave = 0 \/ (Interleave \in 1..K /\ K % Interleave = 0)
 
 VARIABLES vol, pend, fl, dur,   \* the persistency model
           alt,        \* BkLog.alt
@@ -59,6 +61,10 @@ VARIABLES vol, pend, fl, dur,   \* the persistency model
 
 Chunks == 1..NChunks
 Slots == 0..(K - 1)
+\* The physical slot of a chunk's k-th record (0-based), and its inverse:
+\* interleaved, consecutive records land on different lines (BkLog::slot_of).
+Slot(k) == IF Interleave = 0 THEN k ELSE (k % Interleave) * (K \div Interleave) + k \div Interleave
+InvSlot(s) == IF Interleave = 0 THEN s ELSE (s % (K \div Interleave)) * Interleave + s \div (K \div Interleave)
 HdrL == <<"hdr", 0>>
 ChL(c) == <<"chunk", c>>
 Lines == {HdrL} \cup {ChL(c) : c \in Chunks}
@@ -189,12 +195,12 @@ WriteEntry ==
     /\ mode = "run" /\ op # NoOp
     /\ op.st = "write" \/ (op.st = "start" /\ ~TailFull)
     /\ LET t == TailChunk
-           s == fill[t]
+           s == Slot(fill[t])
            tp == pos[op.e]
            w == IF op.k = "alloc" THEN [t |-> "ext", e |-> op.e]
                 ELSE [t |-> "tomb", tgt |-> PosName(tp.c, vid[tp.c], tp.s), g |-> <<vid[tp.c], tp.s>>]
        IN /\ PM!StorePersist(ChL(t), [vol[ChL(t)] EXCEPT !.rec[s] = w])
-          /\ fill' = [fill EXCEPT ![t] = s + 1]
+          /\ fill' = [fill EXCEPT ![t] = @ + 1]
           /\ IF op.k = "alloc"
              THEN /\ vlive' = [vlive EXCEPT ![t] = @ \cup {s}]
                   /\ pos' = [pos EXCEPT ![op.e] = [c |-> t, s |-> s]]
@@ -231,51 +237,60 @@ FastGcUnlink ==
     /\ UNCHANGED <<alt, nextId, pos, building, op, gc, mode, ack, gcSnap, crashOp, crashGc>>
 
 (***************************************************************************)
-(* Slow GC (BkLog::slow_gc): the live records are copied, K to a chunk,    *)
-(* into free chunks (init_chunk: stored and flushed, linked to each other) *)
-(* and the other head is pointed at the first and persisted; then alt is   *)
-(* flipped and persisted; then the old chunks are free.                    *)
+(* Slow GC (BkLog::slow_gc): the live records are copied, K to a chunk and *)
+(* in log order (chunk id, then slot), into free chunks (init_chunk:       *)
+(* stored and flushed, linked to each other in the order taken) and the    *)
+(* other head is pointed at the first and persisted; then alt is flipped   *)
+(* and persisted; then the old chunks are free. The chunks may be taken in *)
+(* any order (the code pops its free stack).                               *)
 (***************************************************************************)
+\* An extent's record in log order: chunk id, then physical slot.
+LogKey(e) == vid[pos[e].c] * K + pos[e].s
 LiveSeq == LET RECURSIVE F(_)
-               F(S) == IF S = {} THEN <<>> ELSE LET m == CHOOSE x \in S : \A y \in S : x <= y
+               F(S) == IF S = {} THEN <<>> ELSE LET m == CHOOSE x \in S : \A y \in S : LogKey(x) <= LogKey(y)
                                                 IN <<m>> \o F(S \ {m})
            IN F({e \in Extents : pos[e] # NoPos})
 
 \* Run when the list holds something to drop (a dead record or a tombstone):
 \* the allocator's policy runs it when the log grows past a threshold.
-SlowGcBuild ==
+SlowGcEnabled ==
     /\ Idle /\ list # <<>>
     /\ \E i \in DOMAIN list : Cardinality(vlive[list[i]]) < fill[list[i]]
+
+\* The slow GC building its list in the chunks cs, taken in that order.
+SlowGcBuildOn(cs) ==
+    /\ SlowGcEnabled
     /\ LET live == LiveSeq
            need == (Len(live) + K - 1) \div K
+           S == {cs[i] : i \in DOMAIN cs}
        IN /\ nextId + need - 1 <= MaxId
-          /\ \E S \in SUBSET free :
-               /\ Cardinality(S) = need
-               /\ LET cs == LET RECURSIVE G(_)
-                                G(T) == IF T = {} THEN <<>> ELSE LET m == CHOOSE x \in T : \A y \in T : x <= y
-                                                                 IN <<m>> \o G(T \ {m})
-                            IN G(S)
-                      idx(c) == CHOOSE i \in 1..need : cs[i] = c
-                      newAlt == 1 - alt
-                      chunkLines == {ChL(c) : c \in S}
-                      val(l) ==
-                          LET i == idx(l[2]) IN
-                          [id |-> nextId + i - 1,
-                           next |-> IF i < need THEN cs[i + 1] ELSE 0,
-                           active |-> 1,
-                           rec |-> [s \in Slots |-> LET k == (i - 1) * K + s + 1
-                                                   IN IF k <= Len(live) THEN [t |-> "ext", e |-> live[k]] ELSE Empty]]
-                      newHdr == [vol[HdrL] EXCEPT !.heads[newAlt + 1] = IF need = 0 THEN 0 ELSE cs[1]]
-                      flushed == IF Variant = "alt_before_list" THEN {HdrL} ELSE chunkLines \cup {HdrL}
-                  IN /\ PM!WriteSeqs([l \in chunkLines \cup {HdrL} |-> IF l = HdrL THEN <<newHdr>> ELSE <<val(l)>>],
-                                     flushed)
-                     /\ free' = free \ S
-                     /\ building' = S
-                     /\ gc' = [st |-> "head_fence", cs |-> cs, live |-> live]
-                     /\ vid' = [c \in Chunks |-> IF c \in S THEN nextId + idx(c) - 1 ELSE vid[c]]
+          /\ Len(cs) = need /\ Cardinality(S) = need /\ S \subseteq free
+          /\ LET idx(c) == CHOOSE i \in 1..need : cs[i] = c
+                 newAlt == 1 - alt
+                 chunkLines == {ChL(c) : c \in S}
+                 val(l) ==
+                     LET i == idx(l[2]) IN
+                     [id |-> nextId + i - 1,
+                      next |-> IF i < need THEN cs[i + 1] ELSE 0,
+                      active |-> 1,
+                      rec |-> [s \in Slots |-> LET k == (i - 1) * K + InvSlot(s) + 1
+                                              IN IF k <= Len(live) THEN [t |-> "ext", e |-> live[k]] ELSE Empty]]
+                 newHdr == [vol[HdrL] EXCEPT !.heads[newAlt + 1] = IF need = 0 THEN 0 ELSE cs[1]]
+                 flushed == IF Variant = "alt_before_list" THEN {HdrL} ELSE chunkLines \cup {HdrL}
+             IN /\ PM!WriteSeqs([l \in chunkLines \cup {HdrL} |-> IF l = HdrL THEN <<newHdr>> ELSE <<val(l)>>],
+                                flushed)
+                /\ free' = free \ S
+                /\ building' = S
+                /\ gc' = [st |-> "head_fence", cs |-> cs, live |-> live]
+                /\ vid' = [c \in Chunks |-> IF c \in S THEN nextId + idx(c) - 1 ELSE vid[c]]
           /\ nextId' = nextId + need
     /\ gcSnap' = ack
     /\ UNCHANGED <<alt, list, vlive, fill, tinto, pos, op, mode, ack, crashOp, crashGc>>
+
+\* The orders in which the chunks of S can be taken.
+Orders(S) == {f \in [1..Cardinality(S) -> S] : \A i, j \in DOMAIN f : i # j => f[i] # f[j]}
+
+SlowGcBuild == \E S \in SUBSET free : \E cs \in Orders(S) : SlowGcBuildOn(cs)
 
 SlowGcHeadFence ==
     /\ mode = "run" /\ gc.st = "head_fence"
@@ -294,12 +309,12 @@ SlowGcFlip ==
           /\ free' = free \cup {list[i] : i \in DOMAIN list}
           /\ vid' = [c \in Chunks |-> IF \E i \in DOMAIN list : list[i] = c THEN 0 ELSE vid[c]]
           /\ list' = cs
-          /\ vlive' = [c \in Chunks |-> {(k - 1) % K : k \in {k \in 1..Len(live) : cs[(k - 1) \div K + 1] = c}}]
+          /\ vlive' = [c \in Chunks |-> {Slot((k - 1) % K) : k \in {k \in 1..Len(live) : cs[(k - 1) \div K + 1] = c}}]
           /\ fill' = [c \in Chunks |-> Cardinality({k \in 1..Len(live) : cs[(k - 1) \div K + 1] = c})]
           /\ tinto' = [c \in Chunks |-> {}]
           /\ pos' = [e \in Extents |-> IF \E k \in 1..Len(live) : live[k] = e
                                        THEN LET k == CHOOSE k \in 1..Len(live) : live[k] = e
-                                            IN [c |-> cs[(k - 1) \div K + 1], s |-> (k - 1) % K]
+                                            IN [c |-> cs[(k - 1) \div K + 1], s |-> Slot((k - 1) % K)]
                                        ELSE NoPos]
     /\ building' = {}
     /\ gc' = GcIdle

@@ -10,9 +10,8 @@
 (* frame). Hidden (volatile, not in the trace): Upper and an allocation    *)
 (* giving up in its tree.                                                  *)
 (***************************************************************************)
-EXTENDS LLFreeSingleCAS, TraceValidation
+EXTENDS LLFreeSingleCAS, TraceValidation, TraceData
 
-CONSTANT Trace
 VARIABLE i
 
 tvars == <<vars, i>>
@@ -64,7 +63,4 @@ TraceNext ==
        /\ i' = i + 1
        /\ Reached(i', NextExpected')
     \/ Hidden /\ UNCHANGED i
-
-\* Violated exactly when the whole trace was matched (the success).
-NotDone == i < Len(Trace)
 =============================================================================

@@ -14,11 +14,14 @@
 (*                                                                         *)
 (* Three cache lines carry the persistent state: the header ("hdr":        *)
 (* size_class, old_size_class, the morph step flag, index_len), the bitmap *)
-(* ("bm") and the index table ("tbl"). Data offsets and block counts       *)
-(* follow from the class and are left out. User operations run one at a    *)
-(* time: a morph holds the arena lock and morph_guard exclusively, so no   *)
-(* malloc or free is in flight while it runs (Arena::morph). Crashes hit   *)
-(* between any two persistence steps, including during recovery.          *)
+(* ("bm") and the index table ("tbl"). Each class's blocks start at its    *)
+(* own data offset (OldOffset, NewOffset: SlabGeom::regular) and fill the  *)
+(* slab to its end; the small models use unit-sized slabs with both        *)
+(* offsets 0, trace validation the code's bytes (a unit is a byte, Units   *)
+(* is the 64 KiB slab). User operations run one at a time: a morph holds   *)
+(* the arena lock and morph_guard exclusively, so no malloc or free is in  *)
+(* flight while it runs (Arena::morph). Crashes hit between any two        *)
+(* persistence steps, including during recovery.                           *)
 (*                                                                         *)
 (* Variant "ok" is the code; "flag_before_table" drops the flush of the    *)
 (* index table in step 2, so the step flag 2 can be durable before the     *)
@@ -28,13 +31,16 @@ EXTENDS Naturals, Sequences, FiniteSets, TLC
 
 CONSTANTS OldSize,     \* units per block of the old class "A"
           NewSize,     \* units per block of the new class "B"
-          Units,       \* data units of the slab
+          OldOffset,   \* unit where class A's blocks start (its data_offset)
+          NewOffset,   \* unit where class B's blocks start (its data_offset)
+          Units,       \* units of the slab (its blocks end there)
           TableUnits,  \* units at the slab's tail the index table takes
           MaxLive,     \* most live blocks a morph candidate may have (the SU threshold)
           Variant      \* "ok" or a broken variant
 
 ASSUME Variant \in {"ok", "flag_before_table"}
-ASSUME TableUnits \in 1..Units /\ OldSize \in 1..Units /\ NewSize \in 1..Units
+ASSUME TableUnits \in 0..Units /\ OldSize \in 1..Units /\ NewSize \in 1..Units
+ASSUME OldOffset \in 0..(Units - OldSize) /\ NewOffset \in 0..(Units - NewSize)
 
 VARIABLES vol, pend, fl, dur,   \* the persistency model (PersistencyModel)
           vtaken,               \* vslab: blocks of the current class taken (allocated or held back)
@@ -58,14 +64,19 @@ vars == <<vol, pend, fl, dur, vtaken, cntSlab, cntBlock, op, morphPc, recPc, mod
           owned, phase, preLive, crashPhase, crashImg>>
 ghosts == <<owned, phase, preLive, crashPhase, crashImg>>
 
-OldBlk == 0..(Units \div OldSize - 1)
-NewBlk == 0..(Units \div NewSize - 1)
+\* Blocks of a class: as many as fit from its data offset to the slab's end
+\* (SlabGeom::regular's nblocks).
+OldBlk == 0..((Units - OldOffset) \div OldSize - 1)
+NewBlk == 0..((Units - NewOffset) \div NewSize - 1)
 Blocks(c) == IF c = "A" THEN OldBlk ELSE NewBlk
 Size(c) == IF c = "A" THEN OldSize ELSE NewSize
-Span(c, b) == (b * Size(c))..((b + 1) * Size(c) - 1)
-TableSpan == (Units - TableUnits)..(Units - 1)
-Overlap(ob, nb) == Span("A", ob) \cap Span("B", nb) # {}
-OnTable(nb) == Span("B", nb) \cap TableSpan # {}
+\* Block b of class c spans the units [Start, End) (SlabGeom::block_off).
+Start(c, b) == (IF c = "A" THEN OldOffset ELSE NewOffset) + b * Size(c)
+End(c, b) == Start(c, b) + Size(c)
+TableStart == Units - TableUnits
+\* Intervals, not sets of units: the code's slabs have 65536 of them.
+Overlap(ob, nb) == Start("A", ob) < End("B", nb) /\ Start("B", nb) < End("A", ob)
+OnTable(nb) == End("B", nb) > TableStart
 
 NoOp == [k |-> "none"]
 RegularA == [cls |-> "A", ocls |-> "A", flag |-> 0, ilen |-> 0]
@@ -86,11 +97,10 @@ Pins(live) == [nb \in NewBlk |->
 Pinned(live) == {nb \in NewBlk : Pins(live)[nb] > 0}
 
 \* The set S of block indices as an ascending sequence (the order the index
-\* table lists blocks).
-RECURSIVE SeqFrom(_, _)
-SeqFrom(S, i) == IF i > Cardinality(OldBlk) THEN <<>>
-                 ELSE (IF i \in S THEN <<i>> ELSE <<>>) \o SeqFrom(S, i + 1)
-SortedSeq(S) == SeqFrom(S, 0)
+\* table lists blocks); recursion over S itself, not over every block.
+RECURSIVE SortedSeq(_)
+SortedSeq(S) == IF S = {} THEN <<>>
+                ELSE LET m == CHOOSE x \in S : \A y \in S : x <= y IN <<m>> \o SortedSeq(S \ {m})
 \* The successive values of a line receiving the stores of seq one by one.
 Prefixes(seq) == [i \in 1..Len(seq) |-> SubSeq(seq, 1, i)]
 
@@ -210,7 +220,7 @@ MorphStep1 ==
     /\ Idle /\ phase = "before"
     /\ vol.hdr = RegularA
     /\ Cardinality(vol.bm) <= MaxLive
-    /\ \A ob \in vol.bm : Span("A", ob) \cap TableSpan = {}
+    /\ \A ob \in vol.bm : Start("A", ob) >= NewOffset /\ End("A", ob) <= TableStart
     /\ PM!WriteFlush("hdr" :> [vol.hdr EXCEPT !.flag = 1])
     /\ preLive' = vol.bm
     /\ phase' = "morphing"
@@ -394,8 +404,8 @@ Held == owned
 \* No new block overlapping a live old block, or the live index table, is
 \* ever handed out.
 NoNewBlockOverLiveOld ==
-    /\ \A <<c1, nb>> \in Held : \A <<c2, ob>> \in Held :
-          (c1 = "B" /\ c2 = "A") => ~Overlap(ob, nb)
+    /\ \A nb \in {h[2] : h \in {h \in Held : h[1] = "B"}} :
+          \A ob \in {h[2] : h \in {h \in Held : h[1] = "A"}} : ~Overlap(ob, nb)
     /\ \A <<c, nb>> \in Held : (c = "B" /\ OnTable(nb)) => (vol.hdr.ilen = 0 /\ dur.hdr.ilen = 0)
 
 Recovered == mode = "recovered"

@@ -28,8 +28,10 @@ pub enum SpecsCmd {
     /// explores only the states consistent with the trace and says whether
     /// the whole trace is a behaviour of the spec or at which event it
     /// leaves it, with the action the spec expected there. LLFree traces
-    /// are checked against LLFreeSingleCAS. Fails (non-zero exit) when the
-    /// trace is not allowed.
+    /// are checked against LLFreeSingleCAS; NVAlloc traces against
+    /// SlabMorphing (the first slab that morphs, from its creation on) or
+    /// BookkeepingLogGC (the bookkeeping log from the heap's creation on).
+    /// Fails (non-zero exit) when the trace is not allowed.
     Validate(ValidateArgs),
 }
 
@@ -37,6 +39,11 @@ pub enum SpecsCmd {
 pub struct ValidateArgs {
     /// The trace (.pmt, recorded with --values).
     trace: PathBuf,
+    /// The specification (its folder under specs/): llfree-single-cas,
+    /// slab-morphing or bookkeeping-log-gc [default: the trace's allocator's;
+    /// for NVAlloc slab-morphing if a slab morphs, else bookkeeping-log-gc].
+    #[arg(long, value_name = "SPEC")]
+    spec: Option<String>,
     /// Replace a constant of the specification, e.g. --const FlushEach='"op"'
     /// (the paper's protocol) or --const Variant='"dec_after_set"'.
     #[arg(long = "const", value_name = "NAME=VALUE")]
@@ -90,7 +97,7 @@ fn validate(a: ValidateArgs) -> CmdResult {
     }
     let path = a.trace.to_string_lossy().into_owned();
     let start = Instant::now();
-    let mapped = validate::map(&path)?;
+    let mapped = validate::map(&path, a.spec.as_deref())?;
     let map_s = start.elapsed().as_secs_f64();
     let tlc = Tlc::locate()?;
     let o = validate::check(&tlc, &root, &mapped, &overrides)?;

@@ -206,14 +206,24 @@ impl Lower {
     /// If the frame is not allocated (a double free).
     #[inline]
     pub fn put_base(&self, t: &mut PmThread, pfn: u64) {
+        let c = pfn / CHILD_FRAMES as u64;
+        let inc = |t: &mut PmThread| {
+            self.update_child(t, c, |e| {
+                assert!(!e.huge() && e.free() < CHILD_FRAMES, "child {c} counter {e:?} at a base free");
+                Some(Child::with_free(e.free() + 1))
+            });
+        };
+        // The mutation swaps the two steps.
+        let swapped = self.mutation == Mutation::LlIncBeforeClear;
+        if swapped {
+            inc(t);
+        }
         let was = self.bits.clear(t, pfn as u32);
         assert!(was, "free of frame {pfn}: not allocated (double free?)");
         self.commit(t, self.bits.line_of(pfn as u32));
-        let c = pfn / CHILD_FRAMES as u64;
-        self.update_child(t, c, |e| {
-            assert!(!e.huge() && e.free() < CHILD_FRAMES, "child {c} counter {e:?} at a base free");
-            Some(Child::with_free(e.free() + 1))
-        });
+        if !swapped {
+            inc(t);
+        }
     }
 
     /// `put` of the huge frame of child `c`: `(0, a=1) → (512, a=0)`.

@@ -81,7 +81,7 @@ pub struct LlFreeConfig {
     /// A tree with more free frames than this fraction is *free*.
     pub free: f64,
     /// A removed flush or swapped order, for checkers to catch
-    /// (`ll-counter-flush`, `free-before-unpublish`, `ll-trust-counters`
+    /// (`ll-counter-flush`, `ll-inc-before-clear`, `free-before-unpublish`, `ll-trust-counters`
     /// concern LLFree; see [`Mutation`]).
     pub mutation: Mutation,
 }
@@ -115,7 +115,12 @@ impl AllocConfig for LlFreeConfig {
                 ),
             ));
         }
-        const OWN: [Mutation; 3] = [Mutation::LlCounterFlush, Mutation::FreeBeforeUnpublish, Mutation::LlTrustCounters];
+        const OWN: [Mutation; 4] = [
+            Mutation::LlCounterFlush,
+            Mutation::LlIncBeforeClear,
+            Mutation::FreeBeforeUnpublish,
+            Mutation::LlTrustCounters,
+        ];
         self.mutation.check("LLFree", &OWN).map_err(|m| AllocError::config(NAME, m))
     }
 }

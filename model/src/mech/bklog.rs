@@ -50,13 +50,16 @@ use std::collections::BTreeMap;
 pub const CHUNK_BYTES: u64 = 1024;
 /// Records per chunk.
 pub const CHUNK_RECORDS: u32 = 128;
-const CHUNK_LINES: u32 = 16;
+/// Lines per chunk: interleaved, the k-th record goes to line k mod 16.
+pub const CHUNK_LINES: u32 = 16;
 const RECORDS_PER_LINE: u32 = 8;
-const CHUNK_HEADER_BYTES: u64 = 16;
-const TABLE_OFF: u64 = 64;
+/// The layout of the module documentation, public for readers of traces
+/// (`pmsim specs validate` decodes the log's stores with it).
+pub const CHUNK_HEADER_BYTES: u64 = 16;
+pub const TABLE_OFF: u64 = 64;
 const MAGIC: u64 = u64::from_le_bytes(*b"NVBKLOG1");
-const OFF_HEADS: u64 = 8;
-const OFF_ALT: u64 = 24;
+pub const OFF_HEADS: u64 = 8;
+pub const OFF_ALT: u64 = 24;
 /// Bits of a position that name the slot.
 const SLOT_BITS: u32 = 7;
 
@@ -81,6 +84,11 @@ impl LogPos {
     /// The raw value a tombstone stores.
     pub fn raw(self) -> u64 {
         self.0
+    }
+
+    /// The position a tombstone's raw value names.
+    pub fn from_raw(raw: u64) -> LogPos {
+        LogPos(raw)
     }
 }
 
@@ -152,8 +160,9 @@ pub struct BkLog {
     stats: LogStats,
 }
 
-/// Number of chunks an area of `bytes` holds, and where the first one starts.
-fn geometry(bytes: u64) -> (u32, u64) {
+/// Number of chunks an area of `bytes` holds, and where the first one starts
+/// (from the area's base).
+pub fn geometry(bytes: u64) -> (u32, u64) {
     let mut n = bytes / (CHUNK_BYTES + CHUNK_HEADER_BYTES);
     while n > 0 && chunks_start(n) + n * CHUNK_BYTES > bytes {
         n -= 1;

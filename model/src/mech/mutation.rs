@@ -1,5 +1,5 @@
 //! Mutations: switches that each remove exactly one flush from the allocator
-//! code (or swap the order of two steps of its recovery), so that the crash
+//! code (or swap the order of two of its steps), so that the crash
 //! explorer (`pmsim crash`) can prove it catches a missing flush or a wrong
 //! order. A mutation is part of the allocator's configuration (and so of the
 //! trace header): a trace records which flush its run left out.
@@ -34,6 +34,11 @@ pub enum Mutation {
     /// decrements its counter ([`crate::llfree::lower::Lower::get_base`]):
     /// the bit may be set before the decrement is durable.
     LlCounterFlush,
+    /// LLFree's base free increments the child counter *before* it clears
+    /// the frame's bit (the two CASes swapped, each still flushed): the
+    /// counter promises a free frame the bit field does not have yet, which
+    /// a crash in between makes durable (TLC's `inc_before_clear`).
+    LlIncBeforeClear,
     /// Recovery clears the WAL *before* it redoes the entries (instead of
     /// after): correct unless the recovery itself crashes in between, which
     /// only crashes inside recovery (`pmsim crash --recovery-crashes`) explore.
@@ -63,13 +68,14 @@ pub enum Mutation {
 
 impl Mutation {
     /// Every mutation but `None`.
-    pub const ALL: [Mutation; 12] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::WalEntryFlush,
         Mutation::BitmapFlush,
         Mutation::DestFlush,
         Mutation::MorphFlagFlush,
         Mutation::LogAltFlush,
         Mutation::LlCounterFlush,
+        Mutation::LlIncBeforeClear,
         Mutation::WalClearFirst,
         Mutation::FreeBeforeUnpublish,
         Mutation::LlTrustCounters,
@@ -99,6 +105,7 @@ impl Mutation {
             Mutation::MorphFlagFlush => "morph-flag-flush",
             Mutation::LogAltFlush => "log-alt-flush",
             Mutation::LlCounterFlush => "ll-counter-flush",
+            Mutation::LlIncBeforeClear => "ll-inc-before-clear",
             Mutation::WalClearFirst => "wal-clear-first",
             Mutation::FreeBeforeUnpublish => "free-before-unpublish",
             Mutation::LlTrustCounters => "ll-trust-counters",

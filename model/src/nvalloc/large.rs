@@ -339,6 +339,7 @@ impl LargeAlloc {
             matches!(g.index.get(&slab), Some(Veh { state: VehState::Active { kind: ExtentKind::Slab, .. }, .. })),
             "free of slab {slab:#x}, which is not a live slab"
         );
+        t.marker(slab, super::slab::SLAB_FREED_MARKER);
         g.unrecord(t, slab);
         g.reclaim(t, slab);
     }

@@ -143,6 +143,13 @@ impl Statics {
     }
 }
 
+/// The slab geometry of every size class and the bitmaps' block-to-bit
+/// mapping under `cfg`: what a reader of a trace needs to decode slabs.
+pub fn slab_geometry(cfg: &NvAllocConfig) -> (Vec<SlabGeom>, StripeMap) {
+    let s = Statics::new(cfg);
+    (s.geoms, s.map)
+}
+
 fn large_params(cfg: &NvAllocConfig, heap_size: u64) -> LargeParams {
     LargeParams {
         gc_interval: cfg.gc_interval,

@@ -68,6 +68,11 @@ pub const FLAG_STEP1: u64 = 1;
 pub const FLAG_STEP2: u64 = 2;
 /// Index-table entry bit: the old block is still allocated.
 pub const INDEX_LIVE: u16 = 0x8000;
+/// Trace markers (id: the slab's heap offset) announcing a slab's life:
+/// [`init_header`] starts it, `LargeAlloc::free_slab` ends it. Trace
+/// validation (`pmsim specs validate`) follows one slab between the two.
+pub const SLAB_MARKER: &str = "nvalloc slab";
+pub const SLAB_FREED_MARKER: &str = "nvalloc slab freed";
 
 const SLAB_MAGIC: u32 = u32::from_le_bytes(*b"SLB1");
 /// Offset of the bitmap in the header.
@@ -140,6 +145,7 @@ pub fn bitmap(slab: u64, map: StripeMap) -> PBitmap {
 /// Writes the header of a new regular slab (fixed part and a zeroed bitmap)
 /// and makes it durable; the caller records the slab afterwards.
 pub fn init_header(t: &mut PmThread, slab: u64, class: usize, geom: &SlabGeom, arena: usize, map: StripeMap) {
+    t.marker(slab, SLAB_MARKER);
     let h = SlabHeader {
         magic: SLAB_MAGIC,
         size_class: class as u16,
