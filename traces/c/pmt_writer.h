@@ -1,6 +1,6 @@
 /*
  * pmt_writer.h: a header-only C99 writer of pmsim's `.pmt` trace format,
- * version 2 (specified in traces/FORMAT.md).
+ * version 3 (specified in traces/FORMAT.md).
  *
  * Why it exists: the DBI tracers in pintools/ (a Valgrind tool, which may not
  * use libc, and an Intel Pin tool) must write traces that pmsim's one reader,
@@ -57,7 +57,7 @@
 #endif
 
 /* The format version this header writes. */
-#define PMT_VERSION 2
+#define PMT_VERSION 3
 /* Preamble flag: stores carry their value bytes (needed for crash states). */
 #define PMT_FLAG_VALUES 1u
 /* Raw payload size at which blocks are cut, as in the Rust writer. */
@@ -171,10 +171,10 @@ enum {
     PMT__K_REGION_REMOVE = 9,
     PMT__K_OP_BEGIN = 10,
     PMT__K_OP_END = 11,
-    PMT__K_MARKER = 12,
-    PMT__K_SITE = 13
+    PMT__K_MARKER = 12
 };
 #define PMT__X_SAME 8u      /* tag bit: the address is the cursor (accesses) or its line (flushes) */
+#define PMT__X_SITE 4u      /* tag bit: a flush or fence sets the code site, written right after the tag */
 #define PMT__SIZE_VARINT 7u /* size code: the size follows as a varint */
 #define PMT__CODEC_RAW 0u
 #define PMT__CODEC_SITES 2u
@@ -362,15 +362,6 @@ static inline int pmt__write(pmt_writer *w, uint32_t tid, const pmt__ev *ev) {
                 n += pmt__varint(rec + n, tid);
             }
         }
-        if ((ev->kind == PMT__K_FLUSH || ev->kind == PMT__K_FENCE) && ev->site != site) { /* a SITE record */
-            site = ev->site;
-            if (site < 15) {
-                rec[n++] = (uint8_t)(PMT__K_SITE | (site << 4));
-            } else {
-                rec[n++] = (uint8_t)(PMT__K_SITE | 0xF0u);
-                n += pmt__varint(rec + n, site);
-            }
-        }
         switch (ev->kind) {
         case PMT__K_STORE:
         case PMT__K_NTSTORE:
@@ -388,23 +379,27 @@ static inline int pmt__write(pmt_writer *w, uint32_t tid, const pmt__ev *ev) {
             next = addr + size;
             break;
         }
-        case PMT__K_FLUSH: {
-            /* Relative to the line of the last byte accessed, (cursor - 1) >> 6:
-             * flushing the line just stored to is `same` and keeps the cursor. */
+        case PMT__K_FLUSH:
+        case PMT__K_FENCE: {
+            /* A flush relative to the line of the last byte accessed, (cursor - 1) >> 6:
+             * flushing the line just stored to is `same` and keeps the cursor. A site
+             * other than the current one goes right after the tag, which says so. */
             uint64_t line = ev->a;
             uint64_t d = (line >> 6) - ((cur - 1) >> 6);
-            if (d == 0) {
-                rec[n++] = (uint8_t)(PMT__K_FLUSH | ((ev->x | PMT__X_SAME) << 4));
-            } else {
-                rec[n++] = (uint8_t)(PMT__K_FLUSH | (ev->x << 4));
+            unsigned x = ev->x;
+            if (ev->kind == PMT__K_FLUSH && d == 0) x |= PMT__X_SAME;
+            if (ev->site != site) x |= PMT__X_SITE;
+            rec[n++] = (uint8_t)(ev->kind | (x << 4));
+            if (ev->site != site) {
+                site = ev->site;
+                n += pmt__varint(rec + n, site);
+            }
+            if (ev->kind == PMT__K_FLUSH && d != 0) {
                 n += pmt__varint(rec + n, pmt__zigzag(d));
                 next = line + 64;
             }
             break;
         }
-        case PMT__K_FENCE:
-            rec[n++] = (uint8_t)(PMT__K_FENCE | (ev->x << 4));
-            break;
         case PMT__K_THREAD_START:
         case PMT__K_THREAD_END:
             rec[n++] = (uint8_t)ev->kind;

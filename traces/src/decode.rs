@@ -46,8 +46,9 @@ pub trait Visit<'a> {
 
     /// The flushes and fences that follow, up to the next call of this or of
     /// [`Visit::thread`], were issued at code site `site` (an id of the trace's
-    /// site table, [`crate::TraceReader::sites`]). After every `thread` call the
-    /// site is 0 (unknown) until this is called.
+    /// site table, [`crate::TraceReader::sites`]); a flush or fence that
+    /// names its site calls this just before itself. After every `thread`
+    /// call the site is 0 (unknown) until this is called.
     #[inline(always)]
     fn site(&mut self, site: u32) {
         let _ = site;
@@ -79,6 +80,10 @@ enum Hot {
     FlushSame,
     Flush,
     Fence,
+    /// The same three, naming their code site after the tag ([`X_SITE`]).
+    SitedFlushSame,
+    SitedFlush,
+    SitedFence,
     Thread,
     Op,
     Site,
@@ -104,14 +109,19 @@ const fn hot_classes(values: bool) -> [Hot; 256] {
                     Hot::Store
                 }
             }
-            K_FLUSH if ((x & 7) as usize) < FlushKind::ALL.len() => {
-                if same {
-                    Hot::FlushSame
+            K_FLUSH if ((x & X_KIND) as usize) < FlushKind::ALL.len() => match (x & X_SITE != 0, same) {
+                (false, true) => Hot::FlushSame,
+                (false, false) => Hot::Flush,
+                (true, true) => Hot::SitedFlushSame,
+                (true, false) => Hot::SitedFlush,
+            },
+            K_FENCE if ((x & !X_SITE) as usize) < FenceKind::ALL.len() => {
+                if x & X_SITE != 0 {
+                    Hot::SitedFence
                 } else {
-                    Hot::Flush
+                    Hot::Fence
                 }
             }
-            K_FENCE if (x as usize) < FenceKind::ALL.len() => Hot::Fence,
             K_THREAD if x < 15 => Hot::Thread,
             K_OP_BEGIN | K_OP_END if (x as usize) < OpKind::NAMED.len() => Hot::Op,
             K_SITE => Hot::Site,
@@ -129,13 +139,13 @@ const fn hot_classes(values: bool) -> [Hot; 256] {
 /// The kind of a flush whose tag the table classed as hot (codes 0-2).
 #[inline(always)]
 fn flush_kind(x: u8) -> FlushKind {
-    FlushKind::ALL[((x & 7) as usize).min(FlushKind::ALL.len() - 1)]
+    FlushKind::ALL[((x & X_KIND) as usize).min(FlushKind::ALL.len() - 1)]
 }
 
 /// The kind of a fence whose tag the table classed as hot (codes 0-2).
 #[inline(always)]
 fn fence_kind(x: u8) -> FenceKind {
-    FenceKind::ALL[(x as usize).min(FenceKind::ALL.len() - 1)]
+    FenceKind::ALL[((x & X_KIND) as usize).min(FenceKind::ALL.len() - 1)]
 }
 
 /// Thread ids that fit in a thread-switch tag (0–14); their cursors always
@@ -298,9 +308,12 @@ impl<'a> BlockDecoder<'a> {
                     }
                 }
                 K_FLUSH => {
-                    let Some(kind) = FlushKind::from_code(x & 7) else {
-                        return Err(self.bad(format!("unknown flush kind {}", x & 7)));
+                    let Some(kind) = FlushKind::from_code(x & X_KIND) else {
+                        return Err(self.bad(format!("unknown flush kind {}", x & X_KIND)));
                     };
+                    if x & X_SITE != 0 {
+                        v.site(self.site_id()?);
+                    }
                     let last = self.cur.wrapping_sub(1) >> 6;
                     let line = if x & X_SAME != 0 {
                         last << 6
@@ -319,9 +332,12 @@ impl<'a> BlockDecoder<'a> {
                     }
                 }
                 K_FENCE => {
-                    let Some(kind) = FenceKind::from_code(x) else {
-                        return Err(self.bad(format!("unknown fence kind {x}")));
+                    let Some(kind) = FenceKind::from_code(x & !X_SITE) else {
+                        return Err(self.bad(format!("unknown fence kind {}", x & !X_SITE)));
                     };
+                    if x & X_SITE != 0 {
+                        v.site(self.site_id()?);
+                    }
                     if !V::SPLIT {
                         Event::Fence { kind }
                     } else {
@@ -343,11 +359,8 @@ impl<'a> BlockDecoder<'a> {
                     continue;
                 }
                 K_SITE => {
-                    let site = if x < 15 { x as u64 } else { self.varint("site id")? };
-                    if site > u32::MAX as u64 {
-                        return Err(self.bad(format!("site id {site} exceeds 32 bits")));
-                    }
-                    v.site(site as u32);
+                    let site = if x < 15 { x as u32 } else { self.site_id()? };
+                    v.site(site);
                     continue;
                 }
                 K_OP_BEGIN => {
@@ -397,6 +410,16 @@ impl<'a> BlockDecoder<'a> {
                 let word = u64::from_le_bytes(buf[pos + 1..pos + FAST_WINDOW].try_into().unwrap());
                 from_word(word).map(|(x, n)| (x, 1 + n))
             };
+            // The site after a flush's or fence's tag, and the record's
+            // length so far; `None` past 32 bits (the careful decoder's
+            // error) or eight bytes. Ids below 128 (a trace's first 127 sites) are
+            // one byte.
+            let site = || -> Option<(u32, usize)> {
+                match varint() {
+                    Some((s, n)) if s <= u32::MAX as u64 => Some((s as u32, n)),
+                    _ => None,
+                }
+            };
             match classes[tag as usize] {
                 Hot::StoreSame => {
                     let size = 1u32 << (x & 7);
@@ -431,6 +454,44 @@ impl<'a> BlockDecoder<'a> {
                 }
                 Hot::Fence => {
                     pos += 1;
+                    v.fence(index, tid, fence_kind(x));
+                    index += 1;
+                }
+                Hot::SitedFlushSame => {
+                    let Some((s, len)) = site() else { break };
+                    let line = (cur.wrapping_sub(1) >> 6) << 6;
+                    pos += len;
+                    v.site(s);
+                    v.flush(index, tid, flush_kind(x), line);
+                    index += 1;
+                }
+                Hot::SitedFlush => {
+                    let Some((s, len)) = site() else { break };
+                    // The line delta after the site: its eight-byte window
+                    // must lie inside the payload too.
+                    let at = pos + len;
+                    if at + FAST_WINDOW - 1 > buf.len() {
+                        break;
+                    }
+                    let b = buf[at];
+                    let (d, dlen) = if b < 0x80 {
+                        (b as u64, 1)
+                    } else {
+                        let word = u64::from_le_bytes(buf[at..at + FAST_WINDOW - 1].try_into().unwrap());
+                        let Some(dn) = from_word(word) else { break };
+                        dn
+                    };
+                    let line = (cur.wrapping_sub(1) >> 6).wrapping_add(unzigzag(d) as u64) << 6;
+                    cur = line.wrapping_add(LINE_BYTES);
+                    pos = at + dlen;
+                    v.site(s);
+                    v.flush(index, tid, flush_kind(x), line);
+                    index += 1;
+                }
+                Hot::SitedFence => {
+                    let Some((s, len)) = site() else { break };
+                    pos += len;
+                    v.site(s);
                     v.fence(index, tid, fence_kind(x));
                     index += 1;
                 }
@@ -484,6 +545,14 @@ impl<'a> BlockDecoder<'a> {
     #[cold]
     fn bad(&self, problem: String) -> DecodeError {
         DecodeError { pos: self.pos - 1, problem }
+    }
+
+    /// A site id written after a tag (a SITE record's, or a flush's or
+    /// fence's that sets the site): at most 32 bits.
+    #[inline(always)]
+    fn site_id(&mut self) -> Result<u32, DecodeError> {
+        let site = self.varint("site id")?;
+        u32::try_from(site).map_err(|_| self.bad(format!("site id {site} exceeds 32 bits")))
     }
 
     #[cold]
@@ -588,5 +657,124 @@ impl<'a> Iterator for BlockDecoder<'a> {
                 Some(Err(e))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::OwnedEvent;
+    use proptest::prelude::*;
+
+    /// Every event with the site the decoder attributes it to (flushes and
+    /// fences; 0 for the others), and the error if any.
+    type Sited = (Vec<(u64, u32, OwnedEvent, u32)>, Option<DecodeError>);
+
+    #[derive(Default)]
+    struct Collect {
+        site: u32,
+        out: Vec<(u64, u32, OwnedEvent, u32)>,
+    }
+
+    impl<'a> Visit<'a> for Collect {
+        const SPLIT: bool = true;
+        fn event(&mut self, rec: &Record<'a>) {
+            let site = if matches!(rec.event, Event::Flush { .. } | Event::Fence { .. }) { self.site } else { 0 };
+            self.out.push((rec.index, rec.tid, rec.event.to_owned(), site));
+        }
+        fn thread(&mut self, _tid: u32) {
+            self.site = 0;
+        }
+        fn site(&mut self, site: u32) {
+            self.site = site;
+        }
+    }
+
+    /// The fast path where it applies, the careful one for the rest.
+    fn fast(p: &[u8]) -> Sited {
+        let mut c = Collect::default();
+        let e = BlockDecoder::new(p, false, 3).visit_all(&mut c).err();
+        (c.out, e)
+    }
+
+    /// The careful path alone.
+    fn careful(p: &[u8]) -> Sited {
+        let mut c = Collect::default();
+        let mut d = BlockDecoder::new(p, false, 3);
+        c.thread(0);
+        loop {
+            match d.visit_next(&mut c) {
+                Ok(true) => {}
+                Ok(false) => return (c.out, None),
+                Err(e) => return (c.out, Some(e)),
+            }
+        }
+    }
+
+    /// Flushes and fences with and without sites (some past 32 bits, some
+    /// with reserved kinds), SITE records, stores and thread switches, with
+    /// varints of one to ten bytes.
+    fn payload() -> impl Strategy<Value = Vec<u8>> {
+        let varint = (1usize..11, any::<u64>()).prop_map(|(n, x)| {
+            let mut v: Vec<u8> = (0..n).map(|i| (x >> (7 * i)) as u8 | 0x80).collect();
+            v[n - 1] &= 0x7f;
+            v
+        });
+        let small = (0u64..300).prop_map(|x| {
+            let mut v = Vec::new();
+            crate::varint::put(&mut v, x);
+            v
+        });
+        let piece = prop_oneof![
+            4 => (0u8..16).prop_map(|x| vec![x << 4 | K_FLUSH]),
+            3 => (0u8..16).prop_map(|x| vec![x << 4 | K_FENCE]),
+            2 => (0u8..16).prop_map(|x| vec![x << 4 | K_SITE]),
+            2 => (0u8..16).prop_map(|x| vec![x << 4 | K_STORE]),
+            1 => (0u8..3).prop_map(|x| vec![x << 4 | K_THREAD]),
+            4 => small,
+            1 => varint,
+        ];
+        proptest::collection::vec(piece, 0..80).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+        /// Both paths give the same events at the same sites, and the same error.
+        #[test]
+        fn fast_and_careful_paths_agree_on_sites(p in payload()) {
+            prop_assert_eq!(fast(&p), careful(&p));
+        }
+    }
+
+    #[test]
+    fn a_flush_or_fence_sets_the_site_it_names_and_the_next_keep_it() {
+        // clwb with site 3 and line delta +2 (line 64: the cursor's line is
+        // -1 at first); fence with site 200 (two bytes); flush of the same
+        // line without a site; fence after a thread switch.
+        let p = [
+            K_FLUSH | X_SITE << 4,
+            3,
+            4,
+            K_FENCE | X_SITE << 4,
+            0xc8,
+            1,
+            K_FLUSH | X_SAME << 4,
+            K_THREAD | 1 << 4,
+            K_FENCE,
+        ];
+        let (events, err) = fast(&p);
+        assert_eq!(err, None);
+        let sites: Vec<u32> = events.iter().map(|e| e.3).collect();
+        assert_eq!(sites, [3, 200, 200, 0]);
+        assert_eq!(events[0].2, OwnedEvent::Flush { kind: FlushKind::Clwb, line: 64 });
+        assert_eq!((events, err), careful(&p));
+        // Kind 3 is reserved for flushes and fences, as is bit 3 of a fence.
+        for bad in [[K_FLUSH | 3 << 4, 0], [K_FENCE | 3 << 4, 0], [K_FENCE | 8 << 4, 0]] {
+            let e = fast(&bad).1.expect("refused");
+            assert!(e.problem.contains("unknown"), "{e:?}");
+        }
+        let e = fast(&[K_FENCE | X_SITE << 4, 0x80, 0x80, 0x80, 0x80, 0x10]).1.expect("refused");
+        assert!(e.problem.contains("site id 4294967296 exceeds 32 bits"), "{e:?}");
     }
 }

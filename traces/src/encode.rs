@@ -12,7 +12,8 @@ pub(crate) struct Encoder {
     cur: u64,
     cursors: Vec<u64>,
     /// The site the decoder attributes the next flush or fence to: 0 at every
-    /// block start and thread switch, then what the last SITE record set.
+    /// block start and thread switch, then what the last flush or fence that
+    /// named one set.
     site: u32,
     /// Whether stores carry value bytes (the preamble flag).
     values: bool,
@@ -85,9 +86,6 @@ impl Encoder {
         if tid != self.tid {
             self.switch(out, tid)?;
         }
-        if site != self.site && matches!(ev, Event::Flush { .. } | Event::Fence { .. }) {
-            self.set_site(out, site);
-        }
         let cursor = &mut self.cur;
         match *ev {
             Event::Store { addr, size, value } => {
@@ -116,15 +114,14 @@ impl Encoder {
                 // Relative to the line of the last byte accessed: "store, then flush its
                 // line" is one byte, and the cursor stays put so a run of stores goes on.
                 let d = ((line >> 6).wrapping_sub(cursor.wrapping_sub(1) >> 6)) as i64;
-                if d == 0 {
-                    out.push(K_FLUSH | ((kind as u8 | X_SAME) << 4));
-                } else {
-                    out.push(K_FLUSH | ((kind as u8) << 4));
+                let same = if d == 0 { X_SAME } else { 0 };
+                sited(out, &mut self.site, site, K_FLUSH, kind as u8 | same);
+                if d != 0 {
                     put(out, zigzag(d));
                     *cursor = line.wrapping_add(LINE_BYTES);
                 }
             }
-            Event::Fence { kind } => out.push(K_FENCE | ((kind as u8) << 4)),
+            Event::Fence { kind } => sited(out, &mut self.site, site, K_FENCE, kind as u8),
             Event::ThreadStart => out.push(K_THREAD_START),
             Event::ThreadEnd => out.push(K_THREAD_END),
             Event::RegionAdd { id, category, base, len, name } => {
@@ -177,17 +174,20 @@ impl Encoder {
         self.site = 0;
         Ok(())
     }
+}
 
-    /// A SITE record: the site id in the tag if below 15, else after it.
-    #[inline(never)]
-    fn set_site(&mut self, out: &mut Vec<u8>, site: u32) {
-        if site < 15 {
-            out.push(K_SITE | ((site as u8) << 4));
-        } else {
-            out.push(K_SITE | 0xf0);
-            put(out, site as u64);
-        }
-        self.site = site;
+/// The tag of a flush or fence with field `x`, and, if its site differs
+/// from the decoder's `current` one, the site flag and the site after the
+/// tag (which the record then sets): a run of flushes and fences from one
+/// place names it once.
+#[inline(always)]
+fn sited(out: &mut Vec<u8>, current: &mut u32, site: u32, kind: u8, x: u8) {
+    if site == *current {
+        out.push(kind | (x << 4));
+    } else {
+        out.push(kind | ((x | X_SITE) << 4));
+        put(out, site as u64);
+        *current = site;
     }
 }
 

@@ -5,7 +5,11 @@ pub const MAGIC: [u8; 8] = [0x89, b'P', b'M', b'T', b'\r', b'\n', 0x1a, b'\n'];
 /// The format version this crate writes and the newest it reads. Version 2
 /// added code sites (SITE records and site-table blocks); a version-1 trace
 /// reads as one whose flushes and fences are all at the unknown site 0.
-pub const VERSION: u16 = 2;
+/// Version 3 writes a changed site inside the flush or fence record
+/// ([`X_SITE`]) instead of a SITE record before it: one record to decode
+/// instead of two where, as in most allocators, nearly every flush and fence
+/// comes from another line than the one before. SITE records still read.
+pub const VERSION: u16 = 3;
 /// Preamble flag: stores carry their value bytes.
 pub const FLAG_VALUES: u16 = 1;
 /// Marker at the start of every block.
@@ -42,6 +46,12 @@ pub const K_SITE: u8 = 13;
 
 /// Tag bit 3 of accesses and flushes: the address equals the cursor.
 pub const X_SAME: u8 = 8;
+/// Tag bit 2 of flushes and fences (format version 3): the record sets the
+/// code site, written as a varint right after the tag, before anything else.
+pub const X_SITE: u8 = 4;
+/// The flush or fence kind in the other bits of the tag's `x` (codes 0-2;
+/// 3 is reserved).
+pub const X_KIND: u8 = 3;
 /// Size code meaning "the size follows as a varint".
 pub const SIZE_VARINT: u8 = 7;
 /// Bytes in a cache line, the unit of flushes.

@@ -2,8 +2,10 @@
 //!
 //! A trace carries a site table (FORMAT.md, "Site tables"): tracers define a
 //! site the first time one of its flushes or fences is recorded, in a block of
-//! its own written before the data block that first names it, and SITE
-//! records set the site of the flushes and fences that follow. Site 0 means
+//! its own written before the data block that first names it, and a flush or
+//! fence whose site differs from the one before names it (format version 3;
+//! version 2 wrote a SITE record before it), which then holds for the
+//! flushes and fences that follow. Site 0 means
 //! "unknown": every flush and fence of a trace without sites (format version 1)
 //! is at site 0.
 
@@ -15,7 +17,7 @@ use serde::Serialize;
 /// DBI tracers). Empty strings and zeros mean "not known".
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Site {
-    /// The id SITE records name; at least 1.
+    /// The id flushes and fences name; at least 1.
     pub id: u32,
     /// The instruction address (DBI tracers), 0 if none.
     pub addr: u64,

@@ -47,7 +47,7 @@ fn newer_version() {
     let e = err(&b);
     assert_eq!(e.kind, ErrorKind::NewerVersion);
     assert_eq!(e.offset, 8);
-    assert!(e.to_string().contains("format version 7 is newer than this pmsim reads (2)"), "{e}");
+    assert!(e.to_string().contains("format version 7 is newer than this pmsim reads (3)"), "{e}");
 }
 
 #[test]
@@ -236,7 +236,7 @@ mod fast_path_equals_careful_path {
         let tag = prop_oneof![
             4 => (0u8..16).prop_map(|x| x << 4),           // stores
             3 => (0u8..16).prop_map(|x| x << 4 | 3),       // flushes
-            2 => (0u8..4).prop_map(|x| x << 4 | 4),        // fences
+            2 => (0u8..16).prop_map(|x| x << 4 | 4),       // fences (bit 2: with a site)
             2 => (0u8..16).prop_map(|x| x << 4 | 5),       // thread switches
             2 => (0u8..16).prop_map(|x| x << 4 | 10),      // op begins
             2 => (0u8..16).prop_map(|x| x << 4 | 11),      // op ends

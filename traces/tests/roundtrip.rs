@@ -170,7 +170,7 @@ proptest! {
         for s in defined {
             prop_assert_eq!(sites.get(s), Some(&site(s)));
         }
-        // The iterating reader skips SITE records and site-table blocks.
+        // The iterating reader skips the sites of flushes and fences and site-table blocks.
         prop_assert_eq!(read_all(&bytes).unwrap().len(), events.len());
     }
 }
