@@ -96,11 +96,13 @@ Pins(live) == [nb \in NewBlk |->
     Cardinality({ob \in live : Overlap(ob, nb)}) + (IF live # {} /\ OnTable(nb) THEN 1 ELSE 0)]
 Pinned(live) == {nb \in NewBlk : Pins(live)[nb] > 0}
 
-\* The set S of block indices as an ascending sequence (the order the index
-\* table lists blocks); recursion over S itself, not over every block.
-RECURSIVE SortedSeq(_)
-SortedSeq(S) == IF S = {} THEN <<>>
-                ELSE LET m == CHOOSE x \in S : \A y \in S : x <= y IN <<m>> \o SortedSeq(S \ {m})
+\* The orders in which the index table may list the blocks of S: any (the
+\* code lists them in the bitmap's bit order, which the stripes deal).
+Orders(S) == {f \in [1..Cardinality(S) -> S] : \A i, j \in DOMAIN f : i # j => f[i] # f[j]}
+\* The live old blocks of a table in its order (what undo_morph walks).
+TableLive(h, t) ==
+    LET s == SelectSeq(SubSeq(t, 1, IF h.ilen < Len(t) THEN h.ilen ELSE Len(t)), LAMBDA x : x.live)
+    IN [i \in 1..Len(s) |-> s[i].ob]
 \* The successive values of a line receiving the stores of seq one by one.
 Prefixes(seq) == [i \in 1..Len(seq) |-> SubSeq(seq, 1, i)]
 
@@ -233,16 +235,20 @@ MorphFence(from, to) ==
     /\ morphPc' = to
     /\ UNCHANGED <<vtaken, cntSlab, cntBlock, op, recPc, mode, ghosts>>
 
-\* The table entries (one store each), flushed; index_len in the header; one persist.
-MorphStep2Table ==
+\* The table entries (one store each, listing the live blocks in `order`),
+\* flushed; index_len in the header; one persist.
+MorphStep2TableIn(order) ==
     /\ mode = "run" /\ morphPc = "step2"
-    /\ LET entries == [i \in 1..Cardinality(preLive) |-> [ob |-> SortedSeq(preLive)[i], live |-> TRUE]]
+    /\ order \in Orders(preLive)
+    /\ LET entries == [i \in 1..Cardinality(preLive) |-> [ob |-> order[i], live |-> TRUE]]
            tblStores == IF preLive = {} THEN <<>> ELSE Prefixes(entries)
            flushed == IF Variant = "flag_before_table" THEN {"hdr"} ELSE {"tbl", "hdr"}
        IN PM!WriteSeqs(("hdr" :> <<[vol.hdr EXCEPT !.ilen = Cardinality(preLive)]>>)
                        @@ (IF preLive = {} THEN <<>> ELSE ("tbl" :> tblStores)), flushed)
     /\ morphPc' = "step2_fence"
     /\ UNCHANGED <<vtaken, cntSlab, cntBlock, op, recPc, mode, ghosts>>
+
+MorphStep2Table == \E order \in Orders(preLive) : MorphStep2TableIn(order)
 
 MorphStep2Flag ==
     /\ mode = "run" /\ morphPc = "step2_flag"
@@ -323,7 +329,7 @@ RecoverStart ==
     /\ mode = "recover" /\ recPc = "start"
     /\ LET h == vol.hdr IN
        CASE h.flag = 2 ->
-              LET live == SortedSeq(LiveEntries(h, vol.tbl))
+              LET live == TableLive(h, vol.tbl)
                   bits == <<{}>> \o [i \in 1..Len(live) |-> {live[j] : j \in 1..i}]
               IN /\ PM!WriteSeqs(("bm" :> bits) @@ ("hdr" :> <<UndoneHdr(h)>>), {"bm", "hdr"})
                  /\ recPc' = "undo_fence"

@@ -59,12 +59,18 @@ EntriesChanged(e) ==
     THEN {e.w["tbl"][k].ob : k \in {k \in DOMAIN e.w["tbl"] : k \notin DOMAIN vol.tbl \/ vol.tbl[k] # e.w["tbl"][k]}}
     ELSE {}
 
+TableOrder(e) == IF "tbl" \in DOMAIN e.w THEN [k \in DOMAIN e.w["tbl"] |-> e.w["tbl"][k].ob] ELSE <<>>
+
 WriteStep(e) ==
     \/ /\ \E b \in BitsChanged(e) : Malloc(b) \/ Free(b)
        /\ Leaves(e)
     \/ /\ \E b \in EntriesChanged(e) : FreeOld(b)
        /\ Leaves(e)
-    \/ /\ FinishMorph \/ MorphStep1 \/ MorphStep2Table \/ MorphStep2Flag \/ MorphStep3 \/ MorphFlag0
+    \/ /\ FinishMorph \/ MorphStep1 \/ MorphStep2Flag \/ MorphStep3 \/ MorphFlag0
+       /\ Leaves(e)
+    \* The table lists the blocks in the trace's order (enumerating every
+    \* order of tens of live blocks is out of the question).
+    \/ /\ MorphStep2TableIn(TableOrder(e))
        /\ Leaves(e)
     \/ /\ PM!Quiescent
        /\ \A l \in DOMAIN e.w : NewValue(e, l) = vol[l]
