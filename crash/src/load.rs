@@ -220,6 +220,12 @@ fn check_image(image: &Path, header: &TraceHeader, recorded: Option<&serde_json:
             header.heap.size
         )));
     }
+    // A pmsim heap whose header is damaged is refused for what is wrong with
+    // it (the explorer checks it again with the allocator's layout), which a
+    // CRC mismatch alone would not say.
+    if pmsim_model::heap::has_magic(&bytes) {
+        pmsim_model::heap::check_header(&bytes, header.heap.size).map_err(err)?;
+    }
     if let Some(crc) = recorded.and_then(|v| v["crc32"].as_u64()) {
         let have = crc32fast::hash(&bytes) as u64;
         if have != crc {

@@ -418,6 +418,11 @@ fn clean_word(head: &[u8], clean: bool) -> u64 {
     flag as u64 | (h.finalize() as u64) << 32
 }
 
+/// Whether `bytes` begin with a pmsim heap's magic (whatever else they hold).
+pub fn has_magic(bytes: &[u8]) -> bool {
+    bytes.len() >= MAGIC.len() && bytes[..MAGIC.len()] == MAGIC
+}
+
 /// Checks the fields of a heap header page beyond what `open` reads first
 /// (magic, version, sizes): checksum, clean flag, roots, reserved bytes.
 /// `page` is the first [`HEADER_SIZE`] bytes of a heap of `size` bytes;
