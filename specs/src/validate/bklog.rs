@@ -242,18 +242,7 @@ impl Mapper {
                 );
             }
         }
-        self.steps.push(Step {
-            event: ev,
-            tid,
-            action: format!("Write({})", what.join("; ")),
-            tla: format!("[a |-> \"Write\", p |-> {tid}, w |-> {}, f |-> {{{}}}]", w.join(" @@ "), f.join(", ")),
-        });
-        self.steps.push(Step {
-            event: ev,
-            tid,
-            action: "Fence".into(),
-            tla: format!("[a |-> \"Fence\", p |-> {tid}]"),
-        });
+        super::push_write_fence(&mut self.steps, ev, tid, &what, &w, &f);
     }
 
     /// After the heap's creation: the log must be the spec's initial state.
@@ -300,7 +289,7 @@ impl Mapper {
 /// Maps the NVAlloc trace at `path` (recorded with values, from a new heap)
 /// to `BookkeepingLogGC`.
 pub fn map(path: &str) -> Result<Mapped, String> {
-    let mut rd = TraceReader::open(path).map_err(|e| e.to_string())?;
+    let rd = TraceReader::open(path).map_err(|e| e.to_string())?;
     let h = rd.header().clone();
     let cfg: NvAllocConfig = serde_json::from_value(serde_json::Value::Object(h.allocator.params.clone()))
         .map_err(|e| format!("{path}: the trace header's NVAlloc configuration: {e}"))?;
@@ -326,18 +315,7 @@ pub fn map(path: &str) -> Result<Mapped, String> {
         max_id: 0,
         steps: Vec::new(),
     };
-    let mut err = None;
-    rd.for_each(|r| {
-        if err.is_none() {
-            if let Err(e) = m.event(r.index, r.tid, &r.event) {
-                err = Some(e);
-            }
-        }
-    })
-    .map_err(|e| e.to_string())?;
-    if let Some(e) = err {
-        return Err(format!("{path}: {e}"));
-    }
+    super::feed(rd, path, |r| m.event(r.index, r.tid, &r.event))?;
     if !m.started {
         return Err(format!("{path}: the trace never creates an NVAlloc heap"));
     }

@@ -314,7 +314,7 @@ impl Mapper {
 
 /// Maps the LLFree trace at `path` (recorded with values) to `LLFreeSingleCAS`.
 pub fn map(path: &str) -> Result<Mapped, String> {
-    let mut rd = TraceReader::open(path).map_err(|e| e.to_string())?;
+    let rd = TraceReader::open(path).map_err(|e| e.to_string())?;
     let h = rd.header().clone();
     if h.allocator.name != "llfree" {
         return Err(format!("{path}: a trace of {}, not of LLFree", h.allocator.name));
@@ -332,18 +332,7 @@ pub fn map(path: &str) -> Result<Mapped, String> {
         steps: Vec::new(),
         cpus: BTreeSet::new(),
     };
-    let mut err = None;
-    rd.for_each(|r| {
-        if err.is_none() {
-            if let Err(e) = m.event(r.index, r.tid, &r.event) {
-                err = Some(e);
-            }
-        }
-    })
-    .map_err(|e| e.to_string())?;
-    if let Some(e) = err {
-        return Err(format!("{path}: {e}"));
-    }
+    super::feed(rd, path, |r| m.event(r.index, r.tid, &r.event))?;
     if !m.started {
         return Err(format!("{path}: the trace never creates an LLFree zone"));
     }

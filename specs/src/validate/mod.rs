@@ -78,6 +78,35 @@ pub struct Outcome {
 /// The specifications a trace can be validated against, by folder name.
 pub const SPECS: [&str; 3] = ["llfree-single-cas", "slab-morphing", "bookkeeping-log-gc"];
 
+/// Hands every record `rd` reads to `event` until one fails; the error
+/// names the trace at `path`.
+fn feed<R: std::io::Read>(
+    mut rd: pmsim_traces::TraceReader<R>,
+    path: &str,
+    mut event: impl FnMut(&pmsim_traces::Record<'_>) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut err = None;
+    rd.for_each(|r| {
+        if err.is_none() {
+            err = event(r).err();
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    err.map_or(Ok(()), |e| Err(format!("{path}: {e}")))
+}
+
+/// The two steps of stores made durable by one fence: `Write` (`what` for
+/// people, `w` the written words and `f` the flushed lines as TLA+) and `Fence`.
+fn push_write_fence(steps: &mut Vec<Step>, event: u64, tid: u32, what: &[String], w: &[String], f: &[String]) {
+    steps.push(Step {
+        event,
+        tid,
+        action: format!("Write({})", what.join("; ")),
+        tla: format!("[a |-> \"Write\", p |-> {tid}, w |-> {}, f |-> {{{}}}]", w.join(" @@ "), f.join(", ")),
+    });
+    steps.push(Step { event, tid, action: "Fence".into(), tla: format!("[a |-> \"Fence\", p |-> {tid}]") });
+}
+
 /// Maps the trace at `path` to the specification `spec` (a folder of
 /// [`SPECS`]), or by default to the one its allocator has: LLFree's, and for
 /// NVAlloc slab morphing if the trace morphs a slab, else the bookkeeping log.

@@ -297,18 +297,7 @@ impl Mapper {
             what.push(format!("{desc}{f}"));
         }
         let f: Vec<String> = flushed.iter().map(|l| tla_str(l.name())).collect();
-        self.steps.push(Step {
-            event: ev,
-            tid,
-            action: format!("Write({})", what.join("; ")),
-            tla: format!("[a |-> \"Write\", p |-> {tid}, w |-> {}, f |-> {{{}}}]", w.join(" @@ "), f.join(", ")),
-        });
-        self.steps.push(Step {
-            event: ev,
-            tid,
-            action: "Fence".into(),
-            tla: format!("[a |-> \"Fence\", p |-> {tid}]"),
-        });
+        super::push_write_fence(&mut self.steps, ev, tid, &what, &w, &f);
         Ok(())
     }
 
@@ -397,20 +386,8 @@ pub fn map(path: &str) -> Result<Mapped, String> {
         steps: Vec::new(),
         bm_seen: BTreeSet::new(),
     };
-    let mut err = None;
-    TraceReader::open(path)
-        .map_err(|e| e.to_string())?
-        .for_each(|r| {
-            if err.is_none() && m.phase != Phase::Done {
-                if let Err(e) = m.event(r.index, r.tid, &r.event) {
-                    err = Some(e);
-                }
-            }
-        })
-        .map_err(|e| e.to_string())?;
-    if let Some(e) = err {
-        return Err(format!("{path}: {e}"));
-    }
+    let rd = TraceReader::open(path).map_err(|e| e.to_string())?;
+    super::feed(rd, path, |r| if m.phase == Phase::Done { Ok(()) } else { m.event(r.index, r.tid, &r.event) })?;
     let (Some(a), b) = (m.a, m.b) else {
         return Err(format!("{path}: slab {slab:#x}: its init_header never reached a fence"));
     };
