@@ -27,7 +27,7 @@ use pmsim_model::mech::record::{Record, PAGE};
 use pmsim_model::nvalloc::layout::Layout;
 use pmsim_model::nvalloc::NvAllocConfig;
 use pmsim_traces::{line_of, Event, FenceKind, OpKind, TraceReader};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 /// A modelled line: the log header, or chunk index i.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -143,14 +143,7 @@ impl Mapper {
 
     fn fence(&mut self, ev: u64, tid: u32) {
         let g = std::mem::take(self.groups.entry(tid).or_default());
-        let mut written: BTreeMap<Line, BTreeSet<u64>> = BTreeMap::new();
-        for &(o, n) in &g.stores {
-            for x in [o, o + n - 1] {
-                if let Some(l) = self.line(x) {
-                    written.entry(l).or_default().insert(x & !63);
-                }
-            }
-        }
+        let written = super::lines_written(&g.stores, |x| self.line(x));
         if written.is_empty() {
             return;
         }

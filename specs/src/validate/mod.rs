@@ -95,6 +95,24 @@ fn feed<R: std::io::Read>(
     err.map_or(Ok(()), |e| Err(format!("{path}: {e}")))
 }
 
+/// The modelled lines `stores` (offset, length) wrote, as `line` names them,
+/// each with the cache lines its stores hit (it counts as flushed when all
+/// of those were).
+fn lines_written<L: Ord>(
+    stores: &[(u64, u64)],
+    line: impl Fn(u64) -> Option<L>,
+) -> std::collections::BTreeMap<L, std::collections::BTreeSet<u64>> {
+    let mut written: std::collections::BTreeMap<L, std::collections::BTreeSet<u64>> = Default::default();
+    for &(o, n) in stores {
+        for x in [o, o + n - 1] {
+            if let Some(l) = line(x) {
+                written.entry(l).or_default().insert(x & !63);
+            }
+        }
+    }
+    written
+}
+
 /// The two steps of stores made durable by one fence: `Write` (`what` for
 /// people, `w` the written words and `f` the flushed lines as TLA+) and `Fence`.
 fn push_write_fence(steps: &mut Vec<Step>, event: u64, tid: u32, what: &[String], w: &[String], f: &[String]) {

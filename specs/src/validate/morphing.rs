@@ -249,16 +249,7 @@ impl Mapper {
             // slab_after (or an undone morph): the table is gone.
             self.table = None;
         }
-        // Each modelled line written, with the cache lines its stores hit: it
-        // counts as flushed when all of those were.
-        let mut written: BTreeMap<Line, BTreeSet<u64>> = BTreeMap::new();
-        for &(o, n) in &g.stores {
-            for x in [o, o + n - 1] {
-                if let Some(l) = self.line(x) {
-                    written.entry(l).or_default().insert(x & !63);
-                }
-            }
-        }
+        let written = super::lines_written(&g.stores, |x| self.line(x));
         if written.is_empty() {
             return Ok(());
         }
