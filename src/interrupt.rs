@@ -3,7 +3,7 @@
 //! one thing a handler may safely do); a thread reading the pipe removes this
 //! process's temporary outputs and scratch heaps, then ends the process by the
 //! same signal. SIGKILL cannot be caught: what it leaves is found by the next
-//! command ([`pmsim_model::runner::remove_stale_scratch`]) and by the next
+//! command ([`pmsim_model::scratch::remove_stale_scratch`]) and by the next
 //! writer of the same output.
 
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -33,7 +33,7 @@ pub fn clean_after_if_asked() {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     if !pmsim_traces::output::pid_alive(pid) {
-        pmsim_model::runner::remove_scratch_of(pid);
+        pmsim_model::scratch::remove_scratch_of(pid);
     }
     std::process::exit(0);
 }
@@ -58,7 +58,7 @@ pub fn install() {
         // SAFETY: reads one byte into `b` from the pipe's read end.
         while unsafe { libc::read(read_fd, (&mut b as *mut u8).cast(), 1) } != 1 {}
         pmsim_traces::output::remove_temporaries();
-        pmsim_model::runner::remove_own_scratch();
+        pmsim_model::scratch::remove_own_scratch();
         // Worker threads still run until the process dies and may make
         // another scratch file meanwhile: a cleaner process removes what is
         // left once this one is gone.
@@ -78,5 +78,5 @@ pub fn install() {
             libc::_exit(128 + b as libc::c_int);
         }
     });
-    pmsim_model::runner::remove_stale_scratch();
+    pmsim_model::scratch::remove_stale_scratch();
 }

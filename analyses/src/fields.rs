@@ -4,14 +4,14 @@
 //! A row holds the reports of other commands as JSON (the simulator's
 //! `pmsim sim --json` report, the native run's report, its timings, the
 //! access map). The figures read them only through the [`Field`]s declared
-//! here, and [`check_row`] checks every field against each row when rows are
-//! loaded (merging a sweep, reading a `--traced` report): a statistic renamed
-//! in the simulator or the runner is then an error naming the JSON path and
-//! the file, not a figure of zeros. `tests/reproduce.rs` checks every field
-//! against the rows of a real `pmsim reproduce` and `tests/cli.rs` against a
-//! real `pmsim sim --json` report.
+//! here, and [`Row::check_fields`](crate::row::Row::check_fields) checks
+//! every field against each row when rows are loaded (merging a sweep,
+//! reading a `--traced` report): a statistic renamed in the simulator or the
+//! runner is then an error naming the JSON path and the file, not a figure
+//! of zeros. `tests/reproduce.rs` checks every field against the rows of a
+//! real `pmsim reproduce` and `tests/cli.rs` against a real `pmsim sim
+//! --json` report.
 
-use crate::row::Row;
 use serde_json::Value;
 
 /// Which JSON document of a row a field lives in.
@@ -199,20 +199,6 @@ pub fn check(doc: &Value, source: Source) -> Result<(), String> {
         return Err(format!("{} has no name string at /{SITE_NAME}", source.name()));
     }
     Ok(())
-}
-
-/// Checks every document of a row that it holds.
-pub fn check_row(r: &Row) -> Result<(), String> {
-    if let Some(sim) = &r.result.sim {
-        check(sim, Source::Sim)?;
-    }
-    if let Some(native) = &r.result.native {
-        check(native, Source::Native)?;
-        check(&Value::Object(r.env.native_timing.clone()), Source::Timing)?;
-    }
-    r.shape_points().iter().try_for_each(|p| check(p, Source::ShapePoint))?;
-    r.sites().iter().try_for_each(|s| check(s, Source::Site))?;
-    r.result.access_map.iter().try_for_each(|p| check(p, Source::AccessPoint))
 }
 
 #[cfg(test)]

@@ -71,10 +71,26 @@ impl Row {
         Row { env: Env::default(), ..self.clone() }
     }
 
+    /// Checks every document the row holds against the fields the figures
+    /// read of it ([`fields::check`]): a statistic missing or renamed is an
+    /// error naming its path.
+    pub fn check_fields(&self) -> Result<(), String> {
+        if let Some(sim) = &self.result.sim {
+            fields::check(sim, Source::Sim)?;
+        }
+        if let Some(native) = &self.result.native {
+            fields::check(native, Source::Native)?;
+            fields::check(&Value::Object(self.env.native_timing.clone()), Source::Timing)?;
+        }
+        self.shape_points().iter().try_for_each(|p| fields::check(p, Source::ShapePoint))?;
+        self.sites().iter().try_for_each(|s| fields::check(s, Source::Site))?;
+        self.result.access_map.iter().try_for_each(|p| fields::check(p, Source::AccessPoint))
+    }
+
     /// A number the figures read ([`fields`](crate::fields)): `None` when the
     /// row has no document of the field's source, or the field is absent or
     /// null there. Rows are checked against every field when they are loaded
-    /// ([`fields::check_row`]), so a missing statistic is an error there,
+    /// ([`Row::check_fields`]), so a missing statistic is an error there,
     /// not a `None` here. Access-map, heap-shape and site fields are per
     /// element: read them with [`fields::read`].
     pub fn num(&self, f: Field) -> Option<f64> {

@@ -314,7 +314,7 @@ pub fn merge(dir: &SweepDir) -> Result<(Resolved, Vec<Row>, Vec<String>), StoreE
         }
         // A row the figures cannot read fails here, naming its file, rather
         // than drawing zeros.
-        crate::fields::check_row(&row).map_err(|e| format!("{}: row of point {}: {e}", file.display(), row.id))?;
+        row.check_fields().map_err(|e| format!("{}: row of point {}: {e}", file.display(), row.id))?;
         if let Some((other, _)) = &slots[i] {
             return Err(format!(
                 "point {} ({}) has two rows: in {} and in {}",

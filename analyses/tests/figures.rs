@@ -3,7 +3,6 @@
 //! must exist, be well-formed (the PNG's chunks and checksums, the SVG's
 //! envelope) and carry the axis labels.
 
-use pmsim_analyses::fields::check_row;
 use pmsim_analyses::figures::{by_id, FIGURES};
 use pmsim_analyses::plot::{render, Kind};
 use pmsim_analyses::Row;
@@ -245,7 +244,7 @@ fn every_figure_renders_as_svg_and_png_with_labelled_axes() {
         assert!(f(&[]).is_none(), "{id}: drew something from no rows");
         let rows = data(id);
         for r in &rows {
-            check_row(r).unwrap_or_else(|e| panic!("{id}: the test's rows are not of the shape sweeps write: {e}"));
+            r.check_fields().unwrap_or_else(|e| panic!("{id}: the test's rows are not of the shape sweeps write: {e}"));
         }
         let fig = by_id(id).unwrap()(&rows).unwrap_or_else(|| panic!("{id}: nothing drawn from its rows"));
         assert_eq!(&fig.id, id);

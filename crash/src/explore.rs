@@ -12,7 +12,7 @@ use memmap2::MmapMut;
 use pmsim_model::family::ImageFormat;
 use pmsim_model::heap::{Heap, HEADER_SIZE};
 use pmsim_model::mech::mark;
-use pmsim_model::runner::ScratchHeap;
+use pmsim_model::scratch::ScratchHeap;
 use pmsim_model::watch::AccessWatch;
 use pmsim_traces::OpKind;
 use rayon::prelude::*;

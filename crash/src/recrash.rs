@@ -17,7 +17,7 @@ use crate::persist::{write_piece, PState};
 use crate::CrashError;
 use memmap2::MmapMut;
 use pmsim_model::heap::Heap;
-use pmsim_model::runner::ScratchHeap;
+use pmsim_model::scratch::ScratchHeap;
 use pmsim_model::watch::{AccessWatch, Recorded};
 use pmsim_traces::TraceHeader;
 use std::panic::{catch_unwind, AssertUnwindSafe};

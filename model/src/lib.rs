@@ -33,6 +33,7 @@ pub mod pm;
 pub mod pmdk;
 pub mod registry;
 pub mod runner;
+pub mod scratch;
 pub mod tracing;
 pub mod watch;
 pub mod workloads;

@@ -790,7 +790,7 @@ impl Drop for OpenPool {
 /// per image would cost more than libpmemobj's recovery). Removed on drop
 /// (and by pmsim's interrupt handler, as every scratch heap).
 struct ScratchPool {
-    scratch: crate::runner::ScratchHeap,
+    scratch: crate::scratch::ScratchHeap,
     path: CString,
     file: std::fs::File,
     holds: Vec<u8>,
@@ -799,7 +799,7 @@ struct ScratchPool {
 impl ScratchPool {
     fn new() -> Result<ScratchPool, String> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let scratch = crate::runner::ScratchHeap::new(&format!("pmdk-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+        let scratch = crate::scratch::ScratchHeap::new(&format!("pmdk-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
         let io = |e: std::io::Error| format!("{}: {e}", scratch.path().display());
         let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(scratch.path());
         let file = file.map_err(io)?;
