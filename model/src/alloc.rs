@@ -92,6 +92,38 @@ macro_rules! pm_thread_access {
 }
 pub(crate) use pm_thread_access;
 
+/// The four allocation methods of [`AllocThread`] for a thread handle whose
+/// allocator does the same work with and without a destination word
+/// (`malloc_impl(size, Option<dest>)`, `free_impl(off, Option<dest>)`):
+/// a `free_from` reads the offset from `*dest` through the thread's
+/// primitives (field `$t`), and freeing offset 0 is a no-op, as `free(NULL)`.
+/// Expand inside `impl AllocThread for …`.
+macro_rules! dest_forwarding_ops {
+    ($t:ident) => {
+        fn malloc(&mut self, size: u64) -> Option<u64> {
+            self.malloc_impl(size, None)
+        }
+
+        fn free(&mut self, off: u64) {
+            if off != 0 {
+                self.free_impl(off, None);
+            }
+        }
+
+        fn malloc_to(&mut self, size: u64, dest: u64) -> Option<u64> {
+            self.malloc_impl(size, Some(dest))
+        }
+
+        fn free_from(&mut self, dest: u64) {
+            let off = self.$t.load_u64(dest);
+            if off != 0 {
+                self.free_impl(off, Some(dest));
+            }
+        }
+    };
+}
+pub(crate) use dest_forwarding_ops;
+
 /// What one thread can do with the allocator and the memory it hands out.
 pub trait AllocThread: Send {
     /// Allocates `size` bytes; the offset of the block, or `None` when the heap is full.

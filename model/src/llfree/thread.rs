@@ -186,26 +186,7 @@ impl LlFreeThread {
 }
 
 impl AllocThread for LlFreeThread {
-    fn malloc(&mut self, size: u64) -> Option<u64> {
-        self.malloc_impl(size, None)
-    }
-
-    fn free(&mut self, off: u64) {
-        if off != 0 {
-            self.free_impl(off, None);
-        }
-    }
-
-    fn malloc_to(&mut self, size: u64, dest: u64) -> Option<u64> {
-        self.malloc_impl(size, Some(dest))
-    }
-
-    fn free_from(&mut self, dest: u64) {
-        let off = self.t.load_u64(dest);
-        if off != 0 {
-            self.free_impl(off, Some(dest));
-        }
-    }
+    crate::alloc::dest_forwarding_ops!(t);
 
     crate::alloc::pm_thread_access!(t);
 }

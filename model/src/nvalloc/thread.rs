@@ -314,26 +314,7 @@ impl NvAllocThread {
 }
 
 impl AllocThread for NvAllocThread {
-    fn malloc(&mut self, size: u64) -> Option<u64> {
-        self.malloc_impl(size, None)
-    }
-
-    fn free(&mut self, off: u64) {
-        if off != 0 {
-            self.free_impl(off, None);
-        }
-    }
-
-    fn malloc_to(&mut self, size: u64, dest: u64) -> Option<u64> {
-        self.malloc_impl(size, Some(dest))
-    }
-
-    fn free_from(&mut self, dest: u64) {
-        let off = self.t.load_u64(dest);
-        if off != 0 {
-            self.free_impl(off, Some(dest));
-        }
-    }
+    crate::alloc::dest_forwarding_ops!(t);
 
     fn free_from_leaves_dest(&self) -> bool {
         self.nv.cfg.wal == WalMode::Artifact && self.nv.cfg.consistency == Consistency::Log
