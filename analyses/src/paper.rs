@@ -252,6 +252,16 @@ const CLAIMS: &[Claim] = &[
     },
 ];
 
+/// `x`, or 0 where it prints as zero at one decimal: a reduction of
+/// −0.04 % is shown as 0.0 %, not "−0.0 %".
+fn no_negative_zero(x: f64) -> f64 {
+    if (x * 10.0).round() == 0.0 {
+        0.0
+    } else {
+        x
+    }
+}
+
 /// The paper's numbers for figure `id` beside pmsim's, if the paper gives any.
 pub fn table(id: &str, rows: &[Row]) -> Option<Table> {
     let claims: Vec<&Claim> = CLAIMS.iter().filter(|c| c.figures.contains(&id)).collect();
@@ -260,13 +270,13 @@ pub fn table(id: &str, rows: &[Row]) -> Option<Table> {
     }
     let mut t = Table::new(&["the paper reports", "where", "paper", "pmsim", "difference"]);
     for c in claims {
-        let ours = (c.measure)(rows);
+        let ours = (c.measure)(rows).map(no_negative_zero);
         let none = || "-".to_string();
         let (paper, pmsim, diff) = match c.paper {
             Published::Percent(p) => (
                 format!("{p:.1} %"),
                 ours.map_or_else(none, |x| format!("{x:.1} %")),
-                ours.map_or_else(none, |x| format!("{:+.1} points", x - p)),
+                ours.map_or_else(none, |x| format!("{:+.1} points", no_negative_zero(x - p))),
             ),
             Published::Factor(p) => (
                 format!("{p:.1}×"),
@@ -308,5 +318,12 @@ mod tests {
         assert!(table("fig2", &[]).is_none());
         let t = table("fig16b", &[]).unwrap();
         assert_eq!(t.rows[0][3], "-", "no rows, no value");
+    }
+
+    #[test]
+    fn a_change_that_rounds_to_zero_prints_without_a_sign() {
+        assert_eq!(format!("{:.1} %", no_negative_zero(-0.04)), "0.0 %");
+        assert_eq!(format!("{:+.1}", no_negative_zero(-0.0)), "+0.0");
+        assert_eq!(format!("{:.1} %", no_negative_zero(-0.06)), "-0.1 %");
     }
 }
