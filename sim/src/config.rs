@@ -138,8 +138,9 @@ pub struct TimingConfig {
     /// nor the next one: the locality the interleaved writes of many threads
     /// lose.
     pub dimm_switch_ns: f64,
-    /// Added to a write's drain for each other thread with writes queued
-    /// ahead of it at the same memory controller: the head-of-line blocking
+    /// Added to a write's drain for each other thread with writes pending
+    /// ahead of it at the same memory controller (in a write-pending queue
+    /// or waiting for an entry of a full one): the head-of-line blocking
     /// of many writers sharing slow DIMMs, which lowers their bandwidth while
     /// write amplification stays near 1.
     pub writer_ns: f64,
