@@ -232,12 +232,7 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
             .filter(|(_, v)| v.iter().any(|&x| x > 0.0))
             .map(|(s, v)| (format!("flush {s}"), v))
             .collect();
-        panels.push(Panel {
-            title: wl,
-            x_label: "allocator".into(),
-            y_label: "estimated persist time (ns per operation)".into(),
-            kind: Kind::Bars { categories: cats, series, stacked: true },
-        });
+        panels.push(persist_time_bars(wl, cats, series));
     }
     Some(Figure {
         id: "fig11".into(),
@@ -249,6 +244,18 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
         table,
         paper: None,
     })
+}
+
+/// A panel of one workload's allocators, each bar stacking its estimated
+/// persist time per operation by `series` (Fig. 11's regions, the sites
+/// figure's costliest sites).
+fn persist_time_bars(workload: String, categories: Vec<String>, series: Vec<Series<f64>>) -> Panel {
+    Panel {
+        title: workload,
+        x_label: "allocator".into(),
+        y_label: "estimated persist time (ns per operation)".into(),
+        kind: Kind::Bars { categories, series, stacked: true },
+    }
 }
 
 fn fragbench(rows: &[Row]) -> Vec<&Row> {
@@ -840,12 +847,7 @@ pub fn sites(rows: &[Row]) -> Option<Figure> {
         }
         let names = (1..=TOP_SITES).map(|k| format!("site {k}")).chain(["other sites".to_string()]);
         let series: Vec<Series<f64>> = names.zip(vals).filter(|(_, v)| v.iter().any(|&x| x > 0.0)).collect();
-        panels.push(Panel {
-            title: wl,
-            x_label: "allocator".into(),
-            y_label: "estimated persist time (ns per operation)".into(),
-            kind: Kind::Bars { categories: cats, series, stacked: true },
-        });
+        panels.push(persist_time_bars(wl, cats, series));
     }
     Some(Figure {
         id: "sites".into(),
