@@ -59,6 +59,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    pmsim_model::pmdk::serve_recovery_if_asked();
     interrupt::clean_after_if_asked();
     let cli = Cli::parse();
     interrupt::install();

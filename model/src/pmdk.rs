@@ -53,6 +53,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod recovery;
+pub use recovery::serve_if_asked as serve_recovery_if_asked;
+
 /// The layout name of pmsim's pools (PMDK refuses to open a pool under another).
 pub const LAYOUT: &str = "pmsim";
 /// Words in the root object.
@@ -664,7 +667,7 @@ impl Family for PmdkFamily {
     }
 
     fn crash_target(&self, _params: &Params) -> Result<Box<dyn CrashTarget>, String> {
-        Ok(Box::new(PmdkCrash { pool: Arc::default() }))
+        Ok(Box::new(PmdkCrash { idle: Arc::default() }))
     }
 }
 
@@ -672,31 +675,66 @@ impl Family for PmdkFamily {
 /// traced by the Valgrind tool (`pmsim trace-exec --values`) wrote, each
 /// recovered by libpmemobj itself and checked by PMDK's own checks.
 ///
-/// An image is written to a scratch pool file; then
+/// An image is written to a scratch pool file; then ([`recover_here`])
 /// * libpmempool's consistency check (`pmempool_check`, what `pmempool
 ///   check` runs) must find the image consistent as the crash left it;
+/// * libpmemobj's own check (`pmemobj_check`: its lanes' logs and the heap
+///   metadata, recovered in a private copy) must find the image consistent
+///   (the metadata check, [`Recovered::check`]);
 /// * `pmemobj_open` then runs libpmemobj's recovery (its lanes' redo and
 ///   undo logs) and must succeed; the pool stays open for the explorer's
 ///   probe allocations;
 /// * the live objects are what `pmemobj_first` / `pmemobj_next` walk (the
 ///   root object aside: the program's, not an allocation of the trace);
-/// * libpmemobj's own check (`pmemobj_check`: its lanes' logs and the heap
-///   metadata, as recovery finds them) must find the image consistent (the
-///   metadata check, [`Recovered::check`]);
 /// * the recovered bytes go back into the image the explorer holds, where
 ///   its checks read the program's root structure (the slots its completed
 ///   operations published into) and the objects' contents.
 ///
 /// libpmemobj refuses to open a pool whose UUID is open in the process
-/// already, and every image of a trace is the same pool: images are
-/// recovered one at a time ([`RECOVERY`]).
+/// already, and every image of a trace is the same pool. So in pmsim,
+/// which can re-run itself as a recovery process ([`recovery`]), each of
+/// the explorer's threads recovers its images in a process of its own,
+/// and they run in parallel; elsewhere (a test binary) images are recovered
+/// in this process, one at a time ([`RECOVERY`]).
 struct PmdkCrash {
-    /// The scratch pool file images are recovered in (see [`ScratchPool`]).
-    pool: Arc<std::sync::Mutex<Option<ScratchPool>>>,
+    /// The recoverers no recovery holds now.
+    idle: Arc<std::sync::Mutex<Vec<Recoverer>>>,
 }
 
-/// Held while a crash image's pool is open (see [`PmdkCrash`]).
+/// Held while a crash image's pool is open in this process (see [`PmdkCrash`]).
 static RECOVERY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Where one recovery at a time runs: a scratch pool file, and the recovery
+/// process that opens it (`None`: this process does).
+struct Recoverer {
+    scratch: ScratchPool,
+    process: Option<recovery::Process>,
+}
+
+/// A crash image recovered in this process: the pool libpmemobj opened
+/// (and recovered), its objects, and `pmemobj_check`'s verdict.
+struct RecoveredHere {
+    pool: OpenPool,
+    live: Vec<(u64, u64)>,
+    check: Result<(), String>,
+}
+
+/// Recovers the crash image in the pool file at `path` in this process (see
+/// [`PmdkCrash`]): an `Err` when libpmempool finds it inconsistent or
+/// libpmemobj cannot open it. The caller holds [`RECOVERY`] or is a
+/// recovery process.
+fn recover_here(path: &CStr) -> Result<RecoveredHere, String> {
+    pool_check(path).map_err(|e| format!("pmempool check of the crash image: {e}"))?;
+    // SAFETY: `path` is NUL-terminated; a null layout accepts the pool's own.
+    let check = match unsafe { pmemobj_check(path.as_ptr(), std::ptr::null()) } {
+        1 => Ok(()),
+        0 => Err(format!("pmemobj_check: the crash image is not consistent: {}", last_error())),
+        _ => Err(format!("pmemobj_check: {}", last_error())),
+    };
+    let pool = OpenPool::open(path)?;
+    let live = pool.objects();
+    Ok(RecoveredHere { pool, live, check })
+}
 
 /// libpmempool's check of the pool at `path`, without repairing: `Err` with
 /// its first error message (or its result) when the pool is not consistent.
@@ -758,6 +796,14 @@ impl OpenPool {
         (size > 0 && root.off != 0).then_some((root.off, size))
     }
 
+    /// A new object of `size` bytes (the explorer's probe), or `None`.
+    fn malloc(&self, size: u64) -> Option<u64> {
+        let mut oid = PmemOid::default();
+        // SAFETY: an open pool; `oid` is in DRAM; no constructor.
+        let rc = unsafe { pmemobj_alloc(self.0, &mut oid, size as usize, 0, None, std::ptr::null_mut()) };
+        (rc == 0).then_some(oid.off)
+    }
+
     /// Every allocated object but the root, `(offset, usable size)` by offset.
     fn objects(&self) -> Vec<(u64, u64)> {
         let root = self.root().map(|r| r.0);
@@ -784,8 +830,10 @@ impl Drop for OpenPool {
     }
 }
 
-/// The scratch pool file crash images are recovered in, and what it holds:
-/// an image is written over it page by page where the two differ (an image
+/// The scratch pool file crash images are recovered in, mapped shared: the
+/// mapping is coherent with libpmemobj's own shared mapping of the same
+/// file, so what recovery wrote is read there with no copy of the file. An
+/// image is written over it page by page where the two differ (an image
 /// differs from the last recovered one in a few pages, and copying 8 MiB
 /// per image would cost more than libpmemobj's recovery). Removed on drop
 /// (and by pmsim's interrupt handler, as every scratch heap).
@@ -793,7 +841,8 @@ struct ScratchPool {
     scratch: crate::scratch::ScratchHeap,
     path: CString,
     file: std::fs::File,
-    holds: Vec<u8>,
+    /// The file's bytes; `None` until the first image sizes the file.
+    map: Option<memmap2::MmapMut>,
 }
 
 impl ScratchPool {
@@ -804,34 +853,34 @@ impl ScratchPool {
         let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(scratch.path());
         let file = file.map_err(io)?;
         let path = cpath(scratch.path()).map_err(|e| e.to_string())?;
-        Ok(ScratchPool { scratch, path, file, holds: Vec::new() })
+        Ok(ScratchPool { scratch, path, file, map: None })
     }
 
     /// Makes the file hold `bytes`.
     fn write(&mut self, bytes: &[u8]) -> Result<(), String> {
-        use std::os::unix::fs::FileExt;
         let io = |e: std::io::Error| format!("{}: {e}", self.scratch.path().display());
-        if self.holds.len() != bytes.len() {
-            self.file.set_len(0).map_err(io)?;
-            self.file.write_all_at(bytes, 0).map_err(io)?;
-            self.holds = bytes.to_vec();
+        if self.map.as_ref().is_none_or(|m| m.len() != bytes.len()) {
+            self.map = None;
+            self.file.set_len(bytes.len() as u64).map_err(io)?;
+            // SAFETY: a scratch file of this pool's alone; only libpmemobj,
+            // while this pool lends it the file, maps it besides.
+            let mut map = unsafe { memmap2::MmapMut::map_mut(&self.file) }.map_err(io)?;
+            map.copy_from_slice(bytes);
+            self.map = Some(map);
             return Ok(());
         }
-        for (i, (have, want)) in self.holds.chunks_mut(PAGE).zip(bytes.chunks(PAGE)).enumerate() {
+        let map = self.map.as_mut().expect("mapped above");
+        for (have, want) in map.chunks_mut(PAGE).zip(bytes.chunks(PAGE)) {
             if have != want {
-                self.file.write_all_at(want, (i * PAGE) as u64).map_err(io)?;
                 have.copy_from_slice(want);
             }
         }
         Ok(())
     }
 
-    /// Reads back what the file holds (after libpmemobj changed it).
-    fn reread(&mut self) -> Result<&[u8], String> {
-        use std::os::unix::fs::FileExt;
-        let io = |e: std::io::Error| format!("{}: {e}", self.scratch.path().display());
-        self.file.read_exact_at(&mut self.holds, 0).map_err(io)?;
-        Ok(&self.holds)
+    /// What the file holds now (libpmemobj's changes included).
+    fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or_default()
     }
 }
 
@@ -847,12 +896,13 @@ fn image_bytes(heap: &Heap) -> &mut [u8] {
 }
 
 impl PmdkCrash {
-    /// The scratch pool, taken out of its slot while a recovery holds it.
-    fn scratch(&self) -> Result<ScratchPool, String> {
-        match self.pool.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            Some(p) => Ok(p),
-            None => ScratchPool::new(),
+    /// An idle recoverer, or a new one (with a recovery process of its own
+    /// where pmsim can start one).
+    fn recoverer(&self) -> Result<Recoverer, String> {
+        if let Some(r) = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return Ok(r);
         }
+        Ok(Recoverer { scratch: ScratchPool::new()?, process: None })
     }
 }
 
@@ -877,64 +927,74 @@ impl CrashTarget for PmdkCrash {
     /// The root object: where a libpmemobj program's data starts from.
     fn publication_roots(&self, image: &Heap) -> Result<Vec<(u64, u64)>, String> {
         let _guard = RECOVERY.lock().unwrap_or_else(|e| e.into_inner());
-        let mut pool = self.scratch()?;
-        pool.write(image_bytes(image))?;
-        let roots = OpenPool::open(&pool.path).map(|p| p.root().into_iter().collect());
-        *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = Some(pool);
+        let mut r = self.recoverer()?;
+        r.scratch.write(image_bytes(image))?;
+        let roots = OpenPool::open(&r.scratch.path).map(|p| p.root().into_iter().collect());
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(r);
         roots.map_err(|e| format!("the trace's last state: {e}"))
     }
 
     fn recover(&self, heap: &Heap) -> Result<Box<dyn Recovered>, String> {
-        let guard = RECOVERY.lock().unwrap_or_else(|e| e.into_inner());
         let bytes = image_bytes(heap);
         if let Some(w) = heap.watch() {
             // libpmemobj's reads are out of sight: all of the image counts.
             w.read(0, bytes.len() as u64);
         }
+        let mut r = self.recoverer()?;
+        if r.process.is_none() && recovery::available() {
+            r.process = Some(recovery::Process::start()?);
+        }
+        r.scratch.write(bytes)?;
         let mut rec = PmdkRecovered {
-            pool: None,
+            here: None,
             live: Vec::new(),
             check: Ok(()),
-            scratch: Some(self.scratch()?),
-            home: self.pool.clone(),
-            _guard: guard,
+            recoverer: None,
+            home: self.idle.clone(),
+            guard: None,
         };
-        let scratch = rec.scratch.as_mut().expect("just set");
-        scratch.write(bytes)?;
-        pool_check(&scratch.path).map_err(|e| format!("pmempool check of the crash image: {e}"))?;
-        // libpmemobj's own check of the lanes and the heap as recovery finds them.
-        // SAFETY: `path` is NUL-terminated; a null layout accepts the pool's own.
-        rec.check = match unsafe { pmemobj_check(scratch.path.as_ptr(), std::ptr::null()) } {
-            1 => Ok(()),
-            0 => Err(format!("pmemobj_check: the crash image is not consistent: {}", last_error())),
-            _ => Err(format!("pmemobj_check: {}", last_error())),
-        };
-        let pool = OpenPool::open(&scratch.path)?;
-        rec.live = pool.objects();
-        // The pool maps the file shared: reading the file reads the recovered pool.
-        let recovered = scratch.reread()?;
+        match &mut r.process {
+            Some(p) => {
+                let asked = p.recover(&r.scratch.path);
+                if asked.is_err() && !p.alive() {
+                    r.process = None; // started again for the next image
+                }
+                rec.recoverer = Some(r);
+                (rec.live, rec.check) = asked?;
+            }
+            None => {
+                rec.guard = Some(RECOVERY.lock().unwrap_or_else(|e| e.into_inner()));
+                let path = r.scratch.path.clone();
+                rec.recoverer = Some(r);
+                let here = recover_here(&path)?;
+                rec.live = here.live.clone();
+                rec.check = here.check.clone();
+                rec.here = Some(here);
+            }
+        }
+        let scratch = &rec.recoverer.as_ref().expect("set above").scratch;
         // The recovered bytes into the image, where the explorer's checks
         // read them; only the pages recovery changed (the others stay shared).
-        for (dst, src) in bytes.chunks_mut(PAGE).zip(recovered.chunks(PAGE)) {
+        for (dst, src) in bytes.chunks_mut(PAGE).zip(scratch.bytes().chunks(PAGE)) {
             if dst != src {
                 dst.copy_from_slice(src);
             }
         }
-        rec.pool = Some(pool);
         Ok(Box::new(rec))
     }
 }
 
 /// A recovered crash image: its objects and checks, and the pool open for
-/// the explorer's probe allocations. On drop the pool is closed, the scratch
-/// pool goes back to its slot, then the next image may open.
+/// the explorer's probe allocations (here, or in the recovery process). On
+/// drop the pool is closed, the recoverer goes back to the idle ones, then
+/// (here) the next image may open.
 struct PmdkRecovered {
-    pool: Option<OpenPool>,
+    here: Option<RecoveredHere>,
     live: Vec<(u64, u64)>,
     check: Result<(), String>,
-    scratch: Option<ScratchPool>,
-    home: Arc<std::sync::Mutex<Option<ScratchPool>>>,
-    _guard: std::sync::MutexGuard<'static, ()>,
+    recoverer: Option<Recoverer>,
+    home: Arc<std::sync::Mutex<Vec<Recoverer>>>,
+    guard: Option<std::sync::MutexGuard<'static, ()>>,
 }
 
 impl Recovered for PmdkRecovered {
@@ -947,23 +1007,63 @@ impl Recovered for PmdkRecovered {
     }
 
     fn malloc(&mut self, size: u64) -> Option<u64> {
-        let pop = self.pool.as_ref()?.0;
-        let mut oid = PmemOid::default();
-        // SAFETY: an open pool; `oid` is in DRAM; no constructor.
-        let rc = unsafe { pmemobj_alloc(pop, &mut oid, size as usize, 0, None, std::ptr::null_mut()) };
-        (rc == 0).then_some(oid.off)
+        if let Some(h) = &self.here {
+            return h.pool.malloc(size);
+        }
+        self.recoverer.as_mut()?.process.as_mut()?.malloc(size)
     }
 }
 
 impl Drop for PmdkRecovered {
     fn drop(&mut self) {
-        self.pool = None;
-        // The probe allocations changed the file since it was last read.
-        if let Some(s) = &mut self.scratch {
-            if s.reread().is_err() {
-                s.holds.clear(); // rewritten whole next time
+        self.here = None;
+        self.guard = None;
+        if let Some(mut r) = self.recoverer.take() {
+            if let Some(p) = &mut r.process {
+                if p.close().is_err() {
+                    r.process = None; // started again for the next image
+                }
             }
+            self.home.lock().unwrap_or_else(|e| e.into_inner()).push(r);
         }
-        *self.home.lock().unwrap_or_else(|e| e.into_inner()) = self.scratch.take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::AllocThread;
+
+    /// A crash image recovered in this process (a test binary never serves
+    /// as a recovery process): a pool left open with three objects, one
+    /// freed, recovers with the two live, checks clean, allocates again
+    /// beside them, and a second recovery of the same pool (same UUID) after
+    /// the first is dropped works.
+    #[test]
+    fn a_pool_image_is_recovered_here_and_probed() {
+        assert!(!recovery::available());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pool");
+        let pool = Pmdk::create(&path, MIN_POOL, &PmdkOptions::default()).unwrap();
+        let mut t = pool.thread(0);
+        let objs: Vec<u64> = (0..3).map(|_| t.malloc(64).unwrap()).collect();
+        t.free(objs[1]);
+        drop(t);
+        // The image: the pool's bytes while it is open (not closed cleanly).
+        let image = dir.path().join("image");
+        std::fs::copy(&path, &image).unwrap();
+        pool.close().unwrap();
+        let target = PMDK.crash_target(&Params::new()).unwrap();
+        let heap = Heap::open_raw_copy(&image).unwrap();
+        assert_eq!(target.publication_roots(&heap).unwrap().len(), 1, "the root object");
+        for _ in 0..2 {
+            let heap = Heap::open_raw_copy(&image).unwrap();
+            let mut rec = target.recover(&heap).unwrap();
+            assert_eq!(rec.check(), Ok(()));
+            let live = rec.live_allocations();
+            assert_eq!(live.iter().map(|l| l.0).collect::<Vec<_>>(), [objs[0], objs[2]]);
+            let probe = rec.malloc(64).expect("a probe allocation");
+            assert!(live.iter().all(|&(o, n)| probe + 64 <= o || o + n <= probe), "{probe:#x} overlaps {live:x?}");
+        }
     }
 }
