@@ -342,6 +342,56 @@ fn crash_explores_a_traced_run_and_reports_a_removed_flush() {
     assert!(e.contains("plain.pmt") && e.contains("has no store values") && e.trim().lines().count() == 1, "{e}");
 }
 
+/// The Metall-style allocator: a store closed with data in it
+/// (`keep=true`); every crash before the properly-closed mark is refused as
+/// unclean (counted, human and JSON), the end of the trace reopens with
+/// every object, and the mark written before the heap is synced is caught
+/// with a replay command that fails the same way.
+#[test]
+fn crash_refuses_unclean_metall_stores_and_catches_the_mark_before_the_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = |name: &str, alloc: &str| {
+        let t = dir.path().join(name).to_str().unwrap().to_string();
+        let mut args = vec!["run", "--alloc", alloc, "--workload", "threadtest", "--param", "objects=100"];
+        args.extend([
+            "--param",
+            "iterations=2",
+            "--param",
+            "keep=true",
+            "--heap-size",
+            "8M",
+            "--trace",
+            &t,
+            "--values",
+        ]);
+        let o = pmsim(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(Path::new(&format!("{t}.img.files/chunk_directory")).is_file(), "the management files are saved");
+        t
+    };
+    let good = record("mt.pmt", "metall");
+    let o = pmsim(&["crash", &good, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    let (images, refused) = (v["images"].as_u64().unwrap(), v["refused"].as_u64().unwrap());
+    assert!(v["violation"].is_null() && v["end_point"] == true && refused == images - 1, "{v}");
+    assert_eq!(v["distinct_states"], v["points"], "one recovery-visible state per point");
+    let o = pmsim(&["crash", &good]);
+    let out = stdout(&o);
+    assert!(out.contains("and the trace's end") && out.contains(&format!("refused      {refused} image(s)")), "{out}");
+
+    let bad = record("mt-bad.pmt", "metall:mutation=mark-before-sync");
+    let o = pmsim(&["crash", &bad, "--bound", "64"]);
+    assert!(!o.status.success());
+    let out = stdout(&o);
+    assert!(out.contains("VIOLATION") && out.contains("not persisted"), "{out}");
+    let replay = out.lines().find_map(|l| l.strip_prefix("replay       pmsim ")).expect("a replay command");
+    let o = pmsim(&replay.split(' ').collect::<Vec<_>>());
+    let problem = out.lines().find(|l| l.starts_with("problem ")).expect("a problem line");
+    assert!(problem.contains("holds 0x0"), "{problem}");
+    assert!(!o.status.success() && stdout(&o).contains(problem), "{}", stdout(&o));
+}
+
 #[test]
 fn specs_check_prints_the_table_and_json() {
     // The LLFree recovery-skip question: refuted under the paper's flush per

@@ -9,7 +9,7 @@ use crate::persist::{write_piece, PState};
 use crate::target::{CrashTarget, Recovered};
 use crate::CrashError;
 use memmap2::MmapMut;
-use pmsim_model::family::ImageFormat;
+use pmsim_model::family::{CrashPoint, ImageFormat, Recovery};
 use pmsim_model::heap::{Heap, HEADER_SIZE};
 use pmsim_model::mech::mark;
 use pmsim_model::scratch::ScratchHeap;
@@ -61,6 +61,12 @@ pub struct Options {
     /// holds what an earlier `free_from` of the same block left. The one
     /// tolerance of NVAlloc's `wal=artifact` guarantee.
     pub allow_stale_dest: bool,
+    /// At a point with more images than `bound`, check `bound` sampled
+    /// images even once the images checked cover every recovery-visible
+    /// state of the point (which otherwise ends the point): the reduction is
+    /// then verified rather than trusted (a sampled image in a state not seen
+    /// before makes the point incomplete).
+    pub full_sample: bool,
 }
 
 impl Default for Options {
@@ -77,6 +83,7 @@ impl Default for Options {
             recovery_crashes: 0,
             recovery_bound: 4,
             allow_stale_dest: false,
+            full_sample: false,
         }
     }
 }
@@ -137,6 +144,8 @@ pub struct PointCoverage {
     /// checks read.
     pub pending_lines: u64,
     pub read_lines: u64,
+    /// Images the allocator refused, as its design requires here.
+    pub refused: u64,
 }
 
 /// What a run of the explorer did.
@@ -145,6 +154,10 @@ pub struct Summary {
     pub allocator: String,
     /// Moments a crash point may be at: fences and clflushes.
     pub fences: u64,
+    /// Whether the end of the trace is a crash point too (for an allocator
+    /// with state outside its heap, [`CrashTarget::outside_markers`]); its
+    /// number is `fences`.
+    pub end_point: bool,
     pub points: u64,
     pub images: u64,
     pub exhaustive_points: u64,
@@ -174,6 +187,12 @@ pub struct Summary {
     /// Images with an interrupted `malloc_to` whose destination still named
     /// its free block (counted under [`Options::allow_stale_dest`]).
     pub stale_dests: u64,
+    /// Images the allocator refused to open, as its design requires at
+    /// their point (Metall: a store a crash leaves without its
+    /// properly-closed mark): correct outcomes, to which no check applies.
+    /// Such an image reads nothing of the heap, so a point whose images are
+    /// all refused has one recovery-visible state.
+    pub refused: u64,
     /// Images whose recovery was crashed at each of its fences, the
     /// recovery fences crashed at, and the images recovered after such a crash.
     pub recovery_crashed_images: u64,
@@ -280,13 +299,26 @@ pub struct Progress {
     pub images: AtomicU64,
 }
 
-/// The crash points `opts` selects: (fence number, event position).
-pub fn select_points(tr: &CrashTrace, opts: &Options) -> Vec<(u64, u32)> {
+/// The crash points `opts` selects: (fence number, event position); with
+/// `end`, the end of the trace too (number: the count of fences and
+/// clflushes, position: past the last event), selected by the same rules.
+pub fn select_points(tr: &CrashTrace, opts: &Options, end: bool) -> Vec<(u64, u32)> {
     let mut open: HashMap<OpKind, u64> = HashMap::new();
     let mut marked: HashMap<u32, bool> = HashMap::new();
     let mut marked_threads = 0u64;
     let mut out = Vec::new();
     let mut n = 0u64;
+    let selected = |open: &HashMap<OpKind, u64>, marked_threads: u64, n: u64| {
+        // Inside the allocator's creation the heap is not formatted yet:
+        // nothing to recover (unless asked for explicitly).
+        let creating = open.get(&OpKind::Init).copied().unwrap_or(0) > 0;
+        let during = match opts.during {
+            Some(k) => open.get(&k).copied().unwrap_or(0) > 0,
+            None => !creating,
+        };
+        let mark = opts.marker.is_none() || marked_threads > 0;
+        during && mark && opts.point.is_none_or(|p| p == n)
+    };
     for (i, e) in tr.events.iter().enumerate() {
         match *e {
             Ev::OpBegin { op, .. } => *open.entry(op).or_default() += 1,
@@ -303,15 +335,7 @@ pub fn select_points(tr: &CrashTrace, opts: &Options) -> Vec<(u64, u32)> {
             // durable at once (no fence follows it in a clflush-only trace,
             // such as the Valgrind tool's).
             Ev::Fence { .. } | Ev::Flush { ordered: true, .. } => {
-                // Inside the allocator's creation the heap is not formatted
-                // yet: nothing to recover (unless asked for explicitly).
-                let creating = open.get(&OpKind::Init).copied().unwrap_or(0) > 0;
-                let during = match opts.during {
-                    Some(k) => open.get(&k).copied().unwrap_or(0) > 0,
-                    None => !creating,
-                };
-                let mark = opts.marker.is_none() || marked_threads > 0;
-                if during && mark && opts.point.is_none_or(|p| p == n) {
+                if selected(&open, marked_threads, n) {
                     out.push((n, i as u32));
                 }
                 n += 1;
@@ -320,7 +344,11 @@ pub fn select_points(tr: &CrashTrace, opts: &Options) -> Vec<(u64, u32)> {
         }
     }
     let every = opts.every.max(1) as usize;
-    out.into_iter().step_by(every).collect()
+    let mut out: Vec<(u64, u32)> = out.into_iter().step_by(every).collect();
+    if end && selected(&open, marked_threads, n) {
+        out.push((n, tr.events.len() as u32));
+    }
+    out
 }
 
 /// Explores the crash points `opts` selects; stops at the first violation
@@ -332,11 +360,24 @@ pub fn explore(
     progress: &Progress,
 ) -> Result<Summary, CrashError> {
     let start = Instant::now();
-    let points = select_points(tr, opts);
+    let outside = target.outside_markers();
+    let points = select_points(tr, opts, outside.is_some());
     if points.is_empty() {
         return Err(CrashError(format!("{}: no crash point matches the selection", tr.path.display())));
     }
     let layout = Layout::of(tr, target)?;
+    if let Some(prefix) = outside {
+        let labels: Vec<&str> = tr
+            .events
+            .iter()
+            .filter_map(|e| match *e {
+                Ev::Marker { label, .. } => Some(tr.labels[label as usize].as_str()),
+                _ => None,
+            })
+            .filter(|l| l.starts_with(prefix))
+            .collect();
+        target.load_outside(&tr.image, &labels).map_err(|e| CrashError(format!("{}: {e}", tr.path.display())))?;
+    }
     if opts.recovery_crashes > 0 && layout.format == ImageFormat::Own {
         return Err(CrashError(format!(
             "{}: {} recovers inside its own library, where pmsim cannot crash it (drop --recovery-crashes)",
@@ -371,6 +412,7 @@ pub fn explore(
         t.lost += sum.lost;
         t.max_lost = t.max_lost.max(sum.max_lost);
         t.stale_dests += sum.stale_dests;
+        t.refused += sum.refused;
         t.recovery_crashed_images += sum.recovery_crashed_images;
         t.recovery_fences += sum.recovery_fences;
         t.recovery_crash_images += sum.recovery_crash_images;
@@ -390,6 +432,7 @@ pub fn explore(
     s.allocator = target.name();
     s.fences =
         tr.events.iter().filter(|e| matches!(e, Ev::Fence { .. } | Ev::Flush { ordered: true, .. })).count() as u64;
+    s.end_point = outside.is_some();
     s.violation = found.into_inner().unwrap();
     s.seconds = start.elapsed().as_secs_f64();
     s.images_per_second = s.images as f64 / s.seconds.max(1e-9);
@@ -468,6 +511,11 @@ struct Sequence<'a> {
     /// Image number at which sampling began.
     sampled_from: Option<u64>,
     next: u64,
+    /// [`Options::full_sample`]: sample after a complete enumeration too.
+    full_sample: bool,
+    /// Image number at which the enumeration over the read lines completed
+    /// (with `full_sample`, sampling follows).
+    enumerated_at: Option<u64>,
 }
 
 impl Sequence<'_> {
@@ -485,7 +533,7 @@ impl Sequence<'_> {
                 if let Some(s0) = self.sampled_from {
                     let j = k - s0;
                     if j >= self.bound {
-                        return Err(false);
+                        return Err(self.enumerated_at.is_some());
                     }
                     let plan = images::Plan { images: self.bound, exhaustive: false };
                     break images::choose(self.order, plan, self.seed, self.point, j);
@@ -497,7 +545,12 @@ impl Sequence<'_> {
                     continue;
                 };
                 if self.cursor >= product {
-                    return Err(true);
+                    if !self.full_sample {
+                        return Err(true);
+                    }
+                    self.enumerated_at = Some(k);
+                    self.sampled_from = Some(k);
+                    continue;
                 }
                 let mut keep = self.lens.clone();
                 let mut rest = self.cursor;
@@ -542,14 +595,23 @@ impl Worker<'_> {
         let mut ps = PState::default();
         let mut cur = 0usize;
         let mut sum = empty_summary();
+        let outside = self.target.outside_markers();
+        let mut last_marker: Option<&str> = None;
         for &(n, pos) in chunk {
             if self.stop.load(Ordering::Relaxed) < n {
                 break;
             }
             for e in &tr.events[cur..pos as usize] {
                 ps.apply(tr, e, &mut img);
+                if let (Ev::Marker { label, .. }, Some(prefix)) = (e, outside) {
+                    let l = tr.labels[*label as usize].as_str();
+                    if l.starts_with(prefix) {
+                        last_marker = Some(l);
+                    }
+                }
             }
             cur = pos as usize;
+            let at = CrashPoint { image: &tr.image, marker: last_marker };
             let pending = ps.pending();
             let order: Vec<Vec<u64>> = pending.iter().map(|(_, p)| p.iter().map(|&x| x as u64).collect()).collect();
             let lens: Vec<usize> = order.iter().map(Vec::len).collect();
@@ -580,6 +642,8 @@ impl Worker<'_> {
                 tried: HashSet::new(),
                 sampled_from: None,
                 next: 0,
+                full_sample: self.opts.full_sample,
+                enumerated_at: None,
             };
             // A replayed image of an exhaustive point is rebuilt alone;
             // otherwise the images before it are explored again (they decide
@@ -590,11 +654,14 @@ impl Worker<'_> {
             let mut seen: HashSet<u64> = HashSet::new();
             let mut read_lines = vec![false; pending.len()];
             let mut cov = PointCoverage { point: n, pending_lines: pending.len() as u64, ..PointCoverage::default() };
+            // With full sampling: whether a sampled image found a state the
+            // complete enumeration had not.
+            let mut grew = false;
             loop {
                 let (k, keep) = match seq.next() {
                     Ok(x) => x,
                     Err(complete) => {
-                        cov.complete = complete && self.opts.image.is_none();
+                        cov.complete = complete && !grew && self.opts.image.is_none();
                         break;
                     }
                 };
@@ -603,11 +670,14 @@ impl Worker<'_> {
                 }
                 let nested = self.opts.recovery_crashes > 0
                     && images::Rng::new(self.opts.seed ^ 0x5EED, n, k).below(self.opts.recovery_crashes) == 0;
-                let r = self.image(path, &pending, &keep, &objs, nested)?;
+                let r = self.image(path, &at, &pending, &keep, &objs, nested)?;
                 sum.images += 1;
                 self.progress.images.fetch_add(1, Ordering::Relaxed);
                 cov.images += 1;
-                seen.insert(r.fingerprint);
+                let new = seen.insert(r.fingerprint);
+                grew |= new && seq.enumerated_at.is_some_and(|e| k >= e);
+                cov.refused += r.kept.refused;
+                sum.refused += r.kept.refused;
                 seq.saw(&r.read);
                 for (a, &b) in read_lines.iter_mut().zip(&r.read) {
                     *a |= b;
@@ -638,7 +708,11 @@ impl Worker<'_> {
                     let v = Violation {
                         point: n,
                         image: k,
-                        event: tr.index[pos as usize],
+                        event: tr
+                            .index
+                            .get(pos as usize)
+                            .copied()
+                            .unwrap_or_else(|| tr.index.last().map_or(0, |i| i + 1)),
                         problem,
                         recovery_crash,
                         persisted,
@@ -666,6 +740,7 @@ impl Worker<'_> {
     fn image(
         &self,
         path: &Path,
+        at: &CrashPoint,
         pending: &Pending,
         keep: &[usize],
         objs: &[Obj],
@@ -679,7 +754,7 @@ impl Worker<'_> {
         let watch = Arc::new(AccessWatch::new(pending.iter().map(|p| p.0)));
         heap.set_watch(watch.clone());
         let r = catch_unwind(AssertUnwindSafe(|| {
-            check_image(&heap, Some(&watch), self.target, self.layout, objs, self.ops, self.opts)
+            check_image(&heap, Some(&watch), self.target, at, self.layout, objs, self.ops, self.opts)
         }))
         .unwrap_or_else(|p| Err(panic_message(p)));
         drop(heap);
@@ -709,7 +784,7 @@ impl Worker<'_> {
             Ok(kept) => {
                 run.kept = kept;
                 if nested {
-                    crate::recrash::crash_recovery(self, path, pending, keep, objs, &mut run)?;
+                    crate::recrash::crash_recovery(self, path, at, pending, keep, objs, &mut run)?;
                 }
             }
         }
@@ -733,15 +808,19 @@ pub(crate) struct Kept {
     /// Interrupted `malloc_to`s whose destination still named their free
     /// block (tolerated under [`Options::allow_stale_dest`]).
     pub(crate) stale_dests: u64,
+    /// The allocator refused the image, as its design requires there.
+    pub(crate) refused: u64,
 }
 
 /// Recovers one image and checks it (see the crate documentation); the
 /// live blocks its recovery kept by design. Reads of the recovered image go
 /// to `watch` (so they count for the image's recovery-visible state).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn check_image(
     heap: &Heap,
     watch: Option<&AccessWatch>,
     target: &dyn CrashTarget,
+    at: &CrashPoint,
     layout: &Layout,
     objs: &[Obj],
     ops: &[Op],
@@ -778,8 +857,14 @@ pub(crate) fn check_image(
     // The image is a scratch copy: its path means nothing to the reader (and
     // differs between runs, so a replay would not repeat the message).
     let scratch = heap.path().display().to_string();
+    let named = |e: String| e.replace(&scratch, "the crash image");
     let mut rec: Box<dyn Recovered> =
-        target.recover(heap).map_err(|e| format!("recovery failed: {}", e.replace(&scratch, "the crash image")))?;
+        match target.recover_at(heap, at).map_err(|e| format!("recovery failed: {}", named(e)))? {
+            Recovery::Recovered(r) => r,
+            // Refused as the allocator's design requires: a correct outcome,
+            // and no check applies to a store nobody may open.
+            Recovery::Refused(_) => return Ok(Kept { refused: 1, ..Kept::default() }),
+        };
     rec.check().map_err(|e| format!("recovered metadata inconsistent: {e}"))?;
     let live = rec.live_allocations();
     rec.check().map_err(|e| format!("the allocator's metadata check failed after recovery: {e}"))?;
@@ -943,7 +1028,7 @@ pub(crate) fn check_image(
             taken.insert(i, (o, s));
         }
     }
-    Ok(Kept { retained, lost, stale_dests })
+    Ok(Kept { retained, lost, stale_dests, refused: 0 })
 }
 
 #[cfg(test)]
@@ -984,13 +1069,16 @@ mod tests {
             f,
             f,
         ]);
-        let pts = |o: Options| select_points(&tr, &o).iter().map(|p| p.0).collect::<Vec<_>>();
+        let pts = |o: Options| select_points(&tr, &o, false).iter().map(|p| p.0).collect::<Vec<_>>();
         assert_eq!(pts(Options::default()), [1, 2, 3, 4, 5], "every fence but those inside init");
         assert_eq!(pts(Options { during: Some(OpKind::Init), ..Options::default() }), [0]);
         assert_eq!(pts(Options { during: Some(OpKind::Morph), ..Options::default() }), [3]);
         assert_eq!(pts(Options { marker: Some("a".into()), ..Options::default() }), [2, 3]);
         assert_eq!(pts(Options { every: 2, ..Options::default() }), [1, 3, 5]);
         assert_eq!(pts(Options { point: Some(4), ..Options::default() }), [4]);
+        let end = select_points(&tr, &Options::default(), true);
+        assert_eq!(end.last(), Some(&(6, 12)), "the end of the trace, numbered after the last fence");
+        assert_eq!(select_points(&tr, &Options { point: Some(6), ..Options::default() }, true), [(6, 12)]);
     }
 
     #[test]
@@ -1000,6 +1088,11 @@ mod tests {
         assert!(close(log10_sum(0.0, 0.0), 2f64.log10()), "two points of one image each");
         assert!(close(log10_sum(2.0, 1.0), 110f64.log10()));
         assert!(close(log10_sum(400.0, 400.0), 400.0 + 2f64.log10()), "beyond 1.8e308");
+    }
+
+    /// A crash point of a target without outside state.
+    fn at() -> CrashPoint<'static> {
+        CrashPoint { image: std::path::Path::new("t.pmt.img"), marker: None }
     }
 
     /// A reachability-based target whose recovery leaves a fixed live set.
@@ -1044,15 +1137,24 @@ mod tests {
         let reached = Fixed(vec![(0x2000, 64), (0x3000, 64)]);
         let two = Kept { retained: 2, ..Kept::default() };
         assert_eq!(
-            check_image(&heap, None, &reached, &Layout::pmsim_heap(), &[], &[], &opts),
+            check_image(&heap, None, &reached, &at(), &Layout::pmsim_heap(), &[], &[], &opts),
             Ok(two),
             "both retained"
         );
         let leaked = Fixed(vec![(0x2000, 64), (0x3000, 64), (0x4000, 64)]);
-        let e = check_image(&heap, None, &leaked, &Layout::pmsim_heap(), &[], &[], &opts).unwrap_err();
+        let e = check_image(&heap, None, &leaked, &at(), &Layout::pmsim_heap(), &[], &[], &opts).unwrap_err();
         assert!(e.contains("1 leaked allocation(s), not reached from the roots") && e.contains("0x4000"), "{e}");
         assert_eq!(
-            check_image(&heap, None, &leaked, &Layout::pmsim_heap(), &[], &[], &Options { leak_bound: 1, ..opts }),
+            check_image(
+                &heap,
+                None,
+                &leaked,
+                &at(),
+                &Layout::pmsim_heap(),
+                &[],
+                &[],
+                &Options { leak_bound: 1, ..opts }
+            ),
             Ok(two)
         );
     }

@@ -60,6 +60,18 @@
 //!
 //! Recovery errors and panics are violations too.
 //!
+//! # State outside the heap
+//!
+//! An allocator that keeps state in files beside its heap (Metall's
+//! management files and properly-closed mark) records each change of it as
+//! a marker ([`CrashTarget::outside_markers`]); each crash point passes its
+//! last such marker to the target, which lays that state out beside the
+//! image before its recovery runs, and the end of the trace is a crash point
+//! too. A store the allocator must refuse there (Metall's, without the mark)
+//! is counted as refused, not a violation, and no check applies to it; it
+//! reads nothing of the heap, so such a point has one recovery-visible state
+//! ([`Options::full_sample`] samples `bound` images there anyway).
+//!
 //! # Coverage
 //!
 //! Every image is recovered under an [`AccessWatch`](pmsim_model::watch) on

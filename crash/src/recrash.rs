@@ -16,6 +16,7 @@ use crate::load::{CrashTrace, Ev};
 use crate::persist::{write_piece, PState};
 use crate::CrashError;
 use memmap2::MmapMut;
+use pmsim_model::family::CrashPoint;
 use pmsim_model::heap::Heap;
 use pmsim_model::scratch::ScratchHeap;
 use pmsim_model::watch::{AccessWatch, Recorded};
@@ -30,6 +31,7 @@ use std::sync::Arc;
 pub(crate) fn crash_recovery(
     w: &Worker<'_>,
     path: &Path,
+    at: &CrashPoint,
     pending: &Pending,
     keep: &[usize],
     objs: &[crate::expect::Obj],
@@ -47,10 +49,12 @@ pub(crate) fn crash_recovery(
     // The recovery's persistence events.
     let watch = Arc::new(AccessWatch::recording([]));
     heap.set_watch(watch.clone());
-    let first = catch_unwind(AssertUnwindSafe(|| w.target.recover(&heap).map(drop)));
+    let first = catch_unwind(AssertUnwindSafe(|| {
+        w.target.recover_at(&heap, at).map(|r| matches!(r, pmsim_model::family::Recovery::Recovered(_)))
+    }));
     drop(heap);
-    if !matches!(first, Ok(Ok(()))) {
-        return Ok(()); // the image's own check already recovered it; nothing to crash
+    if !matches!(first, Ok(Ok(true))) {
+        return Ok(()); // the image's own check already recovered it (or it was refused); nothing to crash
     }
     let rec = watch.recorded();
     let mut tr = CrashTrace::new(&w.tr.path, TraceHeader::default(), spath.to_path_buf(), w.tr.heap_size);
@@ -87,8 +91,9 @@ pub(crate) fn crash_recovery(
                     write_piece(&tr, p, bytes);
                 }
             }
-            let r = catch_unwind(AssertUnwindSafe(|| check_image(&h2, None, w.target, w.layout, objs, w.ops, w.opts)))
-                .unwrap_or_else(|p| Err(panic_message(p)));
+            let r =
+                catch_unwind(AssertUnwindSafe(|| check_image(&h2, None, w.target, at, w.layout, objs, w.ops, w.opts)))
+                    .unwrap_or_else(|p| Err(panic_message(p)));
             run.recovery_images += 1;
             if let Err(p) = r {
                 let at = RecoveryCrash { fence: f as u64, image: j, images_at_fence: plan.images };

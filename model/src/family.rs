@@ -152,6 +152,29 @@ pub enum ImageFormat {
     Own,
 }
 
+/// A crash point as a target whose allocator keeps state outside its heap
+/// file sees it ([`CrashTarget::outside_markers`]).
+#[derive(Clone, Copy, Debug)]
+pub struct CrashPoint<'a> {
+    /// The heap image the trace started from; files the traced run saved
+    /// with it are in [`crate::pm::image_files_dir`] of it.
+    pub image: &'a Path,
+    /// The label of the last marker before the point that starts with the
+    /// target's [`CrashTarget::outside_markers`] prefix (`None`: none yet).
+    pub marker: Option<&'a str>,
+}
+
+/// What recovery made of a crash image.
+pub enum Recovery {
+    /// Recovered: the checks apply.
+    Recovered(Box<dyn Recovered>),
+    /// Refused, as the allocator's design requires at this point (Metall
+    /// refuses a store without its properly-closed mark): a correct outcome,
+    /// counted; no check applies to a store nobody may open. The allocator's
+    /// message.
+    Refused(String),
+}
+
 /// An allocator whose crash images can be recovered, as the crash explorer uses it.
 pub trait CrashTarget: Send + Sync {
     /// What its images are; a pmsim heap unless it says otherwise.
@@ -191,6 +214,34 @@ pub trait CrashTarget: Send + Sync {
     /// Runs the allocator's own recovery on `heap` (a crash image), as the
     /// next run after a real crash would.
     fn recover(&self, heap: &Heap) -> Result<Box<dyn Recovered>, String>;
+
+    /// For an allocator that keeps state outside its heap file (Metall's
+    /// management files and properly-closed mark): the prefix of the trace
+    /// markers by which its runs record each change of that state. The
+    /// explorer then passes every crash point's last such marker to
+    /// [`CrashTarget::recover_at`], and also crashes at the end of the
+    /// trace, since that state may change after the last fence (Metall
+    /// writes its mark last). `None` (the default): the heap is everything.
+    fn outside_markers(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Reads, once per exploration, what recovery needs besides the image
+    /// (Metall: the management files saved with it), given the labels of
+    /// every marker with the [`CrashTarget::outside_markers`] prefix; an
+    /// error is one line for the user (a missing or mismatched file).
+    fn load_outside(&self, image: &Path, markers: &[&str]) -> Result<(), String> {
+        let _ = (image, markers);
+        Ok(())
+    }
+
+    /// Recovery of `heap` after a crash at `at`: for an allocator with
+    /// outside state, that state is first laid out beside `heap`'s file as a
+    /// crash at `at` leaves it. By default [`CrashTarget::recover`].
+    fn recover_at(&self, heap: &Heap, at: &CrashPoint) -> Result<Recovery, String> {
+        let _ = at;
+        self.recover(heap).map(Recovery::Recovered)
+    }
 }
 
 /// An allocator after recovery, for the checks.

@@ -277,6 +277,13 @@ pub(crate) struct Mapping {
     _file: File,
 }
 
+impl Mapping {
+    /// Writes the whole mapping back to its file (`msync`).
+    pub(crate) fn sync(&self) -> Result<(), HeapError> {
+        self.mmap.flush().map_err(|e| HeapError::io(&self.path, "msync", e))
+    }
+}
+
 // SAFETY: `base` points into `mmap`, which lives as long as the Mapping and is
 // never moved or remapped. The mapping is ordinary shared memory: any thread may
 // access it; coordinating concurrent access to the same bytes is the job of the
@@ -754,7 +761,7 @@ impl Heap {
     /// heaps on block devices, where CPU flushes reach the page cache, not the
     /// disk; on tmpfs and DAX it costs a page-table walk.
     pub fn sync(&self) -> Result<(), HeapError> {
-        self.map.mmap.flush().map_err(|e| HeapError::io(&self.map.path, "msync", e))
+        self.map.sync()
     }
 
     /// Has every persistence handle made from this heap from now on report

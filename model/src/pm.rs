@@ -35,11 +35,11 @@
 
 use crate::arch;
 pub use crate::flush::{CpuFeatures, FlushInsn, PmError};
-use crate::heap::{bytes_of, Heap, Mapping, PmOff, Pod, HEADER_SIZE};
+use crate::heap::{bytes_of, Heap, HeapError, Mapping, PmOff, Pod, HEADER_SIZE};
 use crate::tracing::Finished;
 use crate::tracing::{ThreadTrace, TraceCollector, TraceConfig, TraceShared};
 use crate::watch::AccessWatch;
-use pmsim_traces::output::Output;
+use pmsim_traces::output::{Output, OutputDir};
 use pmsim_traces::EventSink;
 use pmsim_traces::{line_of, Category, FenceKind, HeapInfo, OpKind, Region, TraceHeader, Tracer};
 use std::collections::HashSet;
@@ -51,6 +51,18 @@ use std::sync::{Arc, Mutex};
 
 /// The trace header's record of a heap image: file name, size and CRC-32.
 pub const HEAP_IMAGE_KEY: &str = "heap_image";
+
+/// Where the files an allocator keeps outside its heap file (Metall's
+/// management data) are saved with a trace's heap image `image`
+/// ([`Pm::save_with_image`]): the directory `IMAGE.files`.
+pub fn image_files_dir(image: &std::path::Path) -> std::path::PathBuf {
+    let mut s = image.as_os_str().to_os_string();
+    s.push(".files");
+    std::path::PathBuf::from(s)
+}
+
+/// The page an `msync` writes back as a unit (x86-64's base page).
+const PAGE: u64 = 4096;
 
 /// Writes the heap's bytes beside `path` (no traced event has happened yet,
 /// so this is the state every event of the trace applies to) and returns
@@ -100,6 +112,19 @@ struct Shared {
     live: Mutex<HashSet<u32>>,
     /// The heap's access watch, if any (crash exploration).
     watch: Option<Arc<AccessWatch>>,
+    /// Traced runs only: one bit per 4 KiB page of the heap, set by a store
+    /// to it and cleared by [`PmThread::msync`], which writes those pages
+    /// back (the page table's dirty bits, as the kernel's `msync` reads them).
+    dirty: Option<Box<[AtomicU64]>>,
+    /// Traced runs with a heap image: files saved with it ([`Pm::save_with_image`]).
+    image_files: Mutex<Option<ImageFiles>>,
+}
+
+/// The directory of files saved with a trace's heap image, made when the
+/// first one is saved and renamed into place when the trace ends.
+struct ImageFiles {
+    path: std::path::PathBuf,
+    out: Option<OutputDir>,
 }
 
 /// The persistence context of one heap: backend, region table, trace. Make it
@@ -169,10 +194,15 @@ impl Pm {
         let sink = make_sink(header).map_err(PmError::Trace)?;
         let (trace, mut collector) = crate::tracing::start(sink, cfg).map_err(PmError::Trace)?;
         collector.heap_image = image;
-        Ok((Pm::with_backend(heap, flush, Some(trace)), collector))
+        let pm = Pm::with_backend(heap, flush, Some(trace));
+        let files = cfg.heap_image.as_ref().map(|p| ImageFiles { path: image_files_dir(p), out: None });
+        *pm.shared.image_files.lock().unwrap() = files;
+        Ok((pm, collector))
     }
 
     fn with_backend(heap: &Heap, flush: FlushInsn, trace: Option<Arc<TraceShared>>) -> Pm {
+        let pages = heap.size().div_ceil(PAGE).div_ceil(64) as usize;
+        let dirty = trace.is_some().then(|| (0..pages).map(|_| AtomicU64::new(0)).collect());
         Pm {
             shared: Arc::new(Shared {
                 map: heap.mapping().clone(),
@@ -182,8 +212,35 @@ impl Pm {
                 next_region: AtomicU64::new(1),
                 live: Mutex::new(HashSet::new()),
                 watch: heap.watch().cloned(),
+                dirty,
+                image_files: Mutex::new(None),
             }),
         }
+    }
+
+    /// Saves `bytes` as the file `name` with the trace's heap image, in
+    /// [`image_files_dir`]: what an allocator keeps outside its heap file
+    /// (Metall's management data), for the crash explorer, which rebuilds
+    /// from it what a crash leaves beside the heap. The directory is made
+    /// under a temporary name and renamed into place with the image when the
+    /// trace ends (whether it may replace one was the command's decision, as
+    /// for the image). `Ok(false)`: this run saves no heap image.
+    pub fn save_with_image(&self, name: &str, bytes: &[u8]) -> io::Result<bool> {
+        pmsim_traces::output::plain_name("saved file", name).map_err(io::Error::other)?;
+        let mut g = self.shared.image_files.lock().unwrap();
+        let Some(files) = g.as_mut() else { return Ok(false) };
+        let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", files.path.join(name).display()));
+        if files.out.is_none() {
+            files.out = Some(OutputDir::create(&files.path, true).map_err(named)?);
+        }
+        let dir = files.out.as_ref().expect("made above").tmp_path().join(name);
+        std::fs::write(dir, bytes).map_err(named)?;
+        Ok(true)
+    }
+
+    /// The files saved with the heap image, to be renamed into place with it.
+    fn take_image_files(&self) -> Option<OutputDir> {
+        self.shared.image_files.lock().unwrap().as_mut().and_then(|f| f.out.take())
     }
 
     /// The handle thread `tid` does its persistence through. In a traced run
@@ -344,6 +401,20 @@ impl PmThread {
         self.trace.as_mut().expect("traced mode without a trace buffer")
     }
 
+    /// Marks the pages of `[off, off + len)` (at most 8 bytes) dirty for
+    /// [`PmThread::msync`] (traced runs keep the bits).
+    #[inline(always)]
+    fn mark_dirty(&self, off: u64, len: u64) {
+        if let Some(d) = &self.shared.dirty {
+            for pg in [off / PAGE, (off + len - 1) / PAGE] {
+                let (w, bit) = (&d[(pg / 64) as usize], 1u64 << (pg % 64));
+                if w.load(Ordering::Relaxed) & bit == 0 {
+                    w.fetch_or(bit, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
     /// Flushes one line natively in a non-traced mode.
     #[inline(always)]
     fn flush_native(mode: Mode, p: *const u8) {
@@ -387,6 +458,7 @@ impl PmThread {
         }
         if let Mode::Traced = self.mode {
             let addr = self.word(off) as u64;
+            self.mark_dirty(off, 8);
             self.tracer().store(false, addr, &v.to_le_bytes());
         }
         self.atomic(off).store(v, Ordering::Release);
@@ -433,6 +505,7 @@ impl PmThread {
             w.store(p as u64 - self.base as u64 + i as u64, bytes, false);
         }
         if let Mode::Traced = self.mode {
+            self.mark_dirty(p as u64 - self.base as u64 + i as u64, N as u64);
             self.tracer().store(false, p as u64 + i as u64, bytes);
         }
         let mut word = [0u8; 8];
@@ -456,6 +529,7 @@ impl PmThread {
             w.store(off, &v.to_le_bytes(), true);
         }
         if let Mode::Traced = self.mode {
+            self.mark_dirty(off, 8);
             self.tracer().store(true, p as u64, &v.to_le_bytes());
         }
         // SAFETY: `word` checked bounds and alignment.
@@ -499,6 +573,9 @@ impl PmThread {
                 let seq = t.rmw_begin(site);
                 let r = atomic.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire);
                 t.rmw_end(seq, a as u64, r.is_ok().then_some(new));
+                if r.is_ok() {
+                    self.mark_dirty(off, 8);
+                }
                 r
             }
             _ => atomic.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire),
@@ -620,6 +697,36 @@ impl PmThread {
             t.fence(FenceKind::Sfence, site);
         }
         arch::sfence();
+    }
+
+    /// The heap's `msync(MS_SYNC)` as persistent memory sees it. On a DAX
+    /// file system (Metall's Optane setup: ext4-DAX) the kernel writes back
+    /// every cache line of every page written since the last sync and then
+    /// fences (Linux's `dax_writeback_mapping_range` cleans whole pages).
+    /// Traced, exactly those flushes (with the run's flush instruction, on
+    /// the pages this `Pm`'s handles stored to) and the fence are recorded
+    /// as this thread's; natively the kernel does it. Either way the mapping
+    /// is then written back to its file.
+    #[track_caller]
+    pub fn msync(&mut self) -> Result<(), HeapError> {
+        if let Mode::Traced = self.mode {
+            let site = self.tracer().site(Location::caller());
+            let shared = self.shared.clone();
+            for (i, w) in shared.dirty.iter().flat_map(|d| d.iter()).enumerate() {
+                let mut bits = w.swap(0, Ordering::Relaxed);
+                while bits != 0 {
+                    let page = (i as u64 * 64 + bits.trailing_zeros() as u64) * PAGE;
+                    bits &= bits - 1;
+                    for line in (page..(page + PAGE).min(self.size)).step_by(64) {
+                        self.flush_traced(self.at(line, 1), site);
+                    }
+                }
+            }
+            let t = self.tracer();
+            t.fence(FenceKind::Sfence, site);
+            arch::sfence();
+        }
+        self.shared.map.sync()
     }
 
     /// Makes `[off, off + len)` durable: flushes every line it touches, then fences.
@@ -771,6 +878,7 @@ impl<S: EventSink + 'static> TraceCollector<S> {
     /// # Panics
     /// If a `PmThread` of `pm` is still alive, or `pm` is not this trace's.
     pub fn finish(self, pm: Pm) -> io::Result<Finished<S>> {
+        let files = pm.take_image_files();
         pm.release_trace(&self.shared);
         // The collector ends once the last sender (in the shared state) is gone.
         drop(self.shared);
@@ -779,6 +887,10 @@ impl<S: EventSink + 'static> TraceCollector<S> {
                 if let Some(img) = self.heap_image {
                     let path = img.path().display().to_string();
                     img.commit().map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+                }
+                if let Some(dir) = files {
+                    let path = dir.path().display().to_string();
+                    dir.commit().map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
                 }
                 Ok(Finished { sink, stats })
             }

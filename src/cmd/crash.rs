@@ -52,6 +52,19 @@ total. Where all images exceed --bound, the images explored are every combinatio
 the pending lines that recovery reads (the others fully persisted) when those fit the bound: every
 recovery-visible state of the point is then covered (a 'complete' point).
 
+Allocators with state outside the heap file (Metall-style: its management files and properly-closed
+mark in HEAP.metall/): a traced run records each file operation as a marker, `pmsim run --values`
+saves the management files its close wrote in TRACE.img.files/, and every crash point lays out, beside
+its image, the datastore a crash there leaves; the end of the trace is a crash point too (the mark
+is written after the last fence). A store without the mark must be refused by the allocator's own
+open: counted as refused, not a violation, and no check applies (Metall's consistency is the
+snapshot's). A refusal reads nothing of the heap, so such a point has one recovery-visible state and
+is complete after one image; --full-sample checks --bound images there anyway. With the mark the
+store must open, pass its metadata check and hold every completed allocation:
+  pmsim run --alloc metall --workload threadtest --param objects=100 --param keep=true \
+            --heap-size 8M --trace m.pmt --values
+  pmsim crash m.pmt --bound 2000 --full-sample
+
 Crashes inside recovery (--recovery-crashes N): the recovery of every N-th image (seeded choice)
 is crashed at each of its fences, with up to --recovery-bound images per fence, and recovered
 again; the result must pass the same checks (recovery must be idempotent).";
@@ -100,6 +113,11 @@ pub struct CrashArgs {
     /// NVAlloc with wal=artifact). The README states this guarantee.
     #[arg(long)]
     allow_stale_dest: bool,
+    /// At a point with more images than --bound, check --bound sampled images even once the
+    /// images checked cover every recovery-visible state of the point (verifies the reduction
+    /// instead of trusting it: a sampled image in a new state makes the point incomplete).
+    #[arg(long)]
+    full_sample: bool,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -134,8 +152,9 @@ pub fn run(a: CrashArgs) -> CmdResult {
         recovery_crashes: a.recovery_crashes,
         recovery_bound: a.recovery_bound.max(1),
         allow_stale_dest: a.allow_stale_dest,
+        full_sample: a.full_sample,
     };
-    let npoints = pmsim_crash::explore::select_points(&tr, &opts).len() as u64;
+    let npoints = pmsim_crash::explore::select_points(&tr, &opts, target.outside_markers().is_some()).len() as u64;
     let progress = Progress::default();
     let bar = ProgressBar::with_draw_target(Some(npoints), ProgressDrawTarget::stderr());
     bar.set_style(
@@ -172,8 +191,13 @@ pub fn run(a: CrashArgs) -> CmdResult {
 fn print_summary(a: &CrashArgs, s: &Summary) {
     println!("trace        {} ({})", a.trace.display(), s.allocator);
     println!(
-        "crash points {} of {} fences and clflushes ({} exhaustive, {} sampled; at most {} images at one point)",
-        s.points, s.fences, s.exhaustive_points, s.sampled_points, s.max_images_at_point
+        "crash points {} of {} fences and clflushes{} ({} exhaustive, {} sampled; at most {} images at one point)",
+        s.points,
+        s.fences,
+        if s.end_point { " and the trace's end" } else { "" },
+        s.exhaustive_points,
+        s.sampled_points,
+        s.max_images_at_point
     );
     println!("images       {} checked in {:.2} s: {:.0} images/s", s.images, s.seconds, s.images_per_second);
     let (e, m) = (s.possible_images_log10.floor(), 10f64.powf(s.possible_images_log10.fract()));
@@ -225,6 +249,13 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
             s.lost, s.max_lost
         );
     }
+    if s.refused > 0 {
+        println!(
+            "refused      {} image(s) refused by the allocator as unclean stores, as its design requires there \
+             (no check applies; a refusal reads nothing of the heap: one recovery-visible state per point)",
+            s.refused
+        );
+    }
     if s.recovery_crashed_images > 0 {
         println!(
             "recovery     {} image(s) crashed inside recovery at {} fences: {} images recovered again",
@@ -274,6 +305,9 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
     }
     if a.allow_stale_dest {
         cmd += " --allow-stale-dest";
+    }
+    if a.full_sample {
+        cmd += " --full-sample";
     }
     if v.recovery_crash.is_some() {
         cmd += &format!(" --recovery-crashes 1 --recovery-bound {}", a.recovery_bound.max(1));

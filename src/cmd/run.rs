@@ -58,7 +58,7 @@ pub struct RunArgs {
     /// Heap size, e.g. 512M, 4G [default: enough for the workload at its scale].
     #[arg(long, value_parser = parse_size)]
     heap_size: Option<u64>,
-    /// Replace an existing --heap, --trace (and its .img) file (regular files only; never an input).
+    /// Replace an existing --heap, --trace (and its .img, .img.files) file (regular files only; never an input).
     #[arg(long = "force", alias = "overwrite")]
     overwrite: bool,
     /// Flush instruction: clwb, clflushopt, clflush or none (eADR) [default: the best this CPU has].
@@ -71,7 +71,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "OUT.pmt")]
     trace: Option<PathBuf>,
     /// With --trace: record the bytes every store writes, and save the heap image at trace start
-    /// next to the trace (TRACE.img): the input of `pmsim crash`.
+    /// next to the trace (TRACE.img): the input of `pmsim crash`. An allocator that keeps files
+    /// outside its heap (Metall's management data) saves what it wrote in TRACE.img.files/.
     #[arg(long, requires = "trace")]
     values: bool,
     /// With --trace: compress the trace with zstd (level 3).
@@ -292,6 +293,9 @@ pub fn run(a: RunArgs) -> CmdResult {
     if let (Some(t), true) = (&a.trace, a.values) {
         policy.check(&heap_image_path(t))?;
         _locks.push(Lock::output(&heap_image_path(t))?);
+        // And the files an allocator keeps outside its heap (Metall's
+        // management data), saved beside the image when it writes any.
+        policy.check_dir(&pmsim_model::pm::image_files_dir(&heap_image_path(t)))?;
     }
     let mode = match (&a.trace, &a.sim) {
         (Some(path), _) => Mode::Trace {

@@ -64,11 +64,16 @@ pub enum Mutation {
     /// and the management data saved at close no longer loads. The metadata
     /// check (non-full lists against the bitsets) sees it while open.
     NonfullLost,
+    /// Metall's close writes the properly-closed mark *before* it syncs the
+    /// heap (instead of after): a crash in between leaves a store with the
+    /// mark whose heap lost the run's unsynced stores, which the next open
+    /// accepts (`pmsim crash` on a store closed with data in it).
+    MarkBeforeSync,
 }
 
 impl Mutation {
     /// Every mutation but `None`.
-    pub const ALL: [Mutation; 13] = [
+    pub const ALL: [Mutation; 14] = [
         Mutation::WalEntryFlush,
         Mutation::BitmapFlush,
         Mutation::DestFlush,
@@ -82,6 +87,7 @@ impl Mutation {
         Mutation::UndoEntryFlush,
         Mutation::MarkCountStale,
         Mutation::NonfullLost,
+        Mutation::MarkBeforeSync,
     ];
 
     /// `Ok` for `None` and for the mutations in `own` (those allocator `alloc`
@@ -112,6 +118,7 @@ impl Mutation {
             Mutation::UndoEntryFlush => "undo-entry-flush",
             Mutation::MarkCountStale => "mark-count-stale",
             Mutation::NonfullLost => "nonfull-lost",
+            Mutation::MarkBeforeSync => "mark-before-sync",
         }
     }
 }

@@ -26,16 +26,28 @@
 //! a plain store of `*dest` — no flush, no log — made durable with
 //! everything else by the `msync` of close or snapshot; a crash cannot
 //! separate it from the allocation because nothing of the run survives one.
+//!
+//! # Persistence, as a trace shows it
+//!
+//! Within a run nothing is flushed by Metall. Close's `msync` of the heap
+//! is [`PmThread::msync`]: traced, the flush of every line of every page
+//! written since the store was opened and one fence, as the kernel does on
+//! a DAX file system. The file operations (directory created, mark removed,
+//! management files written, mark written) are trace markers
+//! ([`crash::MARKER_PREFIX`]), and the management files a traced close
+//! writes are saved with the trace's heap image, so `pmsim crash` can lay
+//! out, at each crash point, the datastore a crash leaves there ([`crash`]).
 
 pub mod bin_dir;
 pub mod bitset;
 pub mod chunk_dir;
+pub mod crash;
 pub mod store;
 
 use crate::alloc::{AllocThread, Footprint, PmAllocator};
 use crate::config::AllocConfig;
 use crate::error::AllocError;
-use crate::family::{Allocator, CrashTarget};
+use crate::family::{Allocator, CrashTarget, Recoverable};
 use crate::heap::{Heap, HEADER_SIZE};
 use crate::live::LiveBytes;
 use crate::mech::mutation::Mutation;
@@ -67,8 +79,8 @@ pub struct MetallConfig {
     /// Chunk size in bytes: a power of two from 64 KiB to 2 MiB (at most
     /// 2^18 slots of 8 B, what three bitset layers cover).
     pub chunk_size: u64,
-    /// A removed step, for checkers to catch (`nonfull-lost` concerns
-    /// Metall; see [`Mutation`]).
+    /// A removed step or swapped order, for checkers to catch
+    /// (`nonfull-lost` and `mark-before-sync` concern Metall; see [`Mutation`]).
     pub mutation: Mutation,
 }
 
@@ -86,7 +98,9 @@ impl AllocConfig for MetallConfig {
         if !c.is_power_of_two() || !(64 << 10..=2 << 20).contains(&c) {
             return Err(AllocError::config(NAME, format!("chunk_size = {c} (a power of two from 65536 to 2097152)")));
         }
-        self.mutation.check("Metall", &[Mutation::NonfullLost]).map_err(|m| AllocError::config(NAME, m))
+        self.mutation
+            .check("Metall", &[Mutation::NonfullLost, Mutation::MarkBeforeSync])
+            .map_err(|m| AllocError::config(NAME, m))
     }
 }
 
@@ -136,7 +150,7 @@ impl Metall {
         store::create_dir(&dir)?;
         let cls = classes(&cfg);
         let bins = (0..cls.len()).map(|_| Bin::default()).collect();
-        Ok(Metall::assemble(cfg, pm, heap, dir, cls, ChunkDirectory::new(n), bins))
+        Ok(Metall::assemble(cfg, pm, heap, dir, cls, ChunkDirectory::new(n), bins, crash::CREATED))
     }
 
     /// Opens a properly closed datastore (refused otherwise, with one line
@@ -150,9 +164,12 @@ impl Metall {
         let slots = |b: usize| cfg.chunk_size / cls.size(b) as u64;
         let (cd, bins) = store::load(&dir, cfg.chunk_size, n, cls.len(), slots)?;
         store::remove_mark(&dir)?;
-        Ok(Metall::assemble(cfg, pm, heap, dir, cls, cd, bins))
+        Ok(Metall::assemble(cfg, pm, heap, dir, cls, cd, bins, crash::MARK_REMOVED))
     }
 
+    /// The store on its management data; `marker` records in a trace what
+    /// opening did to the datastore's files.
+    #[allow(clippy::too_many_arguments)]
     fn assemble(
         cfg: MetallConfig,
         pm: Pm,
@@ -161,6 +178,7 @@ impl Metall {
         classes: SizeClasses,
         chunks: ChunkDirectory,
         bins: Vec<Bin>,
+        marker: &str,
     ) -> Arc<Metall> {
         let mut live_base = 0;
         for c in 0..chunks.len() {
@@ -173,6 +191,7 @@ impl Metall {
         }
         let mut t = pm.thread(0);
         t.op_begin(OpKind::Init, 0);
+        t.marker(0, marker);
         t.add_region("metall data segment", Category::Data, SEGMENT, chunks.len() * cfg.chunk_size);
         t.op_end(OpKind::Init, 0);
         drop(t);
@@ -190,13 +209,36 @@ impl Metall {
     }
 
     /// Writes the management data, syncs the heap, then marks the datastore
-    /// properly closed; gives the `Pm` back (then close the heap).
+    /// properly closed; gives the `Pm` back (then close the heap). Traced,
+    /// the sync is the write-back of every page written since open and a
+    /// fence ([`PmThread::msync`]), each file step is a marker, and the
+    /// management files are saved with the trace's heap image.
     pub fn close(self: Arc<Self>, heap: &Heap) -> Result<Pm, AllocError> {
+        let _ = heap; // the Pm's mapping is the heap's: msync goes through it
         let mt = AllocError::sole_owner(self, NAME)?;
         let bins: Vec<Bin> = mt.bins.into_vec().into_iter().map(|m| m.into_inner().unwrap()).collect();
-        store::save(&mt.dir, mt.cfg.chunk_size, &mt.chunks, &bins)?;
-        heap.sync()?;
-        store::write_mark(&mt.dir)?;
+        let mut t = mt.pm.thread(0);
+        t.op_begin(OpKind::Close, 0);
+        let files = store::save(&mt.dir, mt.cfg.chunk_size, &mt.chunks, &bins)?;
+        let crc = store::files_crc(&files);
+        for (name, bytes) in &files {
+            mt.pm.save_with_image(name, bytes).map_err(|e| AllocError::store(NAME, e.to_string()))?;
+        }
+        t.marker(0, &crash::written(crc));
+        let mark = |t: &mut PmThread| -> Result<(), AllocError> {
+            store::write_mark(&mt.dir)?;
+            t.marker(0, &crash::marked(crc));
+            Ok(())
+        };
+        if mt.cfg.mutation == Mutation::MarkBeforeSync {
+            mark(&mut t)?;
+        }
+        t.msync()?;
+        if mt.cfg.mutation != Mutation::MarkBeforeSync {
+            mark(&mut t)?;
+        }
+        t.op_end(OpKind::Close, 0);
+        drop(t);
         Ok(mt.pm)
     }
 
@@ -383,11 +425,26 @@ impl Allocator for Metall {
         Metall::close(self, heap)
     }
 
-    /// None: nothing of a crashed run can be recovered, by design.
-    fn crash_target(_cfg: MetallConfig) -> Result<Box<dyn CrashTarget>, String> {
-        Err("Metall keeps no crash-consistent state to explore: a datastore that was not closed properly is \
-             refused at open, whatever its heap holds (its crash consistency is the snapshot's: Metall::snapshot)"
-            .into())
+    /// The datastore a crash leaves, laid out from the trace's markers and
+    /// the management files saved with its heap image ([`crash`]).
+    fn crash_target(cfg: MetallConfig) -> Result<Box<dyn CrashTarget>, String> {
+        Ok(Box::new(crash::MetallTarget::new(cfg)))
+    }
+}
+
+impl Recoverable for Metall {
+    /// A properly closed store keeps every object, published or not (the
+    /// only store Metall opens after a crash is one closed before it).
+    fn plain_mallocs_durable(_cfg: &MetallConfig) -> bool {
+        true
+    }
+
+    fn live_blocks(&self, _t: &mut MetallThread) -> Vec<(u64, u64)> {
+        self.live_objects()
+    }
+
+    fn check_metadata(&self, _t: &mut MetallThread) -> Result<(), String> {
+        self.check()
     }
 }
 
@@ -427,37 +484,37 @@ impl MetallThread {
     }
 }
 
-impl AllocThread for MetallThread {
-    fn malloc(&mut self, size: u64) -> Option<u64> {
+impl MetallThread {
+    /// A malloc, publishing into `dest` inside the operation if given (a
+    /// plain store: see the module documentation).
+    fn malloc_impl(&mut self, size: u64, dest: Option<u64>) -> Option<u64> {
         self.t.op_begin(OpKind::Malloc, size);
         let r = self.mt.alloc(size);
-        if let Some((_, sz)) = r {
+        if let Some((off, sz)) = r {
             self.mt.add_live(self.t.tid(), sz as i64);
+            if let Some(d) = dest {
+                self.t.store_u64(d, off);
+            }
         }
         let off = r.map(|(o, _)| o);
         self.t.op_end(OpKind::Malloc, off.unwrap_or(0));
         off
     }
 
-    fn free(&mut self, off: u64) {
+    /// A free of `off`, clearing `dest` inside the operation if given.
+    fn free_impl(&mut self, off: u64, dest: Option<u64>) {
         self.t.op_begin(OpKind::Free, off);
+        if let Some(d) = dest {
+            self.t.store_u64(d, 0);
+        }
         let sz = self.mt.dealloc(off);
         self.mt.add_live(self.t.tid(), -(sz as i64));
         self.t.op_end(OpKind::Free, 0);
     }
+}
 
-    /// A plain store of `*dest` (see the module documentation).
-    fn malloc_to(&mut self, size: u64, dest: u64) -> Option<u64> {
-        let off = self.malloc(size)?;
-        self.t.store_u64(dest, off);
-        Some(off)
-    }
-
-    fn free_from(&mut self, dest: u64) {
-        let off = self.t.load_u64(dest);
-        self.t.store_u64(dest, 0);
-        self.free(off);
-    }
+impl AllocThread for MetallThread {
+    crate::alloc::dest_forwarding_ops!(t);
 
     crate::alloc::pm_thread_access!(t);
 }

@@ -33,6 +33,8 @@ use std::path::{Path, PathBuf};
 
 const CHUNK_DIR_FILE: &str = "chunk_directory";
 const BIN_DIR_FILE: &str = "bin_directory";
+/// The management files [`save`] writes, in the order it returns them.
+pub const MANAGEMENT_FILES: [&str; 2] = [CHUNK_DIR_FILE, BIN_DIR_FILE];
 const MARK_FILE: &str = "properly_closed_mark";
 const MAGIC_CD: u64 = u64::from_le_bytes(*b"PMMT-CD\0");
 const MAGIC_BD: u64 = u64::from_le_bytes(*b"PMMT-BD\0");
@@ -107,13 +109,45 @@ fn fnv(words: &[u64]) -> u64 {
     h
 }
 
-fn write_words(path: &Path, mut words: Vec<u64>) -> Result<(), AllocError> {
-    words.push(fnv(&words));
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+/// Writes `bytes` to `path` durably: a temporary file, fsync, rename.
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), AllocError> {
     let tmp = path.with_extension("tmp");
     let mut f = File::create(&tmp).map_err(|e| io_err(&tmp, "cannot create", e))?;
-    f.write_all(&bytes).and_then(|_| f.sync_all()).map_err(|e| io_err(&tmp, "cannot write", e))?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| io_err(&tmp, "cannot write", e))?;
     fs::rename(&tmp, path).map_err(|e| io_err(path, "cannot rename into place", e))
+}
+
+/// Writes a word file (its checksum appended); returns its bytes.
+fn write_words(path: &Path, mut words: Vec<u64>) -> Result<Vec<u8>, AllocError> {
+    words.push(fnv(&words));
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    write_file(path, &bytes)?;
+    Ok(bytes)
+}
+
+/// One checksum of the management files as [`save`] returns them, which a
+/// traced close records in its markers (so the copies saved with a trace's
+/// heap image are known to be that close's).
+pub fn files_crc(files: &[(&'static str, Vec<u8>)]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for (_, b) in files {
+        h.update(b);
+    }
+    h.finalize()
+}
+
+/// Lays out the management directory `dir` afresh with `files` (as
+/// [`save`] returned them) and, with `mark`, the properly-closed mark: the
+/// datastore a crash leaves at a point of a traced run (`pmsim crash`).
+pub fn lay_out(dir: &Path, files: &[(&'static str, Vec<u8>)], mark: bool) -> Result<(), AllocError> {
+    create_dir(dir)?;
+    for (name, bytes) in files {
+        write_file(&dir.join(name), bytes)?;
+    }
+    if mark {
+        write_mark(dir)?;
+    }
+    Ok(())
 }
 
 /// A reader of a word file that names the file and the word in its errors.
@@ -155,8 +189,14 @@ impl<'a> Words<'a> {
     }
 }
 
-/// Writes the chunk directory (with the bitsets of small chunks) and the bin directory.
-pub fn save(dir: &Path, chunk_size: u64, cd: &ChunkDirectory, bins: &[Bin]) -> Result<(), AllocError> {
+/// Writes the chunk directory (with the bitsets of small chunks) and the bin
+/// directory; returns each file's name and bytes ([`MANAGEMENT_FILES`]).
+pub fn save(
+    dir: &Path,
+    chunk_size: u64,
+    cd: &ChunkDirectory,
+    bins: &[Bin],
+) -> Result<Vec<(&'static str, Vec<u8>)>, AllocError> {
     let high = cd.high_water();
     let mut w = vec![MAGIC_CD, VERSION, chunk_size, cd.len(), high];
     for c in 0..high {
@@ -168,13 +208,14 @@ pub fn save(dir: &Path, chunk_size: u64, cd: &ChunkDirectory, bins: &[Bin]) -> R
             w.extend_from_slice(sc.bits.leaves());
         }
     }
-    write_words(&dir.join(CHUNK_DIR_FILE), w)?;
+    let cd_bytes = write_words(&dir.join(CHUNK_DIR_FILE), w)?;
     let mut w = vec![MAGIC_BD, VERSION, bins.len() as u64];
     for b in bins {
         w.push(b.nonfull.len() as u64);
         w.extend_from_slice(&b.nonfull);
     }
-    write_words(&dir.join(BIN_DIR_FILE), w)
+    let bd_bytes = write_words(&dir.join(BIN_DIR_FILE), w)?;
+    Ok(vec![(CHUNK_DIR_FILE, cd_bytes), (BIN_DIR_FILE, bd_bytes)])
 }
 
 /// Reads the management files into a chunk directory of `nchunks` entries

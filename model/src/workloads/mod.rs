@@ -291,6 +291,13 @@ impl Workload {
         Ok(self)
     }
 
+    /// Whether the run ends with its data still allocated and published
+    /// (Threadtest's `keep`): the directory at root 0 stays, and live bytes
+    /// at the end are expected.
+    pub fn keeps_data(&self) -> bool {
+        matches!(&self.params, Params::Threadtest(p) if p.keep)
+    }
+
     /// Refuses parameters the workload cannot run with, naming the field.
     pub fn validate(&self, threads: u32) -> Result<(), WorkloadError> {
         if threads == 0 {
@@ -445,7 +452,7 @@ pub struct RunReport {
 ///
 /// The workload anchors its persistent structures in a directory at root
 /// slot 0 and frees everything before returning; the allocator must then
-/// report zero live bytes.
+/// report zero live bytes (unless the workload [keeps its data](Workload::keeps_data)).
 pub fn run<A: PmAllocator>(
     alloc: &Arc<A>,
     wl: &Workload,
@@ -474,16 +481,18 @@ pub fn run<A: PmAllocator>(
         Params::Fptree(p) => fptree::run(&sh, p)?,
         Params::LlfreeBench(p) => llfree_bench::run(&sh, p)?,
     }
-    sh.single(0, |w| {
-        w.t.set_root(0, 0);
-        w.free(w.shared().dir_off())
-    })?;
+    if !wl.keeps_data() {
+        sh.single(0, |w| {
+            w.t.set_root(0, 0);
+            w.free(w.shared().dir_off())
+        })?;
+    }
     let end_time = Instant::now();
     let elapsed = end_time - start;
     sh.sample();
     sh.mark_phase("end");
     let end = alloc.footprint();
-    if end.live_bytes != 0 {
+    if end.live_bytes != 0 && !wl.keeps_data() {
         return Err(WorkloadError::Check {
             workload: wl.name.clone(),
             tid: 0,

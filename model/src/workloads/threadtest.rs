@@ -12,6 +12,11 @@
 //! exercises (`nvalloc_malloc_to` into an array). Without it the offsets stay
 //! in DRAM and `malloc`/`free` are used, as Ralloc's volatile threadtest does;
 //! NVAlloc then skips its WAL.
+//!
+//! With `keep` the last batch stays allocated and published when the run
+//! ends (a program that builds a persistent data set and closes the store to
+//! reopen it later, the use Metall is made for): the crash explorer then has
+//! a store closed with data in it to check.
 
 use super::driver::{thread_anchor, Shared, Slots};
 use super::{Scale, WorkloadError};
@@ -29,12 +34,15 @@ pub struct Params {
     pub split: bool,
     /// `malloc_to` / `free_from` through a persistent slot array.
     pub publish: bool,
+    /// Leave the last batch allocated and published at the end (with `publish`).
+    #[serde(default)]
+    pub keep: bool,
 }
 
 impl Params {
     pub fn preset(scale: Scale) -> Params {
         let (iterations, objects) = scale.pick((20, 5_000), (100, 100_000), (10_000, 100_000));
-        Params { iterations, objects, size: 64, split: false, publish: true }
+        Params { iterations, objects, size: 64, split: false, publish: true, keep: false }
     }
 
     fn per_thread(&self, threads: u32) -> u64 {
@@ -52,6 +60,9 @@ impl Params {
         if self.per_thread(threads) == 0 {
             return Err("no objects per thread".into());
         }
+        if self.keep && !self.publish {
+            return Err("keep = true needs publish = true (kept objects are found through their slots)".into());
+        }
         Ok(())
     }
 
@@ -66,7 +77,7 @@ fn id(tid: u32, it: u64, i: u64) -> u64 {
 
 pub fn run<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
     let n = p.per_thread(sh.threads);
-    sh.set_expected_ops(sh.threads as u64 * p.iterations * n * 2);
+    sh.set_expected_ops(sh.threads as u64 * (p.iterations * n * 2 - if p.keep { n } else { 0 }));
     sh.phase("running");
     sh.parallel(|tid| {
         let mut w = sh.worker(tid);
@@ -83,11 +94,17 @@ pub fn run<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), Workloa
                 }
                 w.barrier()?;
             }
+            let kept = p.keep && it + 1 == p.iterations;
             for i in 0..n {
                 let off = slots.get(&w, i as usize);
                 w.verify(off, p.size, id(tid, it, i))?;
-                slots.free(&mut w, i as usize)?;
+                if !kept {
+                    slots.free(&mut w, i as usize)?;
+                }
             }
+        }
+        if p.keep {
+            return Ok(());
         }
         slots.destroy(&mut w)
     })
