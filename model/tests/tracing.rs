@@ -416,3 +416,40 @@ fn flushes_and_fences_carry_their_call_sites() {
         .zip(&events)
         .all(|(&s, (_, e))| s == 0 || matches!(e, OwnedEvent::Flush { .. } | OwnedEvent::Fence { .. })));
 }
+
+/// `msync` traced: every line of every page stored to since the last one
+/// (a store straddling two pages dirties both; a CAS and a non-temporal
+/// store count), with the run's flush instruction, then one fence; the next
+/// `msync` writes back only what was stored since.
+#[test]
+fn msync_writes_back_every_line_of_each_page_written_since_the_last() {
+    let d = tempfile::tempdir().unwrap();
+    let heap = heap(&d);
+    let b = heap.base() as u64;
+    let (pm, collector) = traced(&heap, FlushInsn::Clflush, &TraceConfig::default());
+    let mut t = pm.thread(0);
+    t.store_bytes(2 * 4096 - 4, &[1u8; 8]); // pages 1 and 2
+    assert_eq!(t.cas_u64(5 * 4096, 0, 1), Ok(0));
+    t.ntstore_u64(7 * 4096 + 64, 1);
+    t.msync().unwrap();
+    t.store_u64(5 * 4096 + 8, 3);
+    t.msync().unwrap();
+    drop(t);
+    let done = collector.finish(pm).unwrap();
+    let flushed: Vec<u64> = done
+        .sink
+        .0
+        .iter()
+        .filter_map(|e| match e.1 {
+            OwnedEvent::Flush { kind: FlushKind::Clflush, line } => Some(line - b),
+            OwnedEvent::Fence { kind: FenceKind::Sfence } => Some(u64::MAX),
+            _ => None,
+        })
+        .collect();
+    let page = |p: u64| (0..64).map(move |l| p * 4096 + 64 * l);
+    let mut want: Vec<u64> = [1, 2, 5, 7].into_iter().flat_map(page).collect();
+    want.extend([u64::MAX]);
+    want.extend(page(5));
+    want.push(u64::MAX);
+    assert_eq!(flushed, want);
+}
