@@ -133,6 +133,13 @@ impl CrashTarget for MetallTarget {
     }
 
     fn load_outside(&self, image: &Path, markers: &[&str]) -> Result<(), String> {
+        // Create and open always record their step: a trace without one
+        // cannot say what a crash leaves beside the heap.
+        if !markers.iter().any(|&m| m == CREATED || m == MARK_REMOVED) {
+            return Err("the trace records no Metall datastore step (no 'metall: …' marker of create or open); \
+                        record it again with this pmsim"
+                .into());
+        }
         let mut crcs = Vec::new();
         for m in markers {
             if let Dir::Files { crc, .. } = parse(Some(m))? {
@@ -200,5 +207,31 @@ impl CrashTarget for MetallTarget {
             Err(e) => Err(format!("a store a crash leaves without its properly-closed mark must be refused as not closed properly; open failed otherwise: {e}")),
             Ok(_) => Err("Metall opened a store that a crash here leaves without its properly-closed mark".into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_name_the_directory_a_crash_leaves() {
+        assert_eq!(parse(None), Ok(Dir::None));
+        assert_eq!(parse(Some(CREATED)), Ok(Dir::Unmarked));
+        assert_eq!(parse(Some(MARK_REMOVED)), Ok(Dir::Unmarked));
+        assert_eq!(parse(Some(&written(0xdead_beef))), Ok(Dir::Files { crc: 0xdead_beef, mark: false }));
+        assert_eq!(parse(Some(&marked(7))), Ok(Dir::Files { crc: 7, mark: true }));
+        assert!(parse(Some("metall: something else")).unwrap_err().contains("unknown Metall marker"));
+        assert!(parse(Some("metall: management files written (crc32 zz)")).unwrap_err().contains("unreadable"));
+    }
+
+    #[test]
+    fn a_trace_without_a_datastore_step_is_refused() {
+        let t = MetallTarget::new(MetallConfig::default());
+        let e = t.load_outside(Path::new("t.pmt.img"), &[]).unwrap_err();
+        assert!(e.contains("no Metall datastore step"), "{e}");
+        let e = t.load_outside(Path::new("/nonexistent/t.pmt.img"), &[CREATED, &written(1)]).unwrap_err();
+        assert!(e.contains("/nonexistent/t.pmt.img.files/chunk_directory") && e.contains("cannot read"), "{e}");
+        assert_eq!(t.load_outside(Path::new("t.pmt.img"), &[CREATED]), Ok(()), "no close: no files needed");
     }
 }
