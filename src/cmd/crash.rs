@@ -61,7 +61,7 @@ open: counted as refused, not a violation, and no check applies (Metall's consis
 snapshot's). A refusal reads nothing of the heap, so such a point has one recovery-visible state and
 is complete after one image; --full-sample checks --bound images there anyway. With the mark the
 store must open, pass its metadata check and hold every completed allocation:
-  pmsim run --alloc metall --workload threadtest --param objects=100 --param keep=true \
+  pmsim run --alloc metall --workload threadtest --param objects=100 --param keep=true \\
             --heap-size 8M --trace m.pmt --values
   pmsim crash m.pmt --bound 2000 --full-sample
 
@@ -266,10 +266,14 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
         println!("result       no violation");
         return;
     };
+    let at = if s.end_point && v.point == s.fences {
+        "at the end of the trace".to_string()
+    } else {
+        format!("before the fence at event {}", v.event)
+    };
     println!(
-        "VIOLATION    crash point {} (before the fence at event {}), image {} of {} ({})",
+        "VIOLATION    crash point {} ({at}), image {} of {} ({})",
         v.point,
-        v.event,
         v.image,
         v.images_at_point,
         if v.exhaustive { "exhaustive" } else { "sampled" }
