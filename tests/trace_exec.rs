@@ -503,7 +503,9 @@ fn pmdk_window_at_the_first_allocation() {
 // ---- PMDK crash states -----------------------------------------------------------
 
 /// `pmsim crash … --json` on `trace` with `extra` options: its exit status
-/// and summary; it must leave none of its scratch files (`pmsim-PID-…`).
+/// and summary; it must leave none of its scratch files (`pmsim-PID-…`) and
+/// none of its PMDK recovery processes (`PMSIM_PMDK_RECOVERY=PID` in their
+/// environment) behind.
 fn crash_json(trace: &Path, extra: &[&str]) -> (Output, serde_json::Value) {
     let child = Command::new(env!("CARGO_BIN_EXE_pmsim"))
         .args([&["crash", trace.to_str().unwrap(), "--json"][..], extra].concat())
@@ -527,6 +529,17 @@ fn crash_json(trace: &Path, extra: &[&str]) -> (Output, serde_json::Value) {
             .collect();
         assert!(left.is_empty(), "scratch files left: {left:?}");
     }
+    let mark = format!("PMSIM_PMDK_RECOVERY={pid}\0");
+    let recovering: Vec<_> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("environ"))
+                .is_ok_and(|env| env.windows(mark.len()).any(|w| w == mark.as_bytes()))
+        })
+        .map(|e| e.file_name())
+        .collect();
+    assert!(recovering.is_empty(), "recovery processes left: {recovering:?}");
     (o, v)
 }
 
@@ -551,6 +564,29 @@ fn pmdk_crash_states_recovered_by_libpmemobj_pass() {
     let images = v["images"].as_u64().unwrap();
     assert!(images >= 100, "{images} images");
     assert!(v["distinct_states"].as_u64().unwrap() > 0, "{}", v["distinct_states"]);
+}
+
+/// Issue #22's acceptance for PMDK: over 10,000 crash images of a real
+/// workload's trace, every one recovered by libpmemobj and put through all
+/// of the target's checks, and no violation. The workload is the Threadtest
+/// on the transactional API (2 rounds of 32 objects: the second reuses the
+/// blocks the first freed), so recovery both rolls transactions back (undo
+/// logs) and finishes committed ones (redo logs); every crash point after
+/// the pool's creation gets 10 images (`--bound 9` samples, plus the image
+/// that persists every pending store). The images are recovered in
+/// parallel, in recovery processes, which must all be gone afterwards.
+#[test]
+fn pmdk_ten_thousand_crash_images_of_a_transactional_threadtest_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tx.pmt");
+    trace_pmdk_threadtest_with(dir.path(), &out, &["--values"], &["2", "32", "64", "1", "tx"]);
+    let (o, v) = crash_json(&out, &["--bound", "9"]);
+    assert!(o.status.success(), "{}\n{}", v["violation"], stderr(&o));
+    assert!(v["violation"].is_null(), "{}", v["violation"]);
+    let images = v["images"].as_u64().unwrap();
+    assert!(images >= 10_000, "{images} images");
+    assert!(v["distinct_states"].as_u64().unwrap() * 2 > images, "{} distinct states", v["distinct_states"]);
+    assert_eq!(v["points"].as_u64(), Some(v["coverage"].as_array().unwrap().len() as u64));
 }
 
 /// The classic PMDK bug, a store inside a transaction that the transaction

@@ -19,7 +19,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Set in a recovery process's environment.
+/// Set in a recovery process's environment, to the requester's pid (so a
+/// recovery process names the run it serves).
 const ENV: &str = "PMSIM_PMDK_RECOVERY";
 
 /// Whether this executable serves recoveries when re-run with [`ENV`].
@@ -118,7 +119,7 @@ impl Process {
     pub(super) fn start() -> Result<Process, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find pmsim's executable: {e}"))?;
         let mut child = Command::new(&exe)
-            .env(ENV, "1")
+            .env(ENV, std::process::id().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
