@@ -132,6 +132,10 @@ pub struct TimingConfig {
     pub fence_ns: f64,
     /// Entries of one DIMM's write-pending queue in the memory controller.
     pub wpq_entries: u32,
+    /// Writes a thread may have in flight (issued, not yet accepted by a
+    /// write-pending queue): the core's buffers that hold a line on its way
+    /// to the memory controller. 0: unbounded.
+    pub write_buffers: u32,
     /// The DIMM's time to take one 64 B write from the queue into its XPBuffer.
     pub dimm_write_ns: f64,
     /// Added when that write's XPLine is neither the DIMM's previous write's
@@ -160,17 +164,18 @@ impl Default for TimingConfig {
     fn default() -> Self {
         TimingConfig {
             store_ns: 2.0,
-            flush_issue_ns: 35.0,
-            flush_to_wpq_ns: 32.0,
-            nt_to_wpq_ns: 54.6,
+            flush_issue_ns: 45.1,
+            flush_to_wpq_ns: 20.2,
+            nt_to_wpq_ns: 88.4,
             fence_ns: 10.0,
             wpq_entries: 64,
-            dimm_write_ns: 17.7,
-            dimm_switch_ns: 12.0,
-            writer_ns: 1.25,
+            write_buffers: 6,
+            dimm_write_ns: 13.3,
+            dimm_switch_ns: 9.6,
+            writer_ns: 1.0,
             imc_dimms: 3,
             media_write_ns: 104.4,
-            media_read_ns: 53.5,
+            media_read_ns: 59.4,
             reorder_events: 1 << 22,
         }
     }
@@ -305,6 +310,9 @@ impl Config {
         let t = &self.timing;
         if t.wpq_entries == 0 || t.wpq_entries > 1 << 16 {
             return Err(format!("timing.wpq_entries must be between 1 and 65536 (got {})", t.wpq_entries));
+        }
+        if t.write_buffers > 1 << 16 {
+            return Err(format!("timing.write_buffers must be between 0 and 65536 (got {})", t.write_buffers));
         }
         if t.imc_dimms == 0 {
             return Err("timing.imc_dimms must be at least 1".into());

@@ -45,6 +45,13 @@
 //! so the writes eADR makes by evicting dirty lines are not charged: an eADR
 //! estimate is a lower bound on the DIMMs' load.
 //!
+//! Per thread, the core's **write buffers** (`timing.write_buffers`): a
+//! write (a flush of a dirty line, a non-temporal line) holds one from its
+//! issue until a WPQ accepts it, and a thread with all of them held waits
+//! for the first to be freed. Without fences this bounds a thread's writes in
+//! flight, so one thread streaming writes is bound by their latency, as the
+//! fence-free bandwidth kernels of FAST '20 measured.
+//!
 //! A fence waits until every write its thread issued before it was accepted.
 //! So one thread is bound by latency, a few fill the DIMMs, and many slow
 //! them down: their writes queue behind each other's at the controller, and
@@ -100,6 +107,8 @@ struct Costs {
     reflush: [u64; 8],
     reflush_len: usize,
     threshold: u64,
+    /// `timing.write_buffers` (0: unbounded).
+    buffers: usize,
 }
 
 /// An event as the scheduler holds it back (what the timing needs of it).
@@ -153,6 +162,9 @@ struct Thread {
     events: u64,
     nt_line: u64,
     reflushes: u64,
+    /// When each of its writes in flight (issued, not yet accepted by a
+    /// WPQ) will be accepted: at most `timing.write_buffers` of them.
+    inflight: Vec<u64>,
     started: bool,
     live: bool,
     queue: VecDeque<Ev>,
@@ -341,6 +353,7 @@ impl Contention {
                 reflush,
                 reflush_len,
                 threshold: cfg.reflush.threshold,
+                buffers: t.write_buffers as usize,
             },
             xpline: cfg.optane.xpline_bytes,
             reorder: t.reorder_events as usize,
@@ -491,7 +504,9 @@ impl Contention {
                 let (d, new) = self.dirty.get_or_insert_mut(line, 0);
                 if !new && *d == 1 {
                     *d = 0;
+                    let issue = self.acquire(t).max(issue);
                     let mut accepted = self.write(t, line, issue + c.flush_to_wpq);
+                    self.release(t, accepted);
                     // A reflush: the line's previous write is still on its
                     // way through the DIMM, and the new one waits for it
                     // (NVAlloc §3.1 measured the latency).
@@ -548,8 +563,35 @@ impl Contention {
         }
     }
 
+    /// A buffer of the core for thread `t`'s next write: with all of them
+    /// holding writes not yet accepted, the thread waits for the first
+    /// accepted. Returns the thread's clock then.
+    fn acquire(&mut self, t: usize) -> u64 {
+        let k = self.c.buffers;
+        let th = &mut self.threads[t];
+        if k > 0 {
+            let now = th.clock;
+            th.inflight.retain(|&a| a > now);
+            if th.inflight.len() >= k {
+                let (i, m) = th.inflight.iter().copied().enumerate().min_by_key(|x| x.1).unwrap();
+                th.clock = th.clock.max(m);
+                th.inflight.swap_remove(i);
+            }
+        }
+        th.clock
+    }
+
+    /// Thread `t`'s write holds its buffer until `accepted`.
+    fn release(&mut self, t: usize, accepted: u64) {
+        if self.c.buffers > 0 {
+            self.threads[t].inflight.push(accepted);
+        }
+    }
+
     fn nt_write(&mut self, t: usize, line: u64) {
+        self.acquire(t);
         let accepted = self.write(t, line, self.threads[t].clock + self.c.nt_to_wpq);
+        self.release(t, accepted);
         let th = &mut self.threads[t];
         th.persisted_at = th.persisted_at.max(accepted);
     }
@@ -756,6 +798,31 @@ mod tests {
         let expect = t.store_ns + t.flush_issue_ns + t.flush_to_wpq_ns;
         assert!((r.makespan_ns - expect).abs() < 1e-6, "{} vs {expect}", r.makespan_ns);
         assert_eq!(r.write_bytes, 64);
+    }
+
+    #[test]
+    fn a_thread_without_fences_is_bound_by_its_write_buffers() {
+        // 64 non-temporal lines on idle DIMMs, one fence at the end.
+        let run = |buffers: u32| {
+            let mut cfg = Config::default();
+            cfg.timing.write_buffers = buffers;
+            let mut c = Contention::new(&cfg).unwrap();
+            for i in 0..64u64 {
+                c.push(0, &Event::NtStore { addr: i * 4096, size: 64, value: None });
+            }
+            c.push(0, &Event::Fence { kind: FenceKind::Sfence });
+            c.report().makespan_ns
+        };
+        let t = Config::default().timing;
+        // Unbounded, the writes overlap and the fence waits for the last.
+        let free = run(0);
+        assert!(free <= 64.0 * t.store_ns + t.nt_to_wpq_ns + t.fence_ns + 1e-6, "{free}");
+        // One buffer: each write waits until the previous one is accepted.
+        let one = run(1);
+        assert!(one >= 63.0 * t.nt_to_wpq_ns, "{one}");
+        // Four: about a quarter of that.
+        let four = run(4);
+        assert!(four > 15.0 * t.nt_to_wpq_ns && four < one / 3.0, "{four} vs {one}");
     }
 
     #[test]

@@ -43,11 +43,13 @@ fn bandwidth_rises_peaks_and_falls_with_threads() {
     // Past the peak, more threads lose bandwidth: a fall, not a plateau.
     assert!(bw[7] < 0.85 * bw[peak], "{bw:?}");
     assert!(bw.windows(2).skip(peak).all(|w| w[1] < w[0] * 1.02), "falls steadily past the peak: {bw:?}");
-    // Without the writers' head-of-line blocking the same model saturates.
+    // Most of the fall is the writers' head-of-line blocking: without it the
+    // same model keeps most of its peak (the rest is what the interleaved
+    // writes lose in the XPBuffer and in locality).
     let mut cfg = Config::default();
     cfg.timing.writer_ns = 0.0;
     let flat = |t| evaluate(&cfg, &point(Family::Bandwidth, Op::Clwb, 256, t, 6), Size::Quick).unwrap();
-    assert!(flat(24) > 0.95 * flat(8), "{} {}", flat(24), flat(8));
+    assert!(flat(24) > 0.85 * flat(8) && flat(24) > 1.15 * bw[7], "{} {} {bw:?}", flat(24), flat(8));
     // One DIMM peaks at fewer threads and falls too.
     let one: Vec<f64> = [1, 2, 4, 16].iter().map(|&t| eval(point(Family::Bandwidth, Op::Ntstore, 256, t, 1))).collect();
     assert!(one[3] < 0.9 * one[1], "{one:?}");
