@@ -16,7 +16,7 @@ pub struct CalibrateArgs {
     config: Option<PathBuf>,
     /// Evaluate one point instead of the published ones, e.g.
     /// `family=bandwidth,op=clwb,pattern=random,access=256,threads=12,dimms=1`.
-    /// Families: bandwidth (GB/s; access = bytes per write, then a fence),
+    /// Families: bandwidth (GB/s; access = bytes per write, one fence at the end),
     /// fence (GB/s; sequential 64 B writes, a fence every `access` bytes),
     /// wa (write amplification; working set of `access` bytes written as 128 B halves),
     /// latency (ns per 64 B write + fence). Defaults: op=clwb, pattern=random,
