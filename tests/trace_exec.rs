@@ -529,18 +529,24 @@ fn crash_json(trace: &Path, extra: &[&str]) -> (Output, serde_json::Value) {
             .collect();
         assert!(left.is_empty(), "scratch files left: {left:?}");
     }
+    let left = recovery_processes(pid);
+    assert!(left.is_empty(), "recovery processes left: {left:?}");
+    (o, v)
+}
+
+/// The pids of the PMDK recovery processes serving the pmsim process `pid`
+/// (`PMSIM_PMDK_RECOVERY=PID` in their environment).
+fn recovery_processes(pid: u32) -> Vec<String> {
     let mark = format!("PMSIM_PMDK_RECOVERY={pid}\0");
-    let recovering: Vec<_> = std::fs::read_dir("/proc")
+    std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter(|e| {
             std::fs::read(e.path().join("environ"))
                 .is_ok_and(|env| env.windows(mark.len()).any(|w| w == mark.as_bytes()))
         })
-        .map(|e| e.file_name())
-        .collect();
-    assert!(recovering.is_empty(), "recovery processes left: {recovering:?}");
-    (o, v)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 /// PMDK as a crash target: the PMDK Threadtest traced with values (its pool's
@@ -587,6 +593,47 @@ fn pmdk_ten_thousand_crash_images_of_a_transactional_threadtest_pass() {
     assert!(images >= 10_000, "{images} images");
     assert!(v["distinct_states"].as_u64().unwrap() * 2 > images, "{} distinct states", v["distinct_states"]);
     assert_eq!(v["points"].as_u64(), Some(v["coverage"].as_array().unwrap().len() as u64));
+}
+
+/// The images recover in recovery processes, and one that dies (SIGKILLed
+/// here, as libpmemobj crashing on an image would end it) is reported for
+/// the image it was recovering, with how it ended: pmsim neither hangs nor
+/// takes the image as recovered.
+#[test]
+fn pmdk_recovery_process_that_dies_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.pmt");
+    trace_pmdk_threadtest_with(dir.path(), &out, &["--values"], &["1", "24", "64", "1"]);
+    let child = Command::new(env!("CARGO_BIN_EXE_pmsim"))
+        .args(["crash", out.to_str().unwrap(), "--bound", "64"])
+        .env("PMSIM_CACHE_DIR", cache())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("pmsim runs");
+    let pid = child.id();
+    // Kill every recovery process of the run as it appears, until the run
+    // ends: one killed between two images is started again, one killed in
+    // a recovery fails it.
+    let killer = std::thread::spawn(move || {
+        let mut killed = 0;
+        while Path::new(&format!("/proc/{pid}/environ")).exists() {
+            for p in recovery_processes(pid) {
+                killed += Command::new("kill").args(["-9", &p]).status().is_ok_and(|s| s.success()) as u32;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        killed
+    });
+    let o = child.wait_with_output().unwrap();
+    assert!(killer.join().unwrap() > 0, "no recovery process ran");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("VIOLATION") && text.contains("the PMDK recovery process") && text.contains("SIGKILL"),
+        "{text}"
+    );
+    assert!(recovery_processes(pid).is_empty());
 }
 
 /// The classic PMDK bug, a store inside a transaction that the transaction
