@@ -502,18 +502,24 @@ fn pmdk_window_at_the_first_allocation() {
 
 // ---- PMDK crash states -----------------------------------------------------------
 
+/// `pmsim crash TRACE ARGS…` started with its output piped (the tests
+/// need its pid: its scratch files and recovery processes are named by it).
+fn spawn_crash(trace: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_pmsim"))
+        .args([&["crash", trace.to_str().unwrap()][..], args].concat())
+        .env("PMSIM_CACHE_DIR", cache())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("pmsim runs")
+}
+
 /// `pmsim crash … --json` on `trace` with `extra` options: its exit status
 /// and summary; it must leave none of its scratch files (`pmsim-PID-…`) and
 /// none of its PMDK recovery processes (`PMSIM_PMDK_RECOVERY=PID` in their
 /// environment) behind.
 fn crash_json(trace: &Path, extra: &[&str]) -> (Output, serde_json::Value) {
-    let child = Command::new(env!("CARGO_BIN_EXE_pmsim"))
-        .args([&["crash", trace.to_str().unwrap(), "--json"][..], extra].concat())
-        .env("PMSIM_CACHE_DIR", cache())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("pmsim runs");
+    let child = spawn_crash(trace, &[&["--json"][..], extra].concat());
     let pid = child.id();
     let o = child.wait_with_output().unwrap();
     let v = serde_json::from_slice(&o.stdout)
@@ -604,13 +610,7 @@ fn pmdk_recovery_process_that_dies_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("p.pmt");
     trace_pmdk_threadtest_with(dir.path(), &out, &["--values"], &["1", "24", "64", "1"]);
-    let child = Command::new(env!("CARGO_BIN_EXE_pmsim"))
-        .args(["crash", out.to_str().unwrap(), "--bound", "64"])
-        .env("PMSIM_CACHE_DIR", cache())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("pmsim runs");
+    let child = spawn_crash(&out, &["--bound", "64"]);
     let pid = child.id();
     // Kill every recovery process of the run as it appears, until the run
     // ends: one killed between two images is started again, one killed in

@@ -367,15 +367,7 @@ pub fn explore(
     }
     let layout = Layout::of(tr, target)?;
     if let Some(prefix) = outside {
-        let labels: Vec<&str> = tr
-            .events
-            .iter()
-            .filter_map(|e| match *e {
-                Ev::Marker { label, .. } => Some(tr.labels[label as usize].as_str()),
-                _ => None,
-            })
-            .filter(|l| l.starts_with(prefix))
-            .collect();
+        let labels: Vec<&str> = tr.events.iter().filter_map(|e| tr.marker_with(e, prefix)).collect();
         target.load_outside(&tr.image, &labels).map_err(|e| CrashError(format!("{}: {e}", tr.path.display())))?;
     }
     if opts.recovery_crashes > 0 && layout.format == ImageFormat::Own {
@@ -603,11 +595,8 @@ impl Worker<'_> {
             }
             for e in &tr.events[cur..pos as usize] {
                 ps.apply(tr, e, &mut img);
-                if let (Ev::Marker { label, .. }, Some(prefix)) = (e, outside) {
-                    let l = tr.labels[*label as usize].as_str();
-                    if l.starts_with(prefix) {
-                        last_marker = Some(l);
-                    }
+                if let Some(l) = outside.and_then(|prefix| tr.marker_with(e, prefix)) {
+                    last_marker = Some(l);
                 }
             }
             cur = pos as usize;

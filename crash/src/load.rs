@@ -74,6 +74,17 @@ pub struct CrashTrace {
 }
 
 impl CrashTrace {
+    /// The label of `e` if it is a marker whose label starts with `prefix`
+    /// (an allocator's steps outside its heap, [`CrashTarget::outside_markers`]).
+    ///
+    /// [`CrashTarget::outside_markers`]: pmsim_model::family::CrashTarget::outside_markers
+    pub fn marker_with(&self, e: &Ev, prefix: &str) -> Option<&str> {
+        match *e {
+            Ev::Marker { label, .. } => Some(self.labels[label as usize].as_str()).filter(|l| l.starts_with(prefix)),
+            _ => None,
+        }
+    }
+
     /// Loads `path` and checks `image` (default: the file the trace header
     /// names, next to the trace) against it.
     pub fn load(path: &Path, image: Option<&Path>) -> Result<CrashTrace, CrashError> {
