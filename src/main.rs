@@ -3,7 +3,6 @@
 //! library function per subcommand and prints its result (for people, or as JSON).
 
 mod cmd;
-mod interrupt;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -60,9 +59,9 @@ enum Command {
 
 fn main() -> ExitCode {
     pmsim_model::pmdk::serve_recovery_if_asked();
-    interrupt::clean_after_if_asked();
+    pmsim_traces::interrupt::clean_after_if_asked();
     let cli = Cli::parse();
-    interrupt::install();
+    pmsim_traces::interrupt::install();
     // Output piped into a reader that stops early (`pmsim crash … | head`):
     // Rust ignores SIGPIPE, so `println!` panics on the closed pipe. That
     // panic is not a bug of pmsim: it unwinds silently (every scratch file's
@@ -74,7 +73,10 @@ fn main() -> ExitCode {
             hook(info)
         }
     }));
-    match std::panic::catch_unwind(move || dispatch(cli.command)) {
+    let result = std::panic::catch_unwind(move || dispatch(cli.command));
+    // The scratch directories live as long as the process; they go now.
+    pmsim_traces::owned::remove_own_scratch();
+    match result {
         Ok(code) => code,
         Err(p) if is_broken_pipe(&*p) => ExitCode::from(141),
         Err(p) => std::panic::resume_unwind(p),

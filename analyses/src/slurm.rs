@@ -18,6 +18,7 @@
 //! already in the shard files.
 
 use crate::store::SweepDir;
+use pmsim_traces::children;
 use pmsim_traces::output::Policy;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -195,7 +196,7 @@ pub fn plan(dir: &SweepDir, name: &str, pmsim: &Path, o: &SlurmOptions) -> Resul
 }
 
 fn sbatch(args: &[String]) -> Result<String, String> {
-    let out = Command::new("sbatch").args(args).output().map_err(|e| format!("cannot run sbatch: {e}"))?;
+    let out = children::output(Command::new("sbatch").args(args)).map_err(|e| format!("cannot run sbatch: {e}"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(format!("sbatch {}: {}", args.join(" "), err.trim()));
@@ -217,7 +218,7 @@ pub fn submit(plan: &Plan) -> Result<Submitted, String> {
     let merge_job = match sbatch(&margs) {
         Ok(id) => id,
         Err(e) => {
-            let _ = Command::new("scancel").arg(&array_job).status();
+            let _ = children::status(Command::new("scancel").arg(&array_job));
             return Err(format!("{e} (the array job {array_job} was cancelled)"));
         }
     };
@@ -245,9 +246,7 @@ fn task_count(spec: &str) -> usize {
 
 /// The records of `scontrol -o show job ID` (empty once Slurm forgot the job).
 fn show_job(id: &str) -> Result<Vec<String>, String> {
-    let out = Command::new("scontrol")
-        .args(["-o", "show", "job", id])
-        .output()
+    let out = children::output(Command::new("scontrol").args(["-o", "show", "job", id]))
         .map_err(|e| format!("cannot run scontrol: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
@@ -286,7 +285,7 @@ pub fn status(sub: &Submitted) -> Result<Status, String> {
 
 /// Cancels a job (the merge job left waiting on a failed array, a task in a test).
 pub fn cancel(job: &str) -> Result<(), String> {
-    let st = Command::new("scancel").arg(job).status().map_err(|e| format!("cannot run scancel: {e}"))?;
+    let st = children::status(Command::new("scancel").arg(job)).map_err(|e| format!("cannot run scancel: {e}"))?;
     if !st.success() {
         return Err(format!("scancel {job} failed ({st})"));
     }

@@ -19,6 +19,7 @@ use pmsim_model::workloads::{Params, Progress, RunOptions, Workload};
 use pmsim_model::{FlushInsn, TraceConfig};
 use pmsim_pintools::{trace_pmdk_threadtest, PintoolsError, PmdkThreadtest};
 use pmsim_sim::{Contention, ContentionReport, Simulator, Timed};
+use pmsim_traces::owned::{self, Place};
 use pmsim_traces::TraceReader;
 use rayon::prelude::*;
 use serde_json::{Map, Value};
@@ -220,9 +221,9 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str) -> Result<DbiS
     };
     // The pool in memory (where the heaps of pmsim's own points are), the
     // trace, which grows with the scale, on disk.
-    let scratch = ScratchHeap::new(&format!("sweep-{id}-dbi"));
-    let pm_dir = scratch.path().parent().expect("a scratch file has a directory").to_path_buf();
-    let trace = std::env::temp_dir().join(format!("pmsim-{}-sweep-{id}-dbi.pmt", std::process::id()));
+    let scratch = |place| owned::scratch_dir(place).map_err(|e| format!("cannot make a scratch directory: {e}"));
+    let pm_dir = scratch(Place::Memory)?;
+    let trace = scratch(Place::Temp)?.join(format!("sweep-{id}-dbi.pmt"));
     let traced = match trace_pmdk_threadtest(&run, &pm_dir, &trace) {
         Ok(t) => t,
         Err(e @ PintoolsError::Missing(_)) => {
@@ -290,7 +291,7 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
         if alloc.traceable() {
             let cfg = p.sim_config()?;
             let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
-            let scratch = ScratchHeap::new(&format!("sweep-{id}-sim"));
+            let scratch = ScratchHeap::new(&format!("sweep-{id}-sim"))?;
             let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true };
             let spec = RunSpec { alloc: &alloc, workload: &wl, opts: &opts, heap: &hs, flush, progress: &progress };
             let (outcome, mut finished) = runner::run_traced(&spec, &TraceConfig::default(), |h| {
@@ -323,7 +324,7 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
     }
     if p.mode.native() {
         let _exclusive = MACHINE.write().unwrap_or_else(|e| e.into_inner());
-        let scratch = ScratchHeap::new(&format!("sweep-{id}-native"));
+        let scratch = ScratchHeap::new(&format!("sweep-{id}-native"))?;
         let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true };
         let spec = RunSpec { alloc: &alloc, workload: &wl, opts: &opts, heap: &hs, flush, progress: &progress };
         let outcome = runner::run_native(&spec).map_err(|e| fail("native", &e))?;

@@ -271,7 +271,8 @@ impl Layout {
                     }
                 }
                 static NEXT: AtomicU64 = AtomicU64::new(0);
-                let scratch = ScratchHeap::new(&format!("last-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+                let scratch =
+                    ScratchHeap::new(&format!("last-{}", NEXT.fetch_add(1, Ordering::Relaxed))).map_err(CrashError)?;
                 std::fs::write(scratch.path(), &bytes)
                     .map_err(|e| CrashError(format!("{}: {e}", scratch.path().display())))?;
                 drop(bytes);
@@ -577,7 +578,8 @@ impl Worker<'_> {
         let tr = self.tr;
         // Unique within the process: explorations may run concurrently.
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let scratch = ScratchHeap::new(&format!("crash{chunk_no}-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+        let scratch = ScratchHeap::new(&format!("crash{chunk_no}-{}", NEXT.fetch_add(1, Ordering::Relaxed)))
+            .map_err(CrashError)?;
         let path = scratch.path();
         let io = |e: std::io::Error| CrashError(format!("{}: {e}", path.display()));
         std::fs::copy(&tr.image, path).map_err(io)?;

@@ -40,7 +40,7 @@ pub(crate) fn crash_recovery(
     let err = |e: String| CrashError(format!("crash inside recovery: {e}"));
     // The image itself, as a file: the durable state the recovery starts from.
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let scratch = ScratchHeap::new(&format!("recrash-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+    let scratch = ScratchHeap::new(&format!("recrash-{}", NEXT.fetch_add(1, Ordering::Relaxed))).map_err(err)?;
     let spath = scratch.path();
     let io = |e: std::io::Error| CrashError(format!("{}: {e}", spath.display()));
     let mut heap = Heap::open_copy(path).map_err(|e| err(e.to_string()))?;

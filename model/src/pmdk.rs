@@ -848,7 +848,7 @@ struct ScratchPool {
 impl ScratchPool {
     fn new() -> Result<ScratchPool, String> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let scratch = crate::scratch::ScratchHeap::new(&format!("pmdk-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
+        let scratch = crate::scratch::ScratchHeap::new(&format!("pmdk-{}", NEXT.fetch_add(1, Ordering::Relaxed)))?;
         let io = |e: std::io::Error| format!("{}: {e}", scratch.path().display());
         let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(scratch.path());
         let file = file.map_err(io)?;

@@ -112,7 +112,12 @@ impl Example {
         out: impl Into<PathBuf>,
     ) -> Result<TraceExec, PintoolsError> {
         let exe = self.build(cache)?;
-        let mut all = vec![pm_dir.as_os_str().to_os_string()];
+        // The pool goes into a directory of this process's under the PM
+        // directory: an interrupted or killed run's pool is removed with
+        // it, and no file of the user's there is touched.
+        let pool_dir = pmsim_traces::owned::scratch_dir_in(pm_dir)
+            .map_err(|e| PintoolsError::io(format!("making a scratch directory in {}", pm_dir.display()), e))?;
+        let mut all = vec![pool_dir.into_os_string()];
         all.extend(args);
         let mut t = TraceExec::new(exe, all, out);
         t.pm_dir = pm_dir.to_path_buf();

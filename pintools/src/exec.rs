@@ -9,7 +9,7 @@ use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// What to trace and how.
 #[derive(Clone, Debug)]
@@ -129,8 +129,8 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
 
     // Valgrind's own messages go to a log of their own, so that the program's
     // stdout and stderr pass through untouched.
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let log = std::env::temp_dir().join(format!("pmsim-trace-exec-{}-{nanos}.log", std::process::id()));
+    let log = pmsim_traces::owned::scratch_path(pmsim_traces::owned::Place::Temp, "trace-exec.log")
+        .map_err(|e| PintoolsError::io("making a scratch directory", e))?;
     let mut cmd = Command::new(&tool.kit.valgrind);
     cmd.env("VALGRIND_LIB", &tool.lib_dir)
         .arg("--tool=pmtrace")
@@ -157,7 +157,8 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
         cmd.stdout(std::process::Stdio::null());
     }
     let start = Instant::now();
-    let status = cmd.status().map_err(|e| PintoolsError::io(format!("running {}", tool.kit.valgrind.display()), e))?;
+    let status = pmsim_traces::children::status(&mut cmd)
+        .map_err(|e| PintoolsError::io(format!("running {}", tool.kit.valgrind.display()), e))?;
     let elapsed = start.elapsed();
     let log_text = fs::read_to_string(&log).unwrap_or_default();
     let _ = fs::remove_file(&log);

@@ -104,9 +104,7 @@ impl ValgrindKit {
         let include = find(&INCLUDE_DIRS, "pub_tool_tooliface.h")?;
         let kit = find(&LIB_DIRS, &format!("libcoregrind-{PLATFORM}.a"))?;
         let libexec = find(&LIB_DIRS, &format!("vgpreload_core-{PLATFORM}.so"))?;
-        let out = Command::new(&valgrind)
-            .arg("--version")
-            .output()
+        let out = pmsim_traces::children::output(Command::new(&valgrind).arg("--version"))
             .map_err(|e| PintoolsError::io(format!("running {} --version", valgrind.display()), e))?;
         let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
         Ok(ValgrindKit { valgrind, include, kit, libexec, version })
@@ -167,7 +165,7 @@ pub(crate) fn publish(tmp: &Path, dir: &Path) -> Result<(), PintoolsError> {
 /// Runs a build command; a failure carries the last lines of its output.
 pub(crate) fn run_build(cmd: &mut Command, what: &str, dir: &Path) -> Result<(), PintoolsError> {
     let prog = cmd.get_program().to_string_lossy().into_owned();
-    let out = cmd.output().map_err(|e| {
+    let out = pmsim_traces::children::output(cmd).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             PintoolsError::Missing(format!("{prog} not found: install a C toolchain (Debian: build-essential)"))
         } else {

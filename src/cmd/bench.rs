@@ -206,7 +206,10 @@ fn site_copies(path: &Path) -> Result<Option<(Scratch, Scratch)>, Box<dyn std::e
     }
     let copy = |keep: bool| -> Result<Scratch, Box<dyn std::error::Error>> {
         let which = if keep { "sites" } else { "no-sites" };
-        let out = Scratch(std::env::temp_dir().join(format!("pmsim-{}-bench-{which}.pmt", std::process::id())));
+        let out = Scratch(pmsim_traces::owned::scratch_path(
+            pmsim_traces::owned::Place::Temp,
+            &format!("bench-{which}.pmt"),
+        )?);
         let mut r = TraceReader::open(path)?;
         let opts = WriterOptions { values: r.values(), ..WriterOptions::default() };
         let file = std::fs::File::create(&out.0).map_err(|e| format!("{}: cannot create: {e}", out.0.display()))?;

@@ -315,7 +315,7 @@ pub fn run(a: RunArgs) -> CmdResult {
         let series = a.series_every.map_or(Every::Auto, Every::Ops);
         let opts = RunOptions { threads: job.threads, seed: a.seed, series };
         let size = a.heap_size.unwrap_or_else(|| job.alloc.heap_size(&job.wl, job.threads));
-        let scratch = a.heap.is_none().then(|| ScratchHeap::new(&format!("run-{k}")));
+        let scratch = a.heap.is_none().then(|| ScratchHeap::new(&format!("run-{k}"))).transpose()?;
         let path = a.heap.clone().unwrap_or_else(|| scratch.as_ref().expect("scratch heap").path().to_path_buf());
         let hs = HeapSpec { path, size, overwrite: a.overwrite };
         let done = run_one(job, &opts, &hs, flush, &mode)

@@ -3,13 +3,16 @@
 //! reader. Every other part of pmsim — the tracing backend, the C writer of the
 //! DBI tracers, the simulator, the crash explorer, the exporters — speaks it.
 
+pub mod children;
 pub mod decode;
 mod encode;
 pub mod error;
 pub mod event;
 pub mod format;
 pub mod header;
+pub mod interrupt;
 pub mod output;
+pub mod owned;
 pub mod reader;
 pub mod regions;
 pub mod sink;

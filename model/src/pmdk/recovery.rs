@@ -14,9 +14,10 @@
 //! It ends when its stdin closes: when the requester drops it or ends.
 
 use super::{recover_here, RecoveredHere};
+use pmsim_traces::children::{self, Guarded};
 use std::ffi::{CStr, CString};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set in a recovery process's environment, to the requester's pid (so a
@@ -107,7 +108,7 @@ fn parse_recovered(answer: &str) -> Result<Found, String> {
 
 /// A recovery process, started by [`Process::start`]; killed on drop.
 pub(super) struct Process {
-    child: Child,
+    child: Guarded,
     to: ChildStdin,
     from: BufReader<ChildStdout>,
     /// Why it stopped answering, once it did.
@@ -118,14 +119,12 @@ impl Process {
     /// Re-runs this executable as a recovery process.
     pub(super) fn start() -> Result<Process, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find pmsim's executable: {e}"))?;
-        let mut child = Command::new(&exe)
-            .env(ENV, std::process::id().to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start a PMDK recovery process ({}): {e}", exe.display()))?;
-        let to = child.stdin.take().expect("piped");
-        let from = BufReader::new(child.stdout.take().expect("piped"));
+        let mut child = children::spawn(
+            Command::new(&exe).env(ENV, std::process::id().to_string()).stdin(Stdio::piped()).stdout(Stdio::piped()),
+        )
+        .map_err(|e| format!("cannot start a PMDK recovery process ({}): {e}", exe.display()))?;
+        let to = child.child_mut().stdin.take().expect("piped");
+        let from = BufReader::new(child.child_mut().stdout.take().expect("piped"));
         Ok(Process { child, to, from, ended: None })
     }
 
@@ -148,7 +147,7 @@ impl Process {
             return Ok(line);
         }
         // It ended (or is stopped here): its status says how.
-        let _ = self.child.kill();
+        let _ = self.child.child_mut().kill();
         let status = self.child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
         let what = request.split(' ').next().unwrap_or(request);
         let e = format!("the PMDK recovery process {} ended during '{what}': {status}", self.child.id());
@@ -184,8 +183,7 @@ impl Process {
 impl Drop for Process {
     fn drop(&mut self) {
         // Nothing of it is needed any more: its pool file is the requester's.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill();
     }
 }
 

@@ -289,14 +289,10 @@ pub fn run(gem5: &Path, script: &Path, out: OutputDir) -> Result<Gem5Run, Export
     let log =
         std::fs::File::create(&log_path).map_err(|e| fail(format!("{}: cannot create: {e}", log_path.display())))?;
     let log2 = log.try_clone().map_err(|e| fail(format!("{}: {e}", log_path.display())))?;
-    let status = Command::new(gem5)
-        .arg("-d")
-        .arg(&dir)
-        .arg(script)
-        .stdout(log)
-        .stderr(log2)
-        .status()
-        .map_err(|e| fail(format!("GEM5={}: cannot run: {e}", gem5.display())))?;
+    let status = pmsim_traces::children::status(
+        Command::new(gem5).arg("-d").arg(&dir).arg(script).stdin(std::process::Stdio::null()).stdout(log).stderr(log2),
+    )
+    .map_err(|e| fail(format!("GEM5={}: cannot run: {e}", gem5.display())))?;
     let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
     if !status.success() {
         let tail: Vec<&str> = log_text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();

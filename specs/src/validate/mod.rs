@@ -168,8 +168,8 @@ pub fn tla_str(s: &str) -> String {
 /// (`FlushEach="op"`, to check a variant of the spec against the same trace).
 pub fn check(tlc: &Tlc, root: &Path, m: &Mapped, overrides: &[(String, String)]) -> Result<Outcome, String> {
     let work = tempfile::Builder::new()
-        .prefix("pmsim-validate-")
-        .tempdir()
+        .prefix("validate-")
+        .tempdir_in(crate::scratch_dir()?)
         .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
     for dir in [root.join(&m.dir), root.join(SHARED_DIR)] {
         crate::copy_modules(&dir, work.path())?;
