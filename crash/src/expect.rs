@@ -12,8 +12,8 @@
 //! the block keeps its liveness expectation but no longer has a destination
 //! to check.
 
-use crate::explore::Layout;
-use crate::load::{CrashTrace, Ev};
+use crate::layout::Layout;
+use crate::load::{CrashTrace, Ev, Piece};
 use pmsim_traces::OpKind;
 use std::collections::{BTreeMap, HashMap};
 
@@ -40,114 +40,143 @@ pub struct Op {
 
 /// Every malloc and free of the trace, in begin order.
 pub fn operations(tr: &CrashTrace, layout: &Layout) -> Vec<Op> {
-    let mut ops: Vec<Op> = Vec::new();
-    // Per thread: the open user op (index into ops), its aligned 8-byte
-    // stores (offset, value) and the depth of ops nested in it.
-    type Open = (usize, Vec<(u64, u64)>, u32);
-    let mut open: HashMap<u32, Open> = HashMap::new();
-    // Live blocks: offset → (size, the op that allocated it).
-    let mut live: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
-    // Destination words of live published blocks → their malloc.
-    let mut dests: BTreeMap<u64, usize> = BTreeMap::new();
-    // The last malloc_to that published into each word.
-    let mut last_owner: HashMap<u64, usize> = HashMap::new();
-    let inside = |live: &BTreeMap<u64, (u64, usize)>, at: u64| {
-        live.range(..=at).next_back().is_some_and(|(&o, &(s, _))| at < o + s)
+    let mut b = Builder {
+        tr,
+        layout,
+        ops: Vec::new(),
+        open: HashMap::new(),
+        live: BTreeMap::new(),
+        dests: BTreeMap::new(),
+        last_owner: HashMap::new(),
     };
     for (i, e) in tr.events.iter().enumerate() {
         match *e {
-            Ev::OpBegin { tid, op: op @ (OpKind::Malloc | OpKind::Free), arg } => {
-                if let Some(o) = open.get_mut(&tid) {
-                    o.2 += 1; // nested (not expected): ignore its framing
-                    continue;
-                }
-                let (size, dest) = match (op, live.remove(&arg)) {
-                    (OpKind::Free, Some((size, m))) => {
-                        let d = ops[m].dest.filter(|_| ops[m].dest_until == u32::MAX);
-                        if let Some(d) = d {
-                            dests.remove(&d);
-                        }
-                        // Destination words inside the freed block mean nothing any more.
-                        let inner: Vec<u64> = dests.range(arg..arg + size).map(|(&w, _)| w).collect();
-                        for w in inner {
-                            let m = dests.remove(&w).expect("listed");
-                            ops[m].dest_until = i as u32;
-                        }
-                        (size, d)
-                    }
-                    (OpKind::Free, None) => (0, None),
-                    _ => (arg, None),
-                };
-                ops.push(Op {
-                    malloc: op == OpKind::Malloc,
-                    begin: i as u32,
-                    end: u32::MAX,
-                    off: if op == OpKind::Free { arg } else { 0 },
-                    size,
-                    dest,
-                    dest_until: u32::MAX,
-                    end_index: u64::MAX,
-                });
-                open.insert(tid, (ops.len() - 1, Vec::new(), 0));
-            }
-            Ev::Store { piece, tid, .. } => {
-                let p = &tr.pieces[piece as usize];
-                if let Some((_, stores, _)) = open.get_mut(&tid) {
-                    if p.len == 8 && p.off & 7 == 0 {
-                        let v = u64::from_le_bytes(tr.value(p).try_into().expect("8 bytes"));
-                        stores.push((p.off, v));
-                    }
-                }
-                if !dests.is_empty() {
-                    // Any store over the destination word of a live published
-                    // block (the program moving the pointer, or publishing
-                    // another block there) ends what that word tells of it.
-                    let mut w = p.off & !7;
-                    while w < p.off + p.len as u64 {
-                        if let Some(m) = dests.remove(&w) {
-                            ops[m].dest_until = i as u32;
-                        }
-                        w += 8;
-                    }
-                }
-            }
-            Ev::OpEnd { tid, op: OpKind::Malloc | OpKind::Free, result } => {
-                let Some(o) = open.get_mut(&tid) else { continue };
-                if o.2 > 0 {
-                    o.2 -= 1;
-                    continue;
-                }
-                let (k, stores, _) = open.remove(&tid).expect("open op");
-                let op = &mut ops[k];
-                op.end = i as u32;
-                op.end_index = tr.index[i];
-                if op.malloc {
-                    op.off = result;
-                    if result != 0 {
-                        op.dest = stores
-                            .iter()
-                            .rev()
-                            .find(|&&(at, v)| v == result && (layout.in_roots(at) || inside(&live, at)))
-                            .map(|&(at, _)| at);
-                        live.insert(result, (op.size, k));
-                        if let Some(d) = op.dest {
-                            dests.insert(d, k);
-                            // From its start, this op owns the word (recovery
-                            // may redo its publication over the previous block).
-                            let begin = op.begin;
-                            if let Some(m) = last_owner.insert(d, k) {
-                                ops[m].dest_until = ops[m].dest_until.min(begin);
-                            }
-                        }
-                    }
-                } else if !op.dest.is_some_and(|d| stores.contains(&(d, 0))) {
-                    op.dest = None;
-                }
-            }
+            Ev::OpBegin { tid, op: op @ (OpKind::Malloc | OpKind::Free), arg } => b.begin(i, tid, op, arg),
+            Ev::Store { piece, tid, .. } => b.store(i, tid, &tr.pieces[piece as usize]),
+            Ev::OpEnd { tid, op: OpKind::Malloc | OpKind::Free, result } => b.end(i, tid, result),
             _ => {}
         }
     }
-    ops
+    b.ops
+}
+
+/// A thread's open user op: its index in the operations, its aligned
+/// 8-byte stores (offset, value) and the depth of ops nested in it.
+type Open = (usize, Vec<(u64, u64)>, u32);
+
+/// The operations of a trace as they are read, with what is needed to
+/// recognise destinations.
+struct Builder<'a> {
+    tr: &'a CrashTrace,
+    layout: &'a Layout,
+    ops: Vec<Op>,
+    /// Per thread: the open user op.
+    open: HashMap<u32, Open>,
+    /// Live blocks: offset → (size, the op that allocated it).
+    live: BTreeMap<u64, (u64, usize)>,
+    /// Destination words of live published blocks → their malloc.
+    dests: BTreeMap<u64, usize>,
+    /// The last malloc_to that published into each word.
+    last_owner: HashMap<u64, usize>,
+}
+
+impl Builder<'_> {
+    /// Operation `op` of thread `tid` begins at position `i`.
+    fn begin(&mut self, i: usize, tid: u32, op: OpKind, arg: u64) {
+        if let Some(o) = self.open.get_mut(&tid) {
+            o.2 += 1; // nested (not expected): ignore its framing
+            return;
+        }
+        let (size, dest) = match (op, self.live.remove(&arg)) {
+            (OpKind::Free, Some((size, m))) => {
+                let d = self.ops[m].dest.filter(|_| self.ops[m].dest_until == u32::MAX);
+                if let Some(d) = d {
+                    self.dests.remove(&d);
+                }
+                // Destination words inside the freed block mean nothing any more.
+                let inner: Vec<u64> = self.dests.range(arg..arg + size).map(|(&w, _)| w).collect();
+                for w in inner {
+                    let m = self.dests.remove(&w).expect("listed");
+                    self.ops[m].dest_until = i as u32;
+                }
+                (size, d)
+            }
+            (OpKind::Free, None) => (0, None),
+            _ => (arg, None),
+        };
+        self.ops.push(Op {
+            malloc: op == OpKind::Malloc,
+            begin: i as u32,
+            end: u32::MAX,
+            off: if op == OpKind::Free { arg } else { 0 },
+            size,
+            dest,
+            dest_until: u32::MAX,
+            end_index: u64::MAX,
+        });
+        self.open.insert(tid, (self.ops.len() - 1, Vec::new(), 0));
+    }
+
+    /// A store piece `p` of thread `tid` at position `i`.
+    fn store(&mut self, i: usize, tid: u32, p: &Piece) {
+        let tr = self.tr;
+        if let Some((_, stores, _)) = self.open.get_mut(&tid) {
+            if p.len == 8 && p.off & 7 == 0 {
+                let v = u64::from_le_bytes(tr.value(p).try_into().expect("8 bytes"));
+                stores.push((p.off, v));
+            }
+        }
+        if !self.dests.is_empty() {
+            // Any store over the destination word of a live published
+            // block (the program moving the pointer, or publishing
+            // another block there) ends what that word tells of it.
+            let mut w = p.off & !7;
+            while w < p.off + p.len as u64 {
+                if let Some(m) = self.dests.remove(&w) {
+                    self.ops[m].dest_until = i as u32;
+                }
+                w += 8;
+            }
+        }
+    }
+
+    /// The open operation of thread `tid` ends at position `i` with `result`.
+    fn end(&mut self, i: usize, tid: u32, result: u64) {
+        let Some(o) = self.open.get_mut(&tid) else { return };
+        if o.2 > 0 {
+            o.2 -= 1;
+            return;
+        }
+        let (k, stores, _) = self.open.remove(&tid).expect("open op");
+        let (tr, layout) = (self.tr, self.layout);
+        let op = &mut self.ops[k];
+        op.end = i as u32;
+        op.end_index = tr.index[i];
+        if !op.malloc {
+            if !op.dest.is_some_and(|d| stores.contains(&(d, 0))) {
+                op.dest = None;
+            }
+            return;
+        }
+        op.off = result;
+        if result == 0 {
+            return;
+        }
+        let live = &self.live;
+        let inside = |at: u64| live.range(..=at).next_back().is_some_and(|(&o, &(s, _))| at < o + s);
+        op.dest =
+            stores.iter().rev().find(|&&(at, v)| v == result && (layout.in_roots(at) || inside(at))).map(|&(at, _)| at);
+        self.live.insert(result, (op.size, k));
+        if let Some(d) = op.dest {
+            self.dests.insert(d, k);
+            // From its start, this op owns the word (recovery may redo its
+            // publication over the previous block).
+            let begin = op.begin;
+            if let Some(m) = self.last_owner.insert(d, k) {
+                self.ops[m].dest_until = self.ops[m].dest_until.min(begin);
+            }
+        }
+    }
 }
 
 /// The state of one block at a crash point, by the last operation on it.

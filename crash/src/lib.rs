@@ -88,29 +88,30 @@
 //!
 //! For a seeded sample of images ([`Options::recovery_crashes`]) the
 //! recovery itself is crashed at each of its fences and the result recovered
-//! and checked again ([`recrash`]).
+//! and checked again (`recrash.rs`).
 
 pub mod conformance;
+pub mod error;
 pub mod expect;
 pub mod explore;
 pub mod images;
+pub mod layout;
 pub mod load;
+pub mod options;
 pub mod persist;
-pub mod recrash;
+pub mod points;
+pub mod report;
 pub mod target;
 
-pub use explore::{explore, Options, Progress, Summary, Violation};
+mod check;
+mod image;
+mod recrash;
+mod sequence;
+mod worker;
+
+pub use error::CrashError;
+pub use explore::explore;
 pub use load::CrashTrace;
+pub use options::Options;
+pub use report::{PointCoverage, Progress, RecoveryCrash, StoreInfo, Summary, Violation};
 pub use target::{target_among, target_for, CrashTarget, Recovered};
-
-/// An error of the explorer: one line for the user.
-#[derive(Debug)]
-pub struct CrashError(pub String);
-
-impl std::fmt::Display for CrashError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for CrashError {}

@@ -3,7 +3,7 @@
 //! byte arena; stores are split at cache-line boundaries (the unit that
 //! persists in order), and addresses become heap offsets.
 
-use crate::CrashError;
+use crate::error::CrashError;
 use pmsim_model::pm::HEAP_IMAGE_KEY;
 use pmsim_traces::{Event, OpKind, TraceHeader, TraceReader, LINE};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! the registry by the name its traces record; nothing in this crate names
 //! an allocator.
 
-use crate::CrashError;
+use crate::error::CrashError;
 use pmsim_model::family::Family;
 pub use pmsim_model::family::{CrashTarget, Recovered};
 use pmsim_model::registry;

@@ -154,7 +154,7 @@ pub fn run(a: CrashArgs) -> CmdResult {
         allow_stale_dest: a.allow_stale_dest,
         full_sample: a.full_sample,
     };
-    let npoints = pmsim_crash::explore::select_points(&tr, &opts, target.outside_markers().is_some()).len() as u64;
+    let npoints = pmsim_crash::points::select_points(&tr, &opts, target.outside_markers().is_some()).len() as u64;
     let progress = Progress::default();
     let bar = ProgressBar::with_draw_target(Some(npoints), ProgressDrawTarget::stderr());
     bar.set_style(
@@ -285,7 +285,7 @@ fn print_summary(a: &CrashArgs, s: &Summary) {
         );
     }
     println!("problem      {}", v.problem);
-    let show = |name: &str, list: &[pmsim_crash::explore::StoreInfo]| {
+    let show = |name: &str, list: &[pmsim_crash::StoreInfo]| {
         println!("{name} {} pending store(s):", list.len());
         for st in list.iter().take(24) {
             println!("    event {:>10}  offset {:#010x} +{:<2} = {}", st.event, st.offset, st.len, st.value);
