@@ -293,6 +293,54 @@ fn makalu_and_metall_stream_into_the_simulator() {
     }
 }
 
+/// `pmsim lint` names the shipped Makalu code's defect: the state word
+/// persisted on every free-list probe and every block freed shows up as
+/// redundant flushes at exactly those two sites, which the intended
+/// protocol (the default) does not flush at all.
+#[test]
+fn lint_names_the_shipped_makalu_defect_sites() {
+    let dir = tempfile::tempdir().unwrap();
+    let redundant_sites = |alloc: &str| -> (u64, Vec<(String, u64)>) {
+        let t = dir.path().join(format!("{}.pmt", alloc.replace([':', '='], "_")));
+        let ts = t.to_str().unwrap();
+        let o = pmsim(&[
+            "run",
+            "--alloc",
+            alloc,
+            "--workload",
+            "threadtest",
+            "--param",
+            "iterations=3",
+            "--param",
+            "objects=1000",
+            "--param",
+            "publish=false",
+            "--trace",
+            ts,
+        ]);
+        assert!(o.status.success(), "{alloc}: {}", stderr(&o));
+        let o = pmsim(&["lint", ts, "--json"]);
+        assert!(o.status.success(), "{alloc}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+        let f = v["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "redundant-flush").unwrap().clone();
+        let sites = f["top_sites"].as_array().unwrap();
+        let sites = sites.iter().map(|s| (s["name"].as_str().unwrap().to_string(), s["count"].as_u64().unwrap()));
+        (f["count"].as_u64().unwrap(), sites.collect())
+    };
+    let (total, shipped) = redundant_sites("makalu:shipped=true");
+    let defect: Vec<&(String, u64)> = shipped.iter().take(2).collect();
+    assert!(defect.iter().all(|(n, _)| n.starts_with("model/src/makalu/blocks.rs:")), "{shipped:?}");
+    let at_defect: u64 = defect.iter().map(|d| d.1).sum();
+    assert!(
+        at_defect * 10 >= total * 9,
+        "{at_defect} of {total} redundant flushes at the two defect sites: {shipped:?}"
+    );
+    let (_, fixed) = redundant_sites("makalu");
+    for (site, _) in defect {
+        assert!(fixed.iter().all(|(n, _)| n != site), "the intended protocol flushes at {site}: {fixed:?}");
+    }
+}
+
 #[test]
 fn crash_explores_a_traced_run_and_reports_a_removed_flush() {
     let dir = tempfile::tempdir().unwrap();

@@ -19,6 +19,10 @@ mod makalu {
     pmsim_crash::conformance_tests!(super::registered("makalu"), "makalu", recovery, mutated: "makalu:mutation=undo-entry-flush");
 }
 
+mod makalu_shipped {
+    pmsim_crash::conformance_tests!(super::registered("makalu"), "makalu:shipped=true", recovery, mutated: "makalu:shipped=true:mutation=undo-entry-flush");
+}
+
 mod llfree {
     pmsim_crash::conformance_tests!(super::registered("llfree"), "llfree", recovery, mutated: "llfree:mutation=free-before-unpublish");
 }

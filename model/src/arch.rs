@@ -86,6 +86,13 @@ mod x86 {
         unsafe { asm!("sfence", options(nostack, preserves_flags)) };
     }
 
+    /// Orders every earlier load and store (and flush) before every later one.
+    #[inline(always)]
+    pub(crate) fn mfence() {
+        // SAFETY: mfence has no operands and is part of SSE2, always present on x86-64.
+        unsafe { asm!("mfence", options(nostack, preserves_flags)) };
+    }
+
     /// One machine store of the `N` low bytes of `v` (N = 1, 2, 4 or 8) at `p`,
     /// at any alignment: a single `mov` that the compiler can neither merge
     /// with its neighbours nor split, so a DBI tracer sees exactly the stores
@@ -131,6 +138,9 @@ mod other {
         unreachable!("clflush on a non-x86 CPU")
     }
     pub(crate) fn sfence() {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+    pub(crate) fn mfence() {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
     pub(crate) unsafe fn movnti(p: *mut u64, v: u64) {

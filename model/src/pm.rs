@@ -699,6 +699,36 @@ impl PmThread {
         arch::sfence();
     }
 
+    /// `mfence`: like [`PmThread::fence`] for persistence (earlier flushes
+    /// are complete), and it also orders loads. Allocators whose code
+    /// hard-codes it (Makalu, nvm_malloc) issue it, so their traces say so.
+    #[inline]
+    #[track_caller]
+    pub fn mfence(&mut self) {
+        if let Some(w) = &self.watch {
+            w.fence();
+        }
+        if let Mode::Traced = self.mode {
+            let t = self.tracer();
+            let site = t.site(Location::caller());
+            t.fence(FenceKind::Mfence, site);
+        }
+        arch::mfence();
+    }
+
+    /// A *synchronous* persist of the line holding `off`: mfence, flush,
+    /// mfence — Makalu's `CLFLUSH_SYNC` and nvm_malloc's `PERSIST` (with
+    /// `clflush`). Unlike [`PmThread::persist`] it also fences *before* the
+    /// flush, so the line's earlier stores are ordered before it by the
+    /// fence, not only by the flush.
+    #[inline]
+    #[track_caller]
+    pub fn persist_sync(&mut self, off: u64) {
+        self.mfence();
+        self.flush(off);
+        self.mfence();
+    }
+
     /// The heap's `msync(MS_SYNC)` as persistent memory sees it. On a DAX
     /// file system (Metall's Optane setup: ext4-DAX) the kernel writes back
     /// every cache line of every page written since the last sync and then

@@ -55,8 +55,9 @@ fn every_workload_at_tiny_scale() {
 
 #[test]
 fn parameters_are_checked() {
-    let spec = AllocSpec::parse("makalu:small_max=256:freelist_max=64", []).unwrap();
-    assert_eq!((&spec.params()["small_max"], &spec.params()["freelist_max"]), (&256.into(), &64.into()));
+    let spec = AllocSpec::parse("makalu:small_max=256:freelist_bytes=4096:shipped=true", []).unwrap();
+    assert_eq!((&spec.params()["small_max"], &spec.params()["freelist_bytes"]), (&256.into(), &4096.into()));
+    assert_eq!(spec.params()["shipped"], true);
     let e = AllocSpec::parse("makalu:stripes=4", []).unwrap_err().to_string();
     assert!(e.contains("unknown Makalu parameter 'stripes'"), "{e}");
     let e = AllocSpec::parse("makalu:small_max=4096", []).unwrap_err().to_string();

@@ -1,39 +1,68 @@
-//! A Makalu-style allocator (Bhandari, Chakrabarti and Boehm, OOPSLA '16) on
-//! a pmsim heap: a big bag of 4 KiB blocks with persistent block headers,
-//! allocation from transient free lists, and a recovery-time conservative
-//! garbage collector instead of per-allocation persistence.
+//! A Makalu-style allocator (Bhandari, Chakrabarti and Boehm, OOPSLA '16)
+//! on a pmsim heap, persisted as its public code persists (HP's Atlas
+//! repository, `makalu_alloc/`): a big bag of 4 KiB blocks with persistent
+//! headers, allocation from transient free lists, and a recovery-time
+//! conservative garbage collector instead of per-allocation persistence.
 //!
-//! * Requests are rounded to 16 B granules ([`layout::GRANULE`]). Small ones
-//!   (≤ `small_max`, 400 B in the paper) come from the thread's own free
-//!   lists, medium ones (≤ half a block) from global per-size lists, large
-//!   ones (whole blocks) straight from the chunk free lists ([`chunks`]).
-//! * An empty free list is refilled by an *incremental sweep* of a block
-//!   from the size's reclaim list — every object whose mark bit is clear is
-//!   taken and its bit set — or else from a new block ([`thread`]).
-//! * Core header fields (`hb_block`, `hb_sz`, `hb_flag`) and the bump
-//!   pointer change only inside undo-logged sections ([`crate::mech::undo`]);
-//!   mark bits are auxiliary and made visible lazily ([`crate::mech::dirty`]).
-//! * Freeing pushes onto a free list and touches no persistent memory;
-//!   a list that grows too long gives half its objects back to their blocks
-//!   (clearing mark bits), an emptied block goes back to the chunk lists.
+//! * Requests are rounded to 16 B granules. Objects up to 384 B
+//!   (`TINY_FREELISTS`) come from the thread's own free lists, larger ones
+//!   up to half a block from global lists per size ([`lists`]), larger
+//!   ones take whole blocks ([`blocks`]).
+//! * `malloc` and `free` of a small object touch only the thread's list
+//!   in DRAM: nothing is flushed; `free` zeroes the object (a normal
+//!   object is cleared, `ok_init`), an unflushed store.
+//! * Core header fields change only inside undo-logged sections, when a
+//!   block is taken or given back; mark bits and their count are auxiliary,
+//!   made durable lazily through tables of lines ([`crate::mech::dirty`]).
 //! * After a crash, opening the heap rolls back an unfinished section and
-//!   runs the offline mark-sweep ([`recovery`]): marks from the persistent
-//!   roots, rewrites every block's mark bits, frees empty blocks and
-//!   unreached large objects. Objects lost in transient free lists and
-//!   objects allocated but never published are reclaimed this way.
+//!   runs the offline mark-sweep ([`recovery`]).
+//!
+//! # What pmsim follows and where it simplifies
+//!
+//! Followed step by step from the code (see [`blocks`], [`lists`] and
+//! [`crate::mech::undo`]): the 64 B log entries on lines of their own, each
+//! persisted synchronously (mfence, flush, mfence) before its word
+//! changes; the section's table of 8 target lines flushed once at commit
+//! between two fences, then the log version bumped and persisted
+//! synchronously; `MAK_large_free_bytes` logged in every section; the
+//! header bump pointer or the recycled header's size logged when a chunk
+//! is split; 128 B headers (core fields in the first line; mark bits,
+//! count and list links in the second); the block free lists and the
+//! header index in persistent memory, links stored but never flushed;
+//! thread free lists of 8 KiB cut back to 4 KiB; the truncation table of
+//! 16 blocks; reclaim lists of blocks at most 7/8 full; the tables of 8
+//! (thread) and 32 (global) lazily flushed lines; freed objects and fresh
+//! blocks zeroed, never flushed. The flush instruction is the run's
+//! (`--flush-insn clflush` reproduces the code's hard-coded one); the
+//! fences of the code's `MFENCE` are mfences.
+//!
+//! Simplified: pmsim's heap is one file laid out once (Makalu maps its
+//! header and log spaces apart and expands its heap by mapping more; pmsim
+//! grows the heap into the next blocks of the file, [`layout`]); mark bits are
+//! numbered by object, not granule; the global lists (objects of 385 B to
+//! 2 KiB) are cut back block by block like the thread lists; medium sizes
+//! are rounded to granules, not through `MAK_size_map`; a graceful
+//! shutdown gives the global lists back to their blocks (Makalu keeps
+//! them in DRAM, so a restart would find their objects marked).
+//!
+//! # The shipped code's defect
+//!
+//! `makalu:shipped=true` persists the state word on every probe of a block
+//! free list and every block freed, as the code's unbraced macro does
+//! ([`blocks`]); the default is the protocol the code intends (the macro
+//! braced). NVAlloc's evaluation measured the shipped code.
 //!
 //! # Publishing (`malloc_to` / `free_from`)
 //!
-//! No log: `malloc_to` takes an object (its mark bit is already set) and
-//! stores and persists `*dest`; `free_from` clears and persists `*dest`,
-//! then frees. Reachability *is* the allocation state after a crash: if
-//! `*dest` was not durable, the object is unreachable and the GC reclaims it;
-//! if it was, the GC keeps it. Either way the heap agrees with the roots.
+//! Makalu has no such call: the program stores the offset and persists it
+//! (store, flush, mfence), and after a crash reachability *is* the
+//! allocation state: the GC keeps what the roots reach.
 //!
 //! Internal work at create, open and close runs on thread id 0.
 
-pub mod chunks;
+pub mod blocks;
 pub mod layout;
+pub mod lists;
 pub mod recovery;
 pub mod thread;
 
@@ -50,12 +79,14 @@ use crate::mech::dirty::DirtyLines;
 use crate::mech::mutation::Mutation;
 use crate::params::as_map;
 use crate::pm::{Pm, PmThread};
-use chunks::Chunks;
-use layout::{flag, objs_per_block, state, Layout, BLOCK, GRANULE, H_FLAG, H_MARKS, H_NMARKS, H_SZ, MEDIUM_MAX};
+use blocks::Blocks;
+use layout::{
+    blocks_of, objs_per_block, valid_marks, Layout, BLOCK, FREE_BLK, GRANULE, H_BLOCK, H_FLAGS, H_MARKS, H_NMARKS,
+    H_SZ, MARK_WORDS, MEDIUM_MAX,
+};
+use lists::{FreeList, Gran};
 use pmsim_traces::{Category, OpKind};
 use serde::{Deserialize, Serialize};
-
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The allocator's name in messages and the registry's `--help`.
@@ -66,15 +97,17 @@ pub const NAME: &str = "Makalu";
 #[serde(deny_unknown_fields, default)]
 pub struct MakaluConfig {
     /// Objects up to this size use thread-local free lists; larger ones up
-    /// to half a block use global lists (paper: 400 B).
+    /// to half a block global ones (the code: 24 granules, `TINY_FREELISTS`).
     pub small_max: u64,
-    /// A free list longer than this gives half its objects back to their blocks.
-    pub freelist_max: u32,
-    /// A block goes back on its reclaim list once this many of its objects are free
-    /// (or all of them, for blocks of fewer objects).
-    pub reclaim_min: u32,
-    /// Lines in each thread's table of lazily flushed mark-bit lines.
+    /// Bytes of objects a free list holds before it is cut back to half
+    /// (`LOCAL_FL_MAX_SIZE`, `FL_MAX_SIZE`: two blocks).
+    pub freelist_bytes: u64,
+    /// Lines in each thread's table of lazily flushed mark-bit lines
+    /// (`LOCAL_AFLUSH_TABLE_SZ`).
     pub dirty_lines: u32,
+    /// Reproduce the shipped code's defect: the state word persisted on
+    /// every block free-list probe and every block freed.
+    pub shipped: bool,
     /// A removed flush or step, for checkers to catch (`undo-entry-flush`,
     /// `mark-count-stale` concern Makalu; see [`Mutation`]).
     pub mutation: Mutation,
@@ -82,7 +115,13 @@ pub struct MakaluConfig {
 
 impl Default for MakaluConfig {
     fn default() -> Self {
-        MakaluConfig { small_max: 400, freelist_max: 512, reclaim_min: 8, dirty_lines: 64, mutation: Mutation::None }
+        MakaluConfig {
+            small_max: 384,
+            freelist_bytes: 2 * BLOCK,
+            dirty_lines: 8,
+            shipped: false,
+            mutation: Mutation::None,
+        }
     }
 }
 
@@ -94,23 +133,28 @@ impl AllocConfig for MakaluConfig {
         if self.small_max > MEDIUM_MAX {
             return bad(format!("small_max = {} (at most {MEDIUM_MAX})", self.small_max));
         }
-        if self.freelist_max < 2 {
-            return bad(format!("freelist_max = {} (at least 2)", self.freelist_max));
+        if !(2 * GRANULE..=1 << 20).contains(&self.freelist_bytes) {
+            return bad(format!("freelist_bytes = {} (must be 32..=1048576)", self.freelist_bytes));
         }
-        if self.reclaim_min == 0 {
-            return bad("reclaim_min = 0 (at least 1)".into());
-        }
-        if !self.dirty_lines.is_power_of_two() {
-            return bad(format!("dirty_lines = {} (a power of two)", self.dirty_lines));
+        if !self.dirty_lines.is_power_of_two() || self.dirty_lines > 4096 {
+            return bad(format!("dirty_lines = {} (a power of two up to 4096)", self.dirty_lines));
         }
         self.mutation.check("Makalu", &[Mutation::UndoEntryFlush, Mutation::MarkCountStale]).or_else(bad)
     }
 }
 
-/// Number of granule size classes (class g serves g granules).
+impl MakaluConfig {
+    /// The most objects of `sz` bytes a free list holds, and how many it keeps when cut back.
+    fn list_bounds(&self, sz: u64) -> (usize, usize) {
+        let max = (self.freelist_bytes / sz).max(2);
+        (max as usize, (self.freelist_bytes / 2 / sz).max(1) as usize)
+    }
+}
+
+/// Size classes: granule counts up to half a block.
 const CLASSES: usize = (MEDIUM_MAX / GRANULE) as usize + 1;
-/// Block-header locks (mark bits of the blocks `b` with `b % STRIPES == i`).
-const STRIPES: usize = 256;
+/// Lines of the global lists' table of lazily flushed lines (`FL_AFLUSH_TABLE_SZ`).
+const FL_AFLUSH_LINES: usize = 8;
 /// Per-thread live-byte counters (by thread id modulo).
 const LIVE_SLOTS: usize = 64;
 
@@ -119,17 +163,13 @@ pub struct Makalu {
     cfg: MakaluConfig,
     pm: Pm,
     lay: Layout,
-    /// The global lock (`gml`) over the chunk free lists and the undo log.
-    chunks: Mutex<Chunks>,
-    /// Locks over block headers' mark bits.
-    stripes: Box<[Mutex<()>]>,
-    /// Per block: whether it is on its reclaim list (entries of blocks that
-    /// left the list since are skipped when popped).
-    on_reclaim: Box<[AtomicBool]>,
-    /// Per size class: blocks with free objects, to sweep.
-    reclaim: Box<[Mutex<Vec<u64>>]>,
-    /// Per medium size class: the global free list.
-    medium: Box<[Mutex<Vec<u64>>]>,
+    /// The global lock (`MAK_LOCK`) and what it guards.
+    blocks: Mutex<Blocks>,
+    /// Per size: its reclaim list and global free list (`MAK_LOCK_GRAN`).
+    grans: Box<[Mutex<Gran>]>,
+    /// `MAK_fl_aflush_table`: mark-bit lines of the global lists. Taken
+    /// after a size's lock and before the global lock.
+    fl_aflush: Mutex<DirtyLines>,
     live: LiveBytes,
     report: RecoveryReport,
 }
@@ -145,10 +185,12 @@ impl Makalu {
         t.op_begin(OpKind::Init, 0);
         let lay = Layout::plan(heap.size()).map_err(|e| e.in_file(heap))?.with_mutation(cfg.mutation);
         register_regions(&mut t, &lay);
+        let mut blocks = Blocks::new(cfg.shipped);
         lay.format(&mut t);
+        blocks.format(&mut t, &lay);
         t.op_end(OpKind::Init, 0);
         drop(t);
-        Ok(Makalu::assemble(cfg, pm, lay, Chunks::default(), Vec::new(), RecoveryReport::default()))
+        Ok(Makalu::assemble(cfg, pm, lay, blocks, Vec::new(), RecoveryReport::default()))
     }
 
     /// Opens the Makalu heap on `heap`: restarts from the persistent headers
@@ -159,58 +201,69 @@ impl Makalu {
         let lay = Layout::read(&t, heap.size()).map_err(|e| e.in_file(heap))?.with_mutation(cfg.mutation);
         t.op_begin(OpKind::Recovery, 0);
         register_regions(&mut t, &lay);
-        let crashed = !heap.was_clean() || lay.state(&t) != state::SHUTDOWN;
-        lay.set_state(&mut t, state::RUNNING);
-        let rec = recovery::recover(&mut t, &lay, crashed).map_err(|e| e.in_file(heap))?;
+        let crashed = !heap.was_clean() || t.load_u64(layout::STATE) != layout::state::NONE;
+        let mut blocks = Blocks::new(cfg.shipped);
+        let rec = recovery::recover(&mut t, &lay, crashed, &mut blocks).map_err(|e| e.in_file(heap))?;
         t.op_end(OpKind::Recovery, 0);
         drop(t);
-        Ok(Makalu::assemble(cfg, pm, lay, rec.chunks, rec.reclaim, rec.report))
+        Ok(Makalu::assemble(cfg, pm, lay, blocks, rec.reclaim, rec.report))
     }
 
     fn assemble(
         cfg: MakaluConfig,
         pm: Pm,
         lay: Layout,
-        chunks: Chunks,
+        blocks: Blocks,
         reclaim: Vec<(u64, u64)>,
         report: RecoveryReport,
     ) -> Arc<Makalu> {
-        let on_reclaim: Box<[AtomicBool]> = (0..lay.nblocks).map(|_| AtomicBool::new(false)).collect();
-        let lists: Box<[Mutex<Vec<u64>>]> = (0..CLASSES).map(|_| Mutex::new(Vec::new())).collect();
-        for (b, sz) in reclaim {
-            on_reclaim[b as usize].store(true, Ordering::Relaxed);
-            lists[(sz / GRANULE) as usize].lock().unwrap().push(b);
-        }
-        Arc::new(Makalu {
+        let grans: Box<[Mutex<Gran>]> = (0..CLASSES)
+            .map(|g| {
+                let sz = (g as u64).max(1) * GRANULE;
+                Mutex::new(Gran { reclaim: 0, list: FreeList::new(cfg.list_bounds(sz).0) })
+            })
+            .collect();
+        let mk = Makalu {
             cfg,
             pm,
             lay,
-            chunks: Mutex::new(chunks),
-            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
-            on_reclaim,
-            reclaim: lists,
-            medium: (0..CLASSES).map(|_| Mutex::new(Vec::new())).collect(),
+            blocks: Mutex::new(blocks),
+            grans,
+            fl_aflush: Mutex::new(DirtyLines::new(FL_AFLUSH_LINES)),
             live: LiveBytes::new(report.live_bytes, LIVE_SLOTS),
             report,
-        })
+        };
+        if !reclaim.is_empty() {
+            let mut t = mk.pm.thread(0);
+            for (b, sz) in reclaim {
+                let h = mk.header(&t, b);
+                let mut g = mk.grans[(sz / GRANULE) as usize].lock().unwrap();
+                mk.push_reclaim(&mut t, &mut g.reclaim, b, h);
+            }
+        }
+        Arc::new(mk)
     }
 
     /// Shuts down gracefully: gives the global free lists back to their
-    /// blocks, makes every mark bit durable, marks the heap shut down, and
-    /// gives the `Pm` back.
+    /// blocks, makes every lazily flushed line durable, and says the heap
+    /// is consistent (`MAK_close`: `MAK_sync_gc_metadata`,
+    /// `MAK_sync_alloc_metadata`); gives the `Pm` back.
     pub fn close(self: Arc<Self>) -> Result<Pm, AllocError> {
         let mk = AllocError::sole_owner(self, NAME)?;
         let mut t = mk.pm.thread(0);
         t.op_begin(OpKind::Close, 0);
-        let mut dirty = DirtyLines::new(mk.cfg.dirty_lines as usize);
-        for list in mk.medium.iter() {
-            let objs = std::mem::take(&mut *list.lock().unwrap());
-            for o in objs {
-                mk.release(&mut t, &mut dirty, o);
+        {
+            let mut fl = mk.fl_aflush.lock().unwrap();
+            for (g, gran) in mk.grans.iter().enumerate() {
+                let mut gran = gran.lock().unwrap();
+                let Gran { reclaim, list } = &mut *gran;
+                if !list.is_empty() {
+                    mk.truncate(&mut t, &mut fl, g as u64 * GRANULE, reclaim, list, 0);
+                }
             }
+            fl.drain(&mut t);
         }
-        dirty.drain(&mut t);
-        mk.lay.set_state(&mut t, state::SHUTDOWN);
+        mk.blocks.lock().unwrap().sync(&mut t);
         t.op_end(OpKind::Close, 0);
         drop(t);
         Ok(mk.pm)
@@ -229,73 +282,70 @@ impl Makalu {
         self.report
     }
 
+    /// The header of block `b`, which starts a chunk, block or large object.
+    fn header(&self, t: &PmThread, b: u64) -> u64 {
+        self.lay.header_of(t, b).unwrap_or_else(|| panic!("block {b} has no header"))
+    }
+
     /// The usable size of the object starting at `off`, if `off` starts one
     /// whose mark bit is set (allocated, or waiting in a free list).
     pub fn usable_size(&self, t: &PmThread, off: u64) -> Option<u64> {
         let b = self.lay.block_of(off)?;
-        let h = self.lay.hdr(b);
-        let rel = off - self.lay.block_off(b);
-        match t.load_u64(h + H_FLAG) {
-            flag::LARGE if rel == 0 => Some(t.load_u64(h + H_SZ)),
-            flag::SMALL => {
-                let sz = t.load_u64(h + H_SZ);
-                let i = rel / sz;
-                (rel.is_multiple_of(sz) && i < objs_per_block(sz) && mark_bit(t, h, i)).then_some(sz)
-            }
-            _ => None,
+        let h = self.lay.header_of(t, b)?;
+        if t.load_u64(h + H_FLAGS) & FREE_BLK != 0 {
+            return None;
         }
+        let start = t.load_u64(h + H_BLOCK);
+        let sz = t.load_u64(h + H_SZ);
+        if sz > MEDIUM_MAX {
+            return (off == start).then_some(sz);
+        }
+        if start != self.lay.block_off(b) || sz == 0 {
+            return None;
+        }
+        let rel = off - start;
+        let i = rel / sz;
+        (rel.is_multiple_of(sz) && i < objs_per_block(sz) && mark_bit(t, h, i)).then_some(sz)
     }
 
     /// Every object with its mark bit set, `(offset, usable size)` by address:
     /// the live objects when no free list holds any (right after open, or
-    /// with no thread handle alive).
+    /// with no thread handle alive and the global lists empty).
     pub fn marked_objects(&self, t: &PmThread) -> Vec<(u64, u64)> {
         let mut v = Vec::new();
-        let top = t.load_u64(self.lay.rgn_curr_off());
-        let mut b = 0;
-        while b < top {
-            let h = self.lay.hdr(b);
-            let sz = t.load_u64(h + H_SZ);
-            match t.load_u64(h + H_FLAG) {
-                flag::SMALL => {
-                    for i in (0..objs_per_block(sz)).filter(|&i| mark_bit(t, h, i)) {
-                        v.push((self.lay.block_off(b) + i * sz, sz));
-                    }
-                    b += 1;
+        let walked = recovery::walk_index(t, &self.lay).unwrap_or_default();
+        for (b, k) in walked.used {
+            match k {
+                recovery::Kind::Small(sz) => {
+                    let h = self.header(t, b);
+                    let base = self.lay.block_off(b);
+                    v.extend((0..objs_per_block(sz)).filter(|&i| mark_bit(t, h, i)).map(|i| (base + i * sz, sz)));
                 }
-                flag::LARGE => {
-                    v.push((self.lay.block_off(b), sz));
-                    b += sz / BLOCK;
-                }
-                _ => b += (sz / BLOCK).max(1),
+                recovery::Kind::Large(sz) => v.push((self.lay.block_off(b), sz)),
             }
         }
         v
     }
 
-    /// Checks the persistent metadata against itself and the chunk lists,
-    /// as it must be when no thread holds objects in a free list (right
-    /// after open): the headers tile the blocks below the bump pointer;
-    /// every small block's count of marked objects is the number of its
-    /// mark bits set, and no bit past its last object is set; the free
-    /// chunks the headers describe are exactly the chunk lists; and no
-    /// undo-log entry is open. The first disagreement, in one line.
+    /// Checks the persistent metadata against itself and the free lists, as
+    /// it must be when no list holds objects (right after open): the headers
+    /// tile the blocks through the header index; every small block's count
+    /// of marked objects is the number of its mark bits set, and no bit
+    /// past its last object is set; the free chunks the headers describe are
+    /// exactly what the block free lists hold, each on the list of its size,
+    /// and `MAK_large_free_bytes` is their size; no undo-log entry is open.
+    /// The first disagreement, in one line.
     pub fn check(&self, t: &PmThread) -> Result<(), String> {
-        let chunks = self.chunks.lock().unwrap();
-        let top = t.load_u64(self.lay.rgn_curr_off());
-        if top != chunks.top() {
-            return Err(format!("bump pointer at block {top}, the chunk lists at {}", chunks.top()));
-        }
-        let walked = recovery::walk(t, &self.lay, top).map_err(|e| e.to_string())?;
+        let blocks = self.blocks.lock().unwrap();
+        let walked = recovery::walk_index(t, &self.lay).map_err(|e| e.to_string())?;
         for &(b, k) in &walked.used {
             let recovery::Kind::Small(sz) = k else { continue };
-            let h = self.lay.hdr(b);
+            let h = self.header(t, b);
             let n = objs_per_block(sz);
             let mut set = 0;
-            for wi in 0..4u64 {
+            for wi in 0..MARK_WORDS {
                 let m = t.load_u64(h + H_MARKS + 8 * wi);
-                let valid = layout::valid_marks(n, wi);
-                if m & !valid != 0 {
+                if m & !valid_marks(n, wi) != 0 {
                     return Err(format!("block {b}: mark bits set past its {n} objects of {sz} bytes"));
                 }
                 set += m.count_ones() as u64;
@@ -305,15 +355,21 @@ impl Makalu {
                 return Err(format!("block {b}: hb_n_marks = {count} but {set} mark bits set"));
             }
         }
-        let listed: Vec<(u64, u64)> = chunks.free_chunks().collect();
+        let listed: Vec<(u64, u64)> = blocks.free_chunks().collect();
         if walked.free != listed {
             let first = walked.free.iter().zip(&listed).find(|(a, b)| a != b);
             return Err(format!(
-                "{} free chunks in the headers, {} in the chunk lists (first difference: {:?})",
+                "{} free chunks in the headers, {} on the free lists (first difference: {:?})",
                 walked.free.len(),
                 listed.len(),
                 first
             ));
+        }
+        recovery::check_lists(t, &self.lay, &walked.free)?;
+        let free_bytes: u64 = walked.free.iter().map(|&(_, n)| n * BLOCK).sum();
+        let lfb = t.load_u64(layout::LARGE_FREE_BYTES);
+        if lfb != free_bytes {
+            return Err(format!("MAK_large_free_bytes = {lfb}, but the free chunks hold {free_bytes}"));
         }
         if let Some(e) = self.lay.log().open_entry(t) {
             return Err(format!("undo-log entry {e} is open (stamped with the current version)"));
@@ -325,84 +381,40 @@ impl Makalu {
         self.live.add(tid, bytes);
     }
 
-    fn stripe(&self, b: u64) -> std::sync::MutexGuard<'_, ()> {
-        self.stripes[b as usize % STRIPES].lock().unwrap()
-    }
-
-    /// Gives object `o` back to its block: clears its mark bit (lazily
-    /// visible); an emptied block returns to the chunk lists, a block with
-    /// enough free objects to its reclaim list.
-    fn release(&self, t: &mut PmThread, dirty: &mut DirtyLines, o: u64) {
-        let b = self.lay.block_of(o).expect("object in the data area");
-        let h = self.lay.hdr(b);
-        let sz = t.load_u64(h + H_SZ);
-        let i = (o - self.lay.block_off(b)) / sz;
-        let n = objs_per_block(sz);
-        let guard = self.stripe(b);
-        let w = h + H_MARKS + 8 * (i / 64);
-        t.store_u64(w, t.load_u64(w) & !(1 << (i % 64)));
-        let marks = t.load_u64(h + H_NMARKS) - 1;
-        t.store_u64(h + H_NMARKS, marks);
-        dirty.note(t, h);
-        if marks == 0 {
-            self.on_reclaim[b as usize].store(false, Ordering::Relaxed);
-            drop(guard);
-            self.chunks.lock().unwrap().free_blocks(t, &self.lay, b, 1);
-        } else if n - marks >= (self.cfg.reclaim_min as u64).min(n)
-            && !self.on_reclaim[b as usize].load(Ordering::Relaxed)
-        {
-            self.on_reclaim[b as usize].store(true, Ordering::Relaxed);
-            drop(guard);
-            self.reclaim[(sz / GRANULE) as usize].lock().unwrap().push(b);
+    /// A large object of `sz` bytes (whole blocks, zeroed).
+    fn alloc_large(&self, t: &mut PmThread, sz: u64) -> Option<u64> {
+        let b = self.blocks.lock().unwrap().alloc(t, &self.lay, sz)?;
+        let off = self.lay.block_off(b);
+        for i in 0..blocks_of(sz) {
+            t.store_bytes(off + i * BLOCK, &lists::ZEROS);
         }
+        Some(off)
     }
 
-    /// Refills `list` with objects of `sz` bytes: sweeps a block from the
-    /// reclaim list, else takes a new block. False when the heap is full.
-    fn refill(&self, t: &mut PmThread, dirty: &mut DirtyLines, sz: u64, list: &mut Vec<u64>) -> bool {
+    /// An object of `sz` bytes from the size's global list.
+    fn alloc_global(&self, t: &mut PmThread, sz: u64) -> Option<u64> {
         let g = (sz / GRANULE) as usize;
-        let n = objs_per_block(sz);
-        loop {
-            let Some(b) = self.reclaim[g].lock().unwrap().pop() else { break };
-            let _guard = self.stripe(b);
-            let h = self.lay.hdr(b);
-            if !self.on_reclaim[b as usize].load(Ordering::Relaxed)
-                || t.load_u64(h + H_FLAG) != flag::SMALL
-                || t.load_u64(h + H_SZ) != sz
-            {
-                continue; // left the list since (emptied, or now another size)
+        let mut gran = self.grans[g].lock().unwrap();
+        let Gran { reclaim, list } = &mut *gran;
+        if list.is_empty() {
+            let mut fl = self.fl_aflush.lock().unwrap();
+            if !self.refill(t, &mut fl, sz, reclaim, None, list) {
+                return None;
             }
-            self.on_reclaim[b as usize].store(false, Ordering::Relaxed);
-            let base = self.lay.block_off(b);
-            for wi in 0..n.div_ceil(64) {
-                let w = h + H_MARKS + 8 * wi;
-                let old = t.load_u64(w);
-                let free = !old & layout::valid_marks(n, wi);
-                if free == 0 {
-                    continue;
-                }
-                for bit in (0..64).rev().filter(|&bit| free >> bit & 1 == 1) {
-                    list.push(base + (wi * 64 + bit) * sz);
-                }
-                t.store_u64(w, old | free);
-            }
-            t.store_u64(h + H_NMARKS, n);
-            dirty.note(t, h);
-            return true;
         }
-        let Some(b) = self.chunks.lock().unwrap().alloc_blocks(t, &self.lay, 1, flag::SMALL, sz) else {
-            return false;
-        };
-        let _guard = self.stripe(b);
-        let h = self.lay.hdr(b);
-        for wi in 0..4 {
-            t.store_u64(h + H_MARKS + 8 * wi, layout::valid_marks(n, wi));
+        list.pop()
+    }
+
+    /// Puts object `off` of `sz` bytes on the size's global list.
+    fn free_global(&self, t: &mut PmThread, sz: u64, off: u64) {
+        let g = (sz / GRANULE) as usize;
+        let mut gran = self.grans[g].lock().unwrap();
+        let Gran { reclaim, list } = &mut *gran;
+        if list.push(off) {
+            let keep = self.cfg.list_bounds(sz).1;
+            let mut fl = self.fl_aflush.lock().unwrap();
+            self.truncate(t, &mut fl, sz, reclaim, list, keep);
         }
-        t.store_u64(h + H_NMARKS, n);
-        dirty.note(t, h);
-        let base = self.lay.block_off(b);
-        list.extend((0..n).rev().map(|i| base + i * sz));
-        true
     }
 }
 
@@ -412,7 +424,8 @@ fn mark_bit(t: &PmThread, h: u64, i: u64) -> bool {
 
 fn register_regions(t: &mut PmThread, lay: &Layout) {
     t.add_region("makalu base metadata", Category::Meta, layout::BASE, 4096);
-    t.add_region("makalu undo log", Category::Wal, lay.log, 4096);
+    t.add_region("makalu undo log", Category::Wal, lay.log, lay.index - lay.log);
+    t.add_region("makalu header index", Category::Meta, lay.index, lay.hdrs - lay.index);
     t.add_region("makalu block headers", Category::Meta, lay.hdrs, lay.data - lay.hdrs);
     t.add_region("makalu blocks", Category::Data, lay.data, lay.nblocks * BLOCK);
 }
@@ -421,7 +434,9 @@ impl Allocator for Makalu {
     type Config = MakaluConfig;
     const FAMILY: &'static str = "makalu";
     const PRESETS: &'static [&'static str] = &["makalu"];
-    const ABOUT: &'static str = "Makalu-style allocator (lazy persistence, recovery by conservative mark)";
+    const ABOUT: &'static str =
+        "Makalu-style allocator as its code persists (lazy persistence, recovery by conservative \
+                                 mark; shipped=true: the shipped code's extra state persists)";
 
     fn create(heap: &Heap, pm: Pm, cfg: MakaluConfig) -> Result<Arc<Self>, AllocError> {
         Makalu::create(heap, pm, cfg)
@@ -433,6 +448,14 @@ impl Allocator for Makalu {
 
     fn close(self: Arc<Self>, _heap: &Heap) -> Result<Pm, AllocError> {
         Makalu::close(self)
+    }
+
+    fn variant(cfg: &MakaluConfig) -> String {
+        if cfg.shipped {
+            "shipped".into()
+        } else {
+            String::new()
+        }
     }
 
     fn crash_target(cfg: MakaluConfig) -> Result<Box<dyn CrashTarget>, String> {
@@ -466,7 +489,11 @@ impl PmAllocator for Makalu {
     type Thread = MakaluThread;
 
     fn name(&self) -> String {
-        "makalu".into()
+        if self.cfg.shipped {
+            "makalu:shipped=true".into()
+        } else {
+            "makalu".into()
+        }
     }
 
     fn params(&self) -> serde_json::Map<String, serde_json::Value> {
@@ -478,7 +505,7 @@ impl PmAllocator for Makalu {
     }
 
     fn footprint(&self) -> Footprint {
-        let top = self.chunks.lock().unwrap().top();
-        Footprint { live_bytes: self.live.get(), mapped_bytes: self.lay.data + top * BLOCK }
+        let heap = self.blocks.lock().unwrap().heap_blocks();
+        Footprint { live_bytes: self.live.get(), mapped_bytes: self.lay.data + heap * BLOCK }
     }
 }

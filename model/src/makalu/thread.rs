@@ -1,8 +1,10 @@
-//! A thread's handle on a Makalu-style heap: its small-object free lists
-//! (Makalu §5.7, transient), its table of lazily flushed mark-bit lines, and
-//! the malloc / free paths (§6, §7).
+//! A thread's handle on a Makalu-style heap: its free lists of objects up
+//! to 384 B and its table of lazily flushed mark-bit lines
+//! (`thread_local_freelists`, `makalu_local_heap.c`), and the malloc / free
+//! paths (`MAK_malloc`, `MAK_free`).
 
-use super::layout::{flag, BLOCK, GRANULE, H_FLAG, H_SZ, MEDIUM_MAX};
+use super::layout::{FREE_BLK, GRANULE, H_BLOCK, H_FLAGS, H_SZ, MEDIUM_MAX};
+use super::lists::{FreeList, Gran, ZEROS};
 use super::Makalu;
 use crate::alloc::AllocThread;
 use crate::mech::dirty::DirtyLines;
@@ -14,17 +16,19 @@ use std::sync::Arc;
 pub struct MakaluThread {
     mk: Arc<Makalu>,
     t: PmThread,
-    /// Per granule class: the thread's free list of small objects (LIFO).
-    free: Vec<Vec<u64>>,
-    dirty: DirtyLines,
+    /// Per granule count: the thread's free list (index 0 unused).
+    lists: Vec<FreeList>,
+    /// The thread's table of lazily flushed lines (`aflush_tb`).
+    aflush: DirtyLines,
 }
 
 impl MakaluThread {
     pub(super) fn new(mk: Arc<Makalu>, tid: u32) -> MakaluThread {
         let t = mk.pm.thread(tid);
-        let dirty = DirtyLines::new(mk.cfg.dirty_lines as usize);
-        let small = (mk.cfg.small_max / GRANULE) as usize + 1;
-        MakaluThread { mk, t, free: vec![Vec::new(); small], dirty }
+        let aflush = DirtyLines::new(mk.cfg.dirty_lines as usize);
+        let lists =
+            (0..=mk.cfg.small_max / GRANULE).map(|g| FreeList::new(mk.cfg.list_bounds(g.max(1) * GRANULE).0)).collect();
+        MakaluThread { mk, t, lists, aflush }
     }
 
     pub fn allocator(&self) -> &Arc<Makalu> {
@@ -48,67 +52,50 @@ impl MakaluThread {
 
     fn alloc(&mut self, size: u64) -> Option<u64> {
         let mk = &*self.mk;
-        if size > MEDIUM_MAX {
-            let n = size.div_ceil(BLOCK);
-            let b = mk.chunks.lock().unwrap().alloc_blocks(&mut self.t, &mk.lay, n, flag::LARGE, n * BLOCK)?;
-            mk.add_live(self.t.tid(), (n * BLOCK) as i64);
-            return Some(mk.lay.block_off(b));
-        }
         let sz = size.max(1).next_multiple_of(GRANULE);
-        let g = (sz / GRANULE) as usize;
-        let o = if sz <= mk.cfg.small_max {
-            if self.free[g].is_empty() && !mk.refill(&mut self.t, &mut self.dirty, sz, &mut self.free[g]) {
-                return None;
+        let o = if sz > MEDIUM_MAX {
+            mk.alloc_large(&mut self.t, sz)?
+        } else if sz <= mk.cfg.small_max {
+            let g = (sz / GRANULE) as usize;
+            if self.lists[g].is_empty() {
+                let mut gran = mk.grans[g].lock().unwrap();
+                let Gran { reclaim, list } = &mut *gran;
+                if !mk.refill(&mut self.t, &mut self.aflush, sz, reclaim, Some(list), &mut self.lists[g]) {
+                    return None;
+                }
             }
-            self.free[g].pop()
+            self.lists[g].pop()?
         } else {
-            let mut list = mk.medium[g].lock().unwrap();
-            if list.is_empty() && !mk.refill(&mut self.t, &mut self.dirty, sz, &mut list) {
-                return None;
-            }
-            list.pop()
+            mk.alloc_global(&mut self.t, sz)?
         };
         mk.add_live(self.t.tid(), sz as i64);
-        o
+        Some(o)
     }
 
     fn dealloc(&mut self, off: u64) {
         let mk = &*self.mk;
-        let b = mk.lay.block_of(off).unwrap_or_else(|| panic!("free of {off:#x}: not in the Makalu data area"));
-        let h = mk.lay.hdr(b);
-        let sz = self.t.load_u64(h + H_SZ);
-        match self.t.load_u64(h + H_FLAG) {
-            flag::LARGE => {
-                assert_eq!(off, mk.lay.block_off(b), "free of {off:#x}: inside a large object");
-                mk.chunks.lock().unwrap().free_blocks(&mut self.t, &mk.lay, b, sz / BLOCK);
+        let lay = &mk.lay;
+        let b = lay.block_of(off).unwrap_or_else(|| panic!("free of {off:#x}: not in the Makalu data area"));
+        let h = lay.header_of(&self.t, b).unwrap_or_else(|| panic!("free of {off:#x}: block {b} has no header"));
+        let (sz, flags) = (self.t.load_u64(h + H_SZ), self.t.load_u64(h + H_FLAGS));
+        assert!(flags & FREE_BLK == 0, "free of {off:#x}: block {b} is free");
+        if sz > MEDIUM_MAX {
+            assert_eq!(off, self.t.load_u64(h + H_BLOCK), "free of {off:#x}: inside a large object");
+            mk.blocks.lock().unwrap().free(&mut self.t, lay, b);
+            mk.add_live(self.t.tid(), -(sz as i64));
+            return;
+        }
+        // A normal object is cleared when freed (`ok_init`): stores, never flushed.
+        self.t.store_bytes(off, &ZEROS[..sz as usize]);
+        if sz <= mk.cfg.small_max {
+            let g = (sz / GRANULE) as usize;
+            if self.lists[g].push(off) {
+                let keep = mk.cfg.list_bounds(sz).1;
+                let mut gran = mk.grans[g].lock().unwrap();
+                mk.truncate(&mut self.t, &mut self.aflush, sz, &mut gran.reclaim, &mut self.lists[g], keep);
             }
-            flag::SMALL => {
-                let g = (sz / GRANULE) as usize;
-                let cap = mk.cfg.freelist_max as usize;
-                if sz <= mk.cfg.small_max {
-                    self.free[g].push(off);
-                    if self.free[g].len() > cap {
-                        let give: Vec<u64> = self.free[g].drain(..cap / 2).collect();
-                        for o in give {
-                            mk.release(&mut self.t, &mut self.dirty, o);
-                        }
-                    }
-                } else {
-                    let give = {
-                        let mut list = mk.medium[g].lock().unwrap();
-                        list.push(off);
-                        if list.len() > cap {
-                            list.drain(..cap / 2).collect()
-                        } else {
-                            Vec::new()
-                        }
-                    };
-                    for o in give {
-                        mk.release(&mut self.t, &mut self.dirty, o);
-                    }
-                }
-            }
-            f => panic!("free of {off:#x}: block {b} holds no objects (header flag {f})"),
+        } else {
+            mk.free_global(&mut self.t, sz, off);
         }
         mk.add_live(self.t.tid(), -(sz as i64));
     }
@@ -128,13 +115,15 @@ impl AllocThread for MakaluThread {
         self.t.op_end(OpKind::Free, 0);
     }
 
-    /// Publishing is a persisted store: the GC decides after a crash (see the module docs).
+    /// Publishing is the program's persisted store (store, flush, mfence):
+    /// the GC decides after a crash (see the module docs).
     fn malloc_to(&mut self, size: u64, dest: u64) -> Option<u64> {
         self.t.op_begin(OpKind::Malloc, size);
         let r = self.alloc(size);
         if let Some(o) = r {
             self.t.store_u64(dest, o);
-            self.t.persist(dest, 8);
+            self.t.flush(dest);
+            self.t.mfence();
         }
         self.t.op_end(OpKind::Malloc, r.unwrap_or(0));
         r
@@ -144,7 +133,8 @@ impl AllocThread for MakaluThread {
         let off = self.t.load_u64(dest);
         self.t.op_begin(OpKind::Free, off);
         self.t.store_u64(dest, 0);
-        self.t.persist(dest, 8);
+        self.t.flush(dest);
+        self.t.mfence();
         self.dealloc(off);
         self.t.op_end(OpKind::Free, 0);
     }
@@ -153,13 +143,17 @@ impl AllocThread for MakaluThread {
 }
 
 impl Drop for MakaluThread {
-    /// A gracefully terminating thread gives its free lists back to their
-    /// blocks (§6.1) and makes its mark-bit updates durable.
+    /// A terminating thread gives its free lists back to their blocks and
+    /// makes its mark-bit lines durable (`MAK_teardown_thread_local`).
     fn drop(&mut self) {
-        let lists = std::mem::take(&mut self.free);
-        for o in lists.into_iter().flatten() {
-            self.mk.release(&mut self.t, &mut self.dirty, o);
+        let mk = self.mk.clone();
+        for g in 1..self.lists.len() {
+            if self.lists[g].is_empty() {
+                continue;
+            }
+            let mut gran = mk.grans[g].lock().unwrap();
+            mk.truncate(&mut self.t, &mut self.aflush, g as u64 * GRANULE, &mut gran.reclaim, &mut self.lists[g], 0);
         }
-        self.dirty.drain(&mut self.t);
+        self.aflush.drain(&mut self.t);
     }
 }

@@ -13,9 +13,10 @@
 //! * [`exthdr`] — in-place extent headers per chunk (the baseline).
 //! * [`mutation`] — switches that remove one flush each, to test crash checkers.
 //! * [`regions`] — keeps the trace's region table tiling a changing layout.
-//! * [`undo`] — a versioned undo log for failure-atomic core-metadata updates (Makalu).
+//! * [`undo`] — a versioned undo log for failure-atomic core-metadata updates
+//!   (Makalu's: entries persisted synchronously, a section's lines flushed at commit).
 //! * [`mark`] — the conservative mark from the persistent roots of a recovery-time GC.
-//! * [`dirty`] — eventual visibility: a table of dirty lines flushed lazily.
+//! * [`dirty`] — eventual visibility: a direct-mapped table of dirty lines flushed lazily.
 
 pub mod bklog;
 pub mod dirty;
