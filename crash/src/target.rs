@@ -1,7 +1,7 @@
 //! The allocator side of crash checking. An allocator with crash recovery
-//! implements `pmsim_model::family::Recoverable` and is found here through
-//! the registry by the name its traces record; nothing in this crate names
-//! an allocator.
+//! says so on its seam (`pmsim_model::Allocator::crash_rules`) and is found
+//! here through the registry by the name its traces record; nothing in this
+//! crate names an allocator.
 
 use crate::error::CrashError;
 use pmsim_model::family::Family;

@@ -1,9 +1,10 @@
 //! The example of ARCHITECTURE.md, "Adding an allocator": a small allocator
-//! written against pmsim's seam and registered only here, in its test. It
+//! written against pmsim's seam (`model/src/alloc.rs`) and registered only
+//! here, in its test, with the one line the guide puts in the registry. It
 //! touches no other file of pmsim, yet runs every workload through the
 //! runner, recovers from SIGKILL, passes the crash explorer, and its broken
 //! variant (`mutation=true`: the undo record is not persisted before the
-//! change it guards) is caught — all from the one `conformance_tests!` line.
+//! change it guards) is caught — all from the registration.
 //!
 //! The allocator: blocks of power-of-two sizes, each behind a one-line
 //! header (`size | allocated`), cut from the heap by a persistent bump
@@ -12,12 +13,20 @@
 //! values are persisted first, then the changes, then the log is cleared.
 //! Recovery rolls back an uncommitted log and rebuilds the free lists by
 //! walking the headers.
+//!
+//! Below it, tests that follow the guide's steps: the guide names what the
+//! example does, the example's regions cover every byte it writes, and one
+//! line added to a copy of pmsim's registry puts it under the suite.
 
-use pmsim_model::family::{recovery_target, Allocator, CrashTarget, Family, Native, Recoverable};
+use pmsim_crash::conformance::{plan, Stage};
+use pmsim_model::family::{Family, Native};
 use pmsim_model::heap::HEADER_SIZE;
 use pmsim_model::live::LiveBytes;
 use pmsim_model::params::as_map;
-use pmsim_model::{AllocConfig, AllocError, AllocThread, Category, Footprint, Heap, OpKind, Pm, PmAllocator, PmThread};
+use pmsim_model::{
+    AllocConfig, AllocError, AllocThread, Allocator, Category, CrashRules, Footprint, Heap, HeapNeed, OpKind, Params,
+    Pm, PmThread,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -182,6 +191,16 @@ impl Bump {
     }
 }
 
+/// Registers every area of the heap as a region, before anything is
+/// written there (else its persist time counts as "unmapped"). The block
+/// headers sit inside the blocks' region (an allocator that wants them
+/// apart paints them with `mech::regions::RegionTiler`).
+fn regions(t: &mut PmThread, heap: &Heap) {
+    t.add_region("bump superblock", Category::Meta, SB, 64);
+    t.add_region("bump undo log", Category::Wal, LOG, 64);
+    t.add_region("bump blocks", Category::Data, BASE, heap.size() - BASE);
+}
+
 /// Every block `(header, size, allocated)` from the base to the bump pointer.
 fn walk(t: &PmThread, heap_size: u64) -> Result<Vec<(u64, u64, bool)>, String> {
     let top = t.load_u64(TOP);
@@ -207,83 +226,33 @@ pub struct BumpThread {
     t: PmThread,
 }
 
-impl PmAllocator for Bump {
-    type Thread = BumpThread;
-
-    fn name(&self) -> String {
-        "bump".into()
+impl BumpThread {
+    fn malloc_impl(&mut self, size: u64, dest: Option<u64>) -> Option<u64> {
+        self.t.op_begin(OpKind::Malloc, size);
+        let r = self.a.alloc(&mut self.t, size, dest);
+        self.t.op_end(OpKind::Malloc, r.unwrap_or(0));
+        r
     }
 
-    fn params(&self) -> serde_json::Map<String, serde_json::Value> {
-        as_map(&self.cfg)
-    }
-
-    fn thread(self: &Arc<Self>, tid: u32) -> BumpThread {
-        BumpThread { a: self.clone(), t: self.pm.thread(tid) }
-    }
-
-    fn footprint(&self) -> Footprint {
-        Footprint { live_bytes: self.live.get(), mapped_bytes: self.top.load(Ordering::Relaxed) }
+    fn free_impl(&mut self, off: u64, dest: Option<u64>) {
+        self.t.op_begin(OpKind::Free, off);
+        self.a.dealloc(&mut self.t, off, dest);
+        self.t.op_end(OpKind::Free, 0);
     }
 }
 
+/// What a thread does: the forwarding macros write the eight methods that
+/// every allocator's thread handle has alike.
 impl AllocThread for BumpThread {
-    fn malloc(&mut self, size: u64) -> Option<u64> {
-        self.t.op_begin(OpKind::Malloc, size);
-        let r = self.a.alloc(&mut self.t, size, None);
-        self.t.op_end(OpKind::Malloc, r.unwrap_or(0));
-        r
-    }
-
-    fn free(&mut self, off: u64) {
-        self.t.op_begin(OpKind::Free, off);
-        self.a.dealloc(&mut self.t, off, None);
-        self.t.op_end(OpKind::Free, 0);
-    }
-
-    fn malloc_to(&mut self, size: u64, dest: u64) -> Option<u64> {
-        self.t.op_begin(OpKind::Malloc, size);
-        let r = self.a.alloc(&mut self.t, size, Some(dest));
-        self.t.op_end(OpKind::Malloc, r.unwrap_or(0));
-        r
-    }
-
-    fn free_from(&mut self, dest: u64) {
-        let off = self.t.load_u64(dest);
-        self.t.op_begin(OpKind::Free, off);
-        self.a.dealloc(&mut self.t, off, Some(dest));
-        self.t.op_end(OpKind::Free, 0);
-    }
-
-    fn write(&mut self, off: u64, data: &[u8]) {
-        self.t.store_bytes(off, data);
-    }
-
-    fn read(&self, off: u64, buf: &mut [u8]) {
-        self.t.load_bytes(off, buf);
-    }
-
-    fn persist(&mut self, off: u64, len: u64) {
-        self.t.persist(off, len);
-    }
-
-    fn set_root(&mut self, slot: usize, off: u64) {
-        self.t.set_root(slot, off);
-    }
-
-    fn root(&self, slot: usize) -> u64 {
-        self.t.root(slot)
-    }
-
-    fn idle(&mut self) {
-        self.t.flush_thread();
-    }
+    pmsim_model::dest_forwarding_ops!(t);
+    pmsim_model::pm_thread_access!(t);
 }
 
+/// The seam: what every allocator provides, then what this one may.
 impl Allocator for Bump {
     type Config = BumpConfig;
+    type Thread = BumpThread;
     const FAMILY: &'static str = "bump";
-    const PRESETS: &'static [&'static str] = &["bump"];
     const ABOUT: &'static str = "a bump allocator with an undo log (the example of ARCHITECTURE.md)";
 
     fn create(heap: &Heap, pm: Pm, cfg: BumpConfig) -> Result<Arc<Self>, AllocError> {
@@ -294,9 +263,8 @@ impl Allocator for Bump {
         if t.load_u64(SB) == MAGIC {
             return Err(AllocError::exists(NAME, "already holds a bump heap").in_file(heap));
         }
+        regions(&mut t, heap);
         t.op_begin(OpKind::Init, 0);
-        t.add_region("bump superblock", Category::Meta, SB, 64);
-        t.add_region("bump undo log", Category::Wal, LOG, 64);
         t.store_u64(TOP, BASE);
         t.store_u64(LOG, 0);
         t.persist(TOP, 8);
@@ -309,6 +277,7 @@ impl Allocator for Bump {
     }
 
     fn open(heap: &Heap, pm: Pm, cfg: BumpConfig) -> Result<Arc<Self>, AllocError> {
+        regions(&mut pm.thread(0), heap);
         Bump::open_heap(heap, pm, cfg)
     }
 
@@ -316,24 +285,31 @@ impl Allocator for Bump {
         Ok(AllocError::sole_owner(self, NAME).map_err(|e| e.in_file(heap))?.pm)
     }
 
-    /// Blocks round up to powers of two behind a line of header.
-    fn heap_size(_cfg: &BumpConfig, wl: &pmsim_model::workloads::Workload, threads: u32) -> u64 {
-        (4 * wl.heap_size_hint(threads)).next_multiple_of(2 << 20)
+    fn thread(self: &Arc<Self>, tid: u32) -> BumpThread {
+        BumpThread { a: self.clone(), t: self.pm.thread(tid) }
     }
 
-    fn crash_target(cfg: BumpConfig) -> Result<Box<dyn CrashTarget>, String> {
-        Ok(recovery_target::<Self>(cfg))
+    fn params(&self) -> Params {
+        as_map(&self.cfg)
     }
-}
 
-impl Recoverable for Bump {
-    fn plain_mallocs_durable(_cfg: &BumpConfig) -> bool {
-        true
+    fn footprint(&self) -> Footprint {
+        Footprint { live_bytes: self.live.get(), mapped_bytes: self.top.load(Ordering::Relaxed) }
     }
 
     fn live_blocks(&self, t: &mut BumpThread) -> Vec<(u64, u64)> {
         let blocks = walk(&t.t, self.size).expect("walked at open");
         blocks.into_iter().filter(|b| b.2).map(|(h, s, _)| (h + HDR, s)).collect()
+    }
+
+    /// Blocks round up to powers of two behind a line of header.
+    fn heap_size(_cfg: &BumpConfig, need: &HeapNeed) -> u64 {
+        (4 * need.hint).next_multiple_of(2 << 20)
+    }
+
+    /// Every operation is durable when it returns (its undo log is cleared last).
+    fn crash_rules(_cfg: &BumpConfig) -> Result<CrashRules, String> {
+        Ok(CrashRules { plain_mallocs_durable: true, ..CrashRules::default() })
     }
 
     fn check_metadata(&self, t: &mut BumpThread) -> Result<(), String> {
@@ -344,21 +320,105 @@ impl Recoverable for Bump {
         }
         Ok(())
     }
+
+    const MUTANTS: &'static [&'static str] = &["bump:mutation=true"];
 }
 
-/// The registration: in pmsim it is one line in `registry::ALLOCATORS`;
-/// this test keeps it to itself.
-static BUMP: Native<Bump> = Native::<Bump>::ENTRY;
+/// The registration, as the guide writes it in `registry::ALLOCATORS`:
+/// `&Native::<Bump>::ENTRY`. This test keeps it in a registry of its own.
+static REGISTRY: &[&dyn Family] = &[&Native::<Bump>::ENTRY];
+
+pmsim_crash::conformance_suite!(REGISTRY);
 
 fn bump() -> &'static dyn Family {
-    &BUMP
+    REGISTRY[0]
 }
-
-pmsim_crash::conformance_tests!(bump(), "bump", recovery, mutated: "bump:mutation=true");
 
 /// Its parameters are validated like every allocator's.
 #[test]
 fn bad_parameters_are_one_line_naming_the_range() {
     let e = pmsim_model::runner::AllocSpec::parse_among("bump:min_block=100", [], &[bump()]).unwrap_err().to_string();
     assert_eq!(e, "Bump configuration: min_block = 100 (must be a power of two in 64..=4096)");
+}
+
+/// The guide's step "register it": pmsim's registry with the one line
+/// added puts the allocator under every stage of the suite, its broken
+/// variant included, beside every registered allocator; without the line,
+/// nothing of it is there.
+#[test]
+fn one_registry_line_puts_it_under_the_suite() {
+    let mut registry = pmsim_model::registry::ALLOCATORS.to_vec();
+    let without: Vec<Vec<String>> = Stage::ALL.iter().map(|&s| specs(&plan(&registry, s))).collect();
+    registry.push(&Native::<Bump>::ENTRY);
+    for (stage, before) in Stage::ALL.into_iter().zip(without) {
+        let after = specs(&plan(&registry, stage));
+        assert_eq!(after[..before.len()], before[..], "{stage:?}: the registered allocators stay as they were");
+        let added = &after[before.len()..];
+        let want = if stage == Stage::MutantsCaught { "bump:mutation=true" } else { "bump" };
+        assert_eq!(added, [want], "{stage:?}: the new line adds its checks");
+        assert!(!before.iter().any(|s| s.starts_with("bump")), "{stage:?}");
+    }
+}
+
+fn specs(checks: &[pmsim_crash::conformance::Check]) -> Vec<String> {
+    checks.iter().map(|c| c.spec.clone()).collect()
+}
+
+/// The guide's step "its regions": every store and flush of a traced run
+/// falls in a region the allocator registered (or the heap's header), so
+/// none of its persist time counts as "unmapped" (the suite checks this
+/// on its traced run too; here on a run of its own, with a count).
+#[test]
+fn every_byte_it_writes_is_in_a_region() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = pmsim_model::runner::AllocSpec::parse_among("bump", [], &[bump()]).unwrap();
+    let trace = pmsim_crash::conformance::record(dir.path(), "b", &spec, "threadtest", &["objects=50"], false);
+    let stats = pmsim_traces::TraceReader::open(&trace).unwrap().for_each(|_| {}).unwrap();
+    assert!(stats.events > 1000, "only {} events", stats.events);
+    assert_eq!(pmsim_crash::conformance::first_unmapped_write(&trace), None);
+}
+
+/// The guide's steps name what the example does, and name every item
+/// the seam asks of every allocator: a step that drifts from the seam or
+/// from the example fails here.
+#[test]
+fn the_guide_follows_the_seam_and_the_example() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let doc = read("ARCHITECTURE.md");
+    let start = doc.find("## Adding an allocator").expect("the guide");
+    let guide = &doc[start..doc[start + 3..].find("\n## ").map_or(doc.len(), |e| start + 3 + e)];
+    let example = read("crash/tests/example_allocator.rs");
+    // What each step tells the reader to write, as the example writes it.
+    for (step, in_guide, in_example) in [
+        (2, "AllocConfig", "impl AllocConfig for"),
+        (3, "impl Allocator for", "impl Allocator for"),
+        (3, "impl AllocThread for", "impl AllocThread for"),
+        (3, "pm_thread_access!", "pmsim_model::pm_thread_access!(t)"),
+        (3, "dest_forwarding_ops!", "pmsim_model::dest_forwarding_ops!(t)"),
+        (4, "add_region", "t.add_region("),
+        (5, "crash_rules", "fn crash_rules("),
+        (5, "check_metadata", "fn check_metadata("),
+        (5, "MUTANTS", "const MUTANTS"),
+        (6, "&Native::<MyAlloc>::ENTRY", "&Native::<Bump>::ENTRY"),
+    ] {
+        assert!(guide.contains(in_guide), "step {step} of the guide does not name `{in_guide}`");
+        assert!(example.contains(in_example), "the example does not do step {step}: `{in_example}`");
+    }
+    // Every item of the seam without a default is named in the guide.
+    let seam = read("model/src/alloc.rs");
+    let body = &seam[seam.find("pub trait Allocator").unwrap()..];
+    let body = &body[..body.find("\n}\n").unwrap()];
+    let mut required = Vec::new();
+    for line in body.lines().map(str::trim) {
+        let item = |p: &str| line.strip_prefix(p).map(|r| r.split(['(', ':', '<', ';', ' ']).next().unwrap_or(""));
+        let name = if line.ends_with(';') { item("fn ").or(item("type ")).or(item("const ")) } else { None };
+        if let Some(n) = name.filter(|n| !n.is_empty()) {
+            required.push(n.to_string());
+        }
+    }
+    assert!(required.len() >= 10, "the seam's required items: {required:?}");
+    for n in &required {
+        assert!(guide.contains(&format!("`{n}`")), "the guide does not name the seam's required `{n}`");
+    }
 }

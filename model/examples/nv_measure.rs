@@ -11,7 +11,7 @@
 
 use pmsim_model::heap::Heap as H;
 use pmsim_model::nvalloc::{NvAlloc, NvAllocConfig, NvAllocThread};
-use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, Pm, PmAllocator};
+use pmsim_model::{AllocThread, Allocator, FlushInsn, Heap, HeapOptions, Pm};
 use pmsim_traces::{OpKind, OwnedEvent, Region, RegionMap, VecSink};
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -34,11 +34,12 @@ pub mod pmdk;
 pub mod registry;
 pub mod runner;
 pub mod scratch;
+pub mod target;
 pub mod tracing;
 pub mod watch;
 pub mod workloads;
 
-pub use alloc::{AllocThread, Footprint, PmAllocator, SlabUtilization};
+pub use alloc::{AllocThread, Allocator, CrashRules, Footprint, HeapNeed, Params, SlabUtilization};
 pub use config::AllocConfig;
 pub use error::{AllocError, ErrorKind};
 pub use heap::{Heap, HeapError, HeapErrorKind, HeapOptions, PmOff, Pod};

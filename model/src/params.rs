@@ -32,6 +32,9 @@ pub fn set_field<T: Serialize + DeserializeOwned>(
     let map = v.as_object_mut().ok_or_else(|| format!("{what}s are not a struct"))?;
     if !map.contains_key(key) {
         let keys: Vec<&str> = map.keys().map(String::as_str).collect();
+        if keys.is_empty() {
+            return Err(format!("unknown {what} '{key}' (there are none)"));
+        }
         return Err(format!("unknown {what} '{key}' (known: {})", keys.join(", ")));
     }
     let parsed = serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_string()));

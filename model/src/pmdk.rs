@@ -1,6 +1,6 @@
 //! PMDK's libpmemobj as a peer allocator, through FFI: the persistent
 //! allocator the NVAlloc paper compares against (Fig. 1, 9, 12–15), run
-//! unmodified, behind the same [`PmAllocator`] / [`AllocThread`] interface as
+//! unmodified, behind the same [`Allocator`] / [`AllocThread`] seam as
 //! pmsim's own allocators, so every workload runs on it unchanged.
 //!
 //! * One pool file (`pmemobj_create`), layout name [`LAYOUT`]. Heap offsets
@@ -38,14 +38,15 @@
 //! PMDK's own stores and flushes happen inside the library, where pmsim's
 //! built-in tracer cannot see them: trace PMDK with the DBI tracers instead.
 
-use crate::alloc::{AllocThread, Footprint, PmAllocator};
+use crate::alloc::{AllocThread, Allocator, CrashRules, Footprint, Params};
+use crate::config::AllocConfig;
 use crate::error::AllocError;
-use crate::family::{drive, CrashTarget, Drive, Driven, Family, Params, Recovered};
 use crate::heap::Heap;
 use crate::live::LiveBytes;
 use crate::pm::Pm;
 use crate::pm::{CpuFeatures, FlushInsn};
-use crate::workloads::Workload;
+use crate::target::{CrashTarget, Recovered};
+use serde::{Deserialize, Serialize};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
@@ -177,6 +178,13 @@ impl fmt::Display for PmdkError {
 }
 
 impl std::error::Error for PmdkError {}
+
+impl PmdkError {
+    /// As the allocators' error type (the message names the pool file already).
+    fn into_alloc(self) -> AllocError {
+        AllocError::store("PMDK", self.to_string())
+    }
+}
 
 /// The PMDK environment variables a run needs (`None`: unset): the pool
 /// treated as PM unless `msync` is asked for (as the paper's DAX pools are),
@@ -444,14 +452,34 @@ impl Drop for Pmdk {
     }
 }
 
-impl PmAllocator for Pmdk {
+impl Allocator for Pmdk {
+    type Config = PmdkConfig;
     type Thread = PmdkThread;
+    const FAMILY: &'static str = "pmdk";
+    const ABOUT: &'static str =
+        "PMDK's libpmemobj through FFI (native runs; trace it with the Valgrind tool in pintools/)";
 
-    fn name(&self) -> String {
-        "pmdk".into()
+    /// Its pool, which libpmemobj creates, maps and flushes; its writes
+    /// happen inside the library, out of sight of pmsim's built-in tracer.
+    const OWN_FILE: bool = true;
+
+    fn create_own_file(path: &Path, size: u64, overwrite: bool, _cfg: PmdkConfig) -> Result<Arc<Self>, AllocError> {
+        Pmdk::create(path, size, &PmdkOptions { overwrite, ..PmdkOptions::default() }).map_err(PmdkError::into_alloc)
     }
 
-    fn params(&self) -> serde_json::Map<String, serde_json::Value> {
+    fn create(_heap: &Heap, _pm: Pm, _cfg: PmdkConfig) -> Result<Arc<Self>, AllocError> {
+        Err(not_on_a_pmsim_heap())
+    }
+
+    fn open(_heap: &Heap, _pm: Pm, _cfg: PmdkConfig) -> Result<Arc<Self>, AllocError> {
+        Err(not_on_a_pmsim_heap())
+    }
+
+    fn close(self: Arc<Self>, _heap: &Heap) -> Result<Pm, AllocError> {
+        Err(not_on_a_pmsim_heap())
+    }
+
+    fn params(&self) -> Params {
         let mut m = serde_json::Map::new();
         m.insert("library".into(), "libpmemobj".into());
         m.insert("version".into(), VERSION.into());
@@ -484,6 +512,25 @@ impl PmAllocator for Pmdk {
         };
         Footprint { live_bytes: self.live.get(), mapped_bytes: mapped }
     }
+
+    /// Every object but the root, as libpmemobj walks them.
+    fn live_blocks(&self, _t: &mut PmdkThread) -> Vec<(u64, u64)> {
+        objects(self.pop, Some(self.root_off))
+    }
+
+    /// An object `pmemobj_alloc` returned is allocated durably, published or not.
+    fn crash_rules(_cfg: &PmdkConfig) -> Result<CrashRules, String> {
+        Ok(CrashRules { plain_mallocs_durable: true, ..CrashRules::default() })
+    }
+
+    /// Images of its pool, recovered by libpmemobj.
+    fn crash_target(_cfg: &PmdkConfig) -> Option<Box<dyn CrashTarget>> {
+        Some(Box::new(PmdkCrash { idle: Arc::default() }))
+    }
+}
+
+fn not_on_a_pmsim_heap() -> AllocError {
+    AllocError::config("PMDK", "PMDK runs on a libpmemobj pool of its own, not on a pmsim heap")
 }
 
 /// A thread's handle on a PMDK pool (PMDK keeps its per-thread state —
@@ -606,68 +653,17 @@ impl AllocThread for PmdkThread {
     }
 }
 
-/// PMDK's line in the registry: it runs on a pool of its own (libpmemobj
-/// maps and flushes it), has no parameters, and its writes happen inside
-/// the library, out of sight of pmsim's built-in tracer.
-pub struct PmdkFamily;
+/// PMDK's parameters: none. libpmemobj decides its layout itself, and
+/// reads its persistence settings from the environment ([`required_env`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PmdkConfig {}
 
-/// The registry's entry for PMDK.
-pub static PMDK: PmdkFamily = PmdkFamily;
+impl AllocConfig for PmdkConfig {
+    const ALLOC: &'static str = "PMDK";
 
-impl Family for PmdkFamily {
-    fn family(&self) -> &'static str {
-        "pmdk"
-    }
-
-    fn presets(&self) -> &'static [&'static str] {
-        &["pmdk"]
-    }
-
-    fn about(&self) -> &'static str {
-        "PMDK's libpmemobj through FFI (native runs; trace it with the Valgrind tool in pintools/)"
-    }
-
-    fn configure(&self, _name: &str, overrides: &[&str]) -> Result<Params, AllocError> {
-        match overrides.first() {
-            None => Ok(Params::new()),
-            Some(kv) => Err(AllocError::config("PMDK", format!("pmdk takes no parameters (got '{kv}')"))),
-        }
-    }
-
-    fn traceable(&self) -> bool {
-        false
-    }
-
-    fn heap_size(&self, _params: &Params, wl: &Workload, threads: u32) -> u64 {
-        wl.heap_size_hint(threads)
-    }
-
-    fn header(&self, _params: &Params, _threads: u32) -> Result<(String, Params), AllocError> {
-        Ok((String::new(), Params::new()))
-    }
-
-    fn run_on_pm(&self, _params: &Params, _heap: &Heap, _pm: Pm, _d: &Drive) -> Result<(Driven, Pm), AllocError> {
-        Err(AllocError::config("PMDK", "PMDK runs on a pool of its own, not on a pmsim heap"))
-    }
-
-    fn run_on_pool(
-        &self,
-        path: &Path,
-        size: u64,
-        overwrite: bool,
-        d: &Drive,
-    ) -> Option<Result<(Driven, String), Box<dyn std::error::Error + Send + Sync>>> {
-        Some((|| {
-            let pool = Pmdk::create(path, size, &PmdkOptions { overwrite, ..PmdkOptions::default() })?;
-            let driven = drive(&pool, d);
-            let flush = pool.flush().to_string();
-            pool.close()?;
-            Ok((driven, flush))
-        })())
-    }
-
-    fn crash_target(&self, _params: &Params) -> Result<Box<dyn CrashTarget>, String> {
-        Ok(Box::new(PmdkCrash { idle: Arc::default() }))
+    fn validate(&self) -> Result<(), AllocError> {
+        Ok(())
     }
 }
 
@@ -806,21 +802,26 @@ impl OpenPool {
 
     /// Every allocated object but the root, `(offset, usable size)` by offset.
     fn objects(&self) -> Vec<(u64, u64)> {
-        let root = self.root().map(|r| r.0);
-        let mut v = Vec::new();
-        // SAFETY: an open pool; walking its objects reads its heap.
-        let mut oid = unsafe { pmemobj_first(self.0) };
-        while oid.off != 0 {
-            if Some(oid.off) != root {
-                // SAFETY: `oid` names an allocated object of this pool.
-                v.push((oid.off, unsafe { pmemobj_alloc_usable_size(oid) } as u64));
-            }
-            // SAFETY: as above.
-            oid = unsafe { pmemobj_next(oid) };
-        }
-        v.sort_unstable();
-        v
+        objects(self.0, self.root().map(|r| r.0))
     }
+}
+
+/// Every allocated object of the open pool `pop` but the one at `root`,
+/// `(offset, usable size)` by offset.
+fn objects(pop: *mut PmemObjPool, root: Option<u64>) -> Vec<(u64, u64)> {
+    let mut v = Vec::new();
+    // SAFETY: an open pool; walking its objects reads its heap.
+    let mut oid = unsafe { pmemobj_first(pop) };
+    while oid.off != 0 {
+        if Some(oid.off) != root {
+            // SAFETY: `oid` names an allocated object of this pool.
+            v.push((oid.off, unsafe { pmemobj_alloc_usable_size(oid) } as u64));
+        }
+        // SAFETY: as above.
+        oid = unsafe { pmemobj_next(oid) };
+    }
+    v.sort_unstable();
+    v
 }
 
 impl Drop for OpenPool {
@@ -920,8 +921,8 @@ impl CrashTarget for PmdkCrash {
         false
     }
 
-    fn image_format(&self) -> crate::family::ImageFormat {
-        crate::family::ImageFormat::Own
+    fn image_format(&self) -> crate::target::ImageFormat {
+        crate::target::ImageFormat::Own
     }
 
     /// The root object: where a libpmemobj program's data starts from.
@@ -1048,12 +1049,14 @@ mod tests {
         let mut t = pool.thread(0);
         let objs: Vec<u64> = (0..3).map(|_| t.malloc(64).unwrap()).collect();
         t.free(objs[1]);
+        let live: Vec<u64> = pool.live_blocks(&mut t).iter().map(|l| l.0).collect();
+        assert_eq!(live, [objs[0], objs[2]], "the objects libpmemobj walks");
         drop(t);
         // The image: the pool's bytes while it is open (not closed cleanly).
         let image = dir.path().join("image");
         std::fs::copy(&path, &image).unwrap();
         pool.close().unwrap();
-        let target = PMDK.crash_target(&Params::new()).unwrap();
+        let target = Pmdk::crash_target(&PmdkConfig::default()).expect("PMDK's own target");
         let heap = Heap::open_raw_copy(&image).unwrap();
         assert_eq!(target.publication_roots(&heap).unwrap().len(), 1, "the root object");
         for _ in 0..2 {

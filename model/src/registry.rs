@@ -8,11 +8,16 @@ use crate::llfree::LlFree;
 use crate::makalu::Makalu;
 use crate::metall::Metall;
 use crate::nvalloc::NvAlloc;
-use crate::pmdk::PMDK;
+use crate::pmdk::Pmdk;
 
 /// The registered allocators, in the order `--help` lists them.
-pub static ALLOCATORS: &[&dyn Family] =
-    &[&Native::<NvAlloc>::ENTRY, &Native::<LlFree>::ENTRY, &Native::<Makalu>::ENTRY, &Native::<Metall>::ENTRY, &PMDK];
+pub static ALLOCATORS: &[&dyn Family] = &[
+    &Native::<NvAlloc>::ENTRY,
+    &Native::<LlFree>::ENTRY,
+    &Native::<Makalu>::ENTRY,
+    &Native::<Metall>::ENTRY,
+    &Native::<Pmdk>::ENTRY,
+];
 
 /// The allocator `name` (a preset such as `nvalloc-log`, or a family name
 /// such as `llfree` or `nvalloc` as trace headers write it), among `extra`

@@ -221,7 +221,7 @@ pub fn check_every_workload(alloc: &AllocSpec, dir: &Path) -> Result<(), String>
 pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
     let d = Drive { workload: spec.workload, opts: spec.opts, progress: spec.progress };
     let hs = spec.heap;
-    if let Some(r) = spec.alloc.family.run_on_pool(&hs.path, hs.size, hs.overwrite, &d) {
+    if let Some(r) = spec.alloc.family.run_on_pool(&spec.alloc.params, &hs.path, hs.size, hs.overwrite, &d) {
         let (driven, flush_insn) = r?;
         let alloc = info(spec.alloc, &driven);
         return Ok(Outcome { run: driven.run?, alloc, flush_insn });

@@ -11,7 +11,7 @@ use pmsim_model::error::ErrorKind;
 use pmsim_model::heap::Heap as H;
 use pmsim_model::llfree::{LlFree, LlFreeConfig};
 use pmsim_model::AllocConfig;
-use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, OpKind, Pm, PmAllocator, TraceConfig};
+use pmsim_model::{AllocThread, Allocator, FlushInsn, Heap, HeapOptions, OpKind, Pm, TraceConfig};
 use pmsim_traces::{FenceKind, OwnedEvent, VecSink};
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -7,13 +7,13 @@
 mod common;
 
 use common::{
-    assert_disjoint, check_obj, conservatively_reachable, every_workload, mixed_size, pending, slot, tmpdir, write_obj,
-    Rng, Victim, CHILD_THREADS, SLOTS, TABLE_BYTES,
+    assert_disjoint, check_obj, conservatively_reachable, mixed_size, pending, slot, tmpdir, write_obj, Rng, Victim,
+    CHILD_THREADS, SLOTS, TABLE_BYTES,
 };
 use pmsim_model::heap::{Heap as H, ROOT_SLOTS};
 use pmsim_model::makalu::{Makalu, MakaluConfig};
 use pmsim_model::runner::AllocSpec;
-use pmsim_model::{AllocThread, FlushInsn, Heap, Pm, PmAllocator};
+use pmsim_model::{AllocThread, Allocator, FlushInsn, Heap, Pm};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -46,11 +46,6 @@ fn open(path: &Path) -> (Heap, Arc<Makalu>) {
 fn close(heap: Heap, mk: Arc<Makalu>) {
     drop(mk.close().unwrap());
     heap.close().unwrap();
-}
-
-#[test]
-fn every_workload_at_tiny_scale() {
-    every_workload("makalu");
 }
 
 #[test]

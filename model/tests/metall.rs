@@ -7,13 +7,13 @@
 
 mod common;
 
-use common::{assert_disjoint, check_obj, every_workload, mixed_size, tmpdir, write_obj, Rng, Victim};
+use common::{assert_disjoint, check_obj, mixed_size, tmpdir, write_obj, Rng, Victim};
 use pmsim_model::config::AllocConfig;
 use pmsim_model::heap::Heap as H;
 use pmsim_model::metall::{store, CopyKind, Metall, MetallConfig};
 use pmsim_model::runner::AllocSpec;
 use pmsim_model::AllocError;
-use pmsim_model::{AllocThread, FlushInsn, Heap, Pm, PmAllocator};
+use pmsim_model::{AllocThread, Allocator, FlushInsn, Heap, Pm};
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -60,11 +60,6 @@ fn open(path: &Path) -> (Heap, Arc<Metall>) {
 fn close(heap: Heap, mt: Arc<Metall>) {
     drop(mt.close(&heap).unwrap());
     heap.close().unwrap();
-}
-
-#[test]
-fn every_workload_at_tiny_scale() {
-    every_workload("metall");
 }
 
 #[test]

@@ -10,7 +10,7 @@ use pmsim_model::mech::wal::WalEntry;
 use pmsim_model::nvalloc::thread::op;
 use pmsim_model::nvalloc::{NvAlloc, NvAllocConfig, NvAllocThread};
 use pmsim_model::AllocConfig;
-use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, Pm, PmAllocator};
+use pmsim_model::{AllocThread, Allocator, FlushInsn, Heap, HeapOptions, Pm};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;

@@ -18,7 +18,7 @@ use pmsim_model::nvalloc::thread::op;
 use pmsim_model::nvalloc::{Consistency, NvAlloc, NvAllocConfig, NvAllocThread, WalMode};
 use pmsim_model::AllocConfig;
 use pmsim_model::AllocError;
-use pmsim_model::{AllocThread, FlushInsn, Heap, HeapOptions, Pm, PmAllocator};
+use pmsim_model::{AllocThread, Allocator, FlushInsn, Heap, HeapOptions, Pm};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

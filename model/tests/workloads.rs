@@ -14,7 +14,7 @@ use pmsim_model::pmdk::{Pmdk, PmdkOptions};
 use pmsim_model::runner::AllocSpec;
 use pmsim_model::workloads::{self, Progress, RunOptions, RunReport, Scale, Workload, WorkloadError};
 use pmsim_model::AllocConfig;
-use pmsim_model::{AllocThread, FlushInsn, Footprint, Heap, HeapOptions, Pm, PmAllocator, TraceConfig};
+use pmsim_model::{AllocThread, Allocator, FlushInsn, Footprint, Heap, HeapOptions, Pm, TraceConfig};
 use pmsim_traces::{OwnedEvent, VecSink};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -362,10 +362,33 @@ impl Toy {
 
 struct ToyThread(Arc<Toy>);
 
-impl PmAllocator for Toy {
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+struct ToyConfig {}
+
+impl pmsim_model::AllocConfig for ToyConfig {
+    const ALLOC: &'static str = "Toy";
+    fn validate(&self) -> Result<(), pmsim_model::AllocError> {
+        Ok(())
+    }
+}
+
+/// Lives in DRAM: the workloads drive it directly, never on a heap.
+impl Allocator for Toy {
+    type Config = ToyConfig;
     type Thread = ToyThread;
-    fn name(&self) -> String {
-        "toy".into()
+    const FAMILY: &'static str = "toy";
+    const ABOUT: &'static str = "a DRAM allocator whose bugs the workloads' checks must catch";
+    fn create(_: &Heap, _: Pm, _: ToyConfig) -> Result<Arc<Self>, pmsim_model::AllocError> {
+        unreachable!("the toy lives in DRAM")
+    }
+    fn open(_: &Heap, _: Pm, _: ToyConfig) -> Result<Arc<Self>, pmsim_model::AllocError> {
+        unreachable!("the toy lives in DRAM")
+    }
+    fn close(self: Arc<Self>, _: &Heap) -> Result<Pm, pmsim_model::AllocError> {
+        unreachable!("the toy lives in DRAM")
+    }
+    fn live_blocks(&self, _: &mut ToyThread) -> Vec<(u64, u64)> {
+        self.state.lock().unwrap().2.iter().map(|(&o, &s)| (o, s)).collect()
     }
     fn params(&self) -> serde_json::Map<String, serde_json::Value> {
         serde_json::Map::new()

@@ -29,9 +29,9 @@
 //! told from the bit field after a restart; see [`super`].
 
 use super::zone::{Zone, CHILD_FRAMES};
+use super::Mutation;
 use super::NAME;
 use crate::error::AllocError;
-use crate::mech::mutation::Mutation;
 use crate::mech::pbitmap::PBitmap;
 use crate::mech::stripe::StripeMap;
 use crate::pm::PmThread;

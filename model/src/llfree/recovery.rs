@@ -13,7 +13,7 @@
 //! can, by what its persistent roots reach (see [`super::thread`]). This is
 //! the bound the crash explorer holds it to: a live frame no completed
 //! operation accounts for must be the block of an operation the crash
-//! interrupted (`Recoverable::interrupted_may_lose`).
+//! interrupted (`CrashRules::interrupted_may_lose`).
 //!
 //! Recovery is idempotent: it rewrites each counter from its bit field
 //! (never the bits), and the *running* marker it writes last only says what
@@ -48,7 +48,7 @@ pub fn recover(t: &mut PmThread, lower: &Lower) -> Result<(RecoveryReport, Vec<u
 /// [`recover`]; with `trust_counters` (the [`Mutation::LlTrustCounters`]
 /// mutation) the counters are kept even after a crash.
 ///
-/// [`Mutation::LlTrustCounters`]: crate::mech::mutation::Mutation::LlTrustCounters
+/// [`Mutation::LlTrustCounters`]: super::Mutation::LlTrustCounters
 pub fn recover_as(
     t: &mut PmThread,
     lower: &Lower,

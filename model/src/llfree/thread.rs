@@ -25,8 +25,8 @@
 use super::upper::Class;
 use super::zone::{CHILD_FRAMES, FRAME, HUGE};
 use super::LlFree;
+use super::Mutation;
 use crate::alloc::AllocThread;
-use crate::mech::mutation::Mutation;
 use crate::pm::PmThread;
 use pmsim_traces::OpKind;
 use std::sync::Arc;
@@ -43,7 +43,7 @@ pub fn order_of(size: u64) -> Option<u32> {
     }
 }
 
-/// One thread's handle (see [`crate::PmAllocator::thread`]).
+/// One thread's handle (see [`crate::Allocator::thread`]).
 pub struct LlFreeThread {
     ll: Arc<LlFree>,
     t: PmThread,
@@ -186,9 +186,9 @@ impl LlFreeThread {
 }
 
 impl AllocThread for LlFreeThread {
-    crate::alloc::dest_forwarding_ops!(t);
+    crate::dest_forwarding_ops!(t);
 
-    crate::alloc::pm_thread_access!(t);
+    crate::pm_thread_access!(t);
 }
 
 /// Lower-level `get` in the children of `tree`, from child `start` on.

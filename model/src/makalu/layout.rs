@@ -53,10 +53,10 @@
 //! keep every bit of a block in its header's second line, which is what
 //! decides the flushes.
 
+use super::Mutation;
 use super::NAME;
 use crate::error::AllocError;
 use crate::heap::HEADER_SIZE;
-use crate::mech::mutation::Mutation;
 use crate::mech::undo::UndoLog;
 use crate::pm::PmThread;
 
@@ -224,7 +224,7 @@ impl Layout {
     }
 
     pub fn log(&self) -> UndoLog {
-        UndoLog::new(LOG_VERSION, self.log, LOG_SLOTS).with_mutation(self.mutation)
+        UndoLog::new(LOG_VERSION, self.log, LOG_SLOTS).with_entry_flush(self.mutation != Mutation::UndoEntryFlush)
     }
 
     /// The head of block free list `i` (`MAK_hblkfreelist[i]`).

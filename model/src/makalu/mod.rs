@@ -63,20 +63,20 @@
 pub mod blocks;
 pub mod layout;
 pub mod lists;
+pub mod mutation;
 pub mod recovery;
 pub mod thread;
 
+pub use mutation::Mutation;
 pub use recovery::RecoveryReport;
 pub use thread::MakaluThread;
 
-use crate::alloc::{Footprint, PmAllocator};
+use crate::alloc::{Allocator, CrashRules, Footprint, Params};
 use crate::config::AllocConfig;
 use crate::error::AllocError;
-use crate::family::{recovery_target, Allocator, CrashTarget, Recoverable};
 use crate::heap::Heap;
 use crate::live::LiveBytes;
 use crate::mech::dirty::DirtyLines;
-use crate::mech::mutation::Mutation;
 use crate::params::as_map;
 use crate::pm::{Pm, PmThread};
 use blocks::Blocks;
@@ -108,8 +108,7 @@ pub struct MakaluConfig {
     /// Reproduce the shipped code's defect: the state word persisted on
     /// every block free-list probe and every block freed.
     pub shipped: bool,
-    /// A removed flush or step, for checkers to catch (`undo-entry-flush`,
-    /// `mark-count-stale` concern Makalu; see [`Mutation`]).
+    /// A removed flush or step, for checkers to catch (see [`Mutation`]).
     pub mutation: Mutation,
 }
 
@@ -139,7 +138,7 @@ impl AllocConfig for MakaluConfig {
         if !self.dirty_lines.is_power_of_two() || self.dirty_lines > 4096 {
             return bad(format!("dirty_lines = {} (a power of two up to 4096)", self.dirty_lines));
         }
-        self.mutation.check("Makalu", &[Mutation::UndoEntryFlush, Mutation::MarkCountStale]).or_else(bad)
+        Ok(())
     }
 }
 
@@ -432,11 +431,13 @@ fn register_regions(t: &mut PmThread, lay: &Layout) {
 
 impl Allocator for Makalu {
     type Config = MakaluConfig;
+    type Thread = MakaluThread;
     const FAMILY: &'static str = "makalu";
-    const PRESETS: &'static [&'static str] = &["makalu"];
     const ABOUT: &'static str =
         "Makalu-style allocator as its code persists (lazy persistence, recovery by conservative \
                                  mark; shipped=true: the shipped code's extra state persists)";
+    /// The shipped code persists more than its design needs: checked too.
+    const VARIANTS: &'static [&'static str] = &["makalu:shipped=true"];
 
     fn create(heap: &Heap, pm: Pm, cfg: MakaluConfig) -> Result<Arc<Self>, AllocError> {
         Makalu::create(heap, pm, cfg)
@@ -458,20 +459,10 @@ impl Allocator for Makalu {
         }
     }
 
-    fn crash_target(cfg: MakaluConfig) -> Result<Box<dyn CrashTarget>, String> {
-        Ok(recovery_target::<Self>(cfg))
-    }
-}
-
-impl Recoverable for Makalu {
-    /// An allocation survives a crash only if the GC reaches it from the roots.
-    fn plain_mallocs_durable(_cfg: &MakaluConfig) -> bool {
-        false
-    }
-
-    /// The offline GC keeps what its conservative mark reaches (§9.2).
-    fn reachability_recovery(_cfg: &MakaluConfig) -> bool {
-        true
+    /// An allocation survives a crash only if the GC reaches it from the
+    /// roots: the offline GC keeps what its conservative mark reaches (§9.2).
+    fn crash_rules(_cfg: &MakaluConfig) -> Result<CrashRules, String> {
+        Ok(CrashRules { reachability_recovery: true, ..CrashRules::default() })
     }
 
     /// Right after open no free list holds an object: the marked ones are live.
@@ -483,10 +474,12 @@ impl Recoverable for Makalu {
     fn check_metadata(&self, t: &mut MakaluThread) -> Result<(), String> {
         self.check(t.pm())
     }
-}
 
-impl PmAllocator for Makalu {
-    type Thread = MakaluThread;
+    const MUTANTS: &'static [&'static str] = &[
+        "makalu:mutation=undo-entry-flush",
+        "makalu:mutation=mark-count-stale",
+        "makalu:shipped=true:mutation=undo-entry-flush",
+    ];
 
     fn name(&self) -> String {
         if self.cfg.shipped {
@@ -496,7 +489,7 @@ impl PmAllocator for Makalu {
         }
     }
 
-    fn params(&self) -> serde_json::Map<String, serde_json::Value> {
+    fn params(&self) -> Params {
         as_map(&self.cfg)
     }
 

@@ -24,11 +24,11 @@ use super::layout::{
     HDR_FREE_LIST, HDR_FREE_PTR, HEAP_BLOCKS, H_BLOCK, H_FLAGS, H_MARKS, H_NEXT, H_NMARKS, H_PREV, H_SZ,
     LARGE_FREE_BYTES, MARK_WORDS, MAX_JUMP, MEDIUM_MAX, N_HBLK_FLS, STATE,
 };
+use super::Mutation;
 use super::NAME;
 use crate::error::AllocError;
 use crate::mech::dirty::DirtyLines;
 use crate::mech::mark;
-use crate::mech::mutation::Mutation;
 use crate::pm::PmThread;
 use serde::Serialize;
 use std::collections::BTreeSet;

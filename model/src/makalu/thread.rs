@@ -12,7 +12,7 @@ use crate::pm::PmThread;
 use pmsim_traces::OpKind;
 use std::sync::Arc;
 
-/// One thread's handle (see [`crate::PmAllocator::thread`]).
+/// One thread's handle (see [`crate::Allocator::thread`]).
 pub struct MakaluThread {
     mk: Arc<Makalu>,
     t: PmThread,
@@ -139,7 +139,7 @@ impl AllocThread for MakaluThread {
         self.t.op_end(OpKind::Free, 0);
     }
 
-    crate::alloc::pm_thread_access!(t);
+    crate::pm_thread_access!(t);
 }
 
 impl Drop for MakaluThread {

@@ -41,7 +41,6 @@
 //!
 //! When to run which is the allocator's policy; this module only offers them.
 
-use super::mutation::Mutation;
 use super::record::Record;
 use crate::pm::PmThread;
 use std::collections::BTreeMap;
@@ -151,7 +150,9 @@ pub struct BkLog {
     nchunks: u32,
     chunks_off: u64,
     interleaved: bool,
-    mutation: Mutation,
+    /// Whether a slow GC flushes the `alt` bit it flips (false only in a
+    /// broken variant of the allocator, for the crash checkers to catch).
+    alt_flush: bool,
     alt: u64,
     list: BTreeMap<u64, VChunk>,
     free: Vec<u32>,
@@ -175,9 +176,10 @@ fn chunks_start(n: u64) -> u64 {
 }
 
 impl BkLog {
-    /// Removes a flush (see [`Mutation`]; only [`Mutation::LogAltFlush`] concerns the log).
-    pub fn set_mutation(&mut self, mutation: Mutation) {
-        self.mutation = mutation;
+    /// Whether a slow GC flushes the `alt` bit it flips (the fence stays):
+    /// `false` is a broken variant for the crash checkers.
+    pub fn set_alt_flush(&mut self, alt_flush: bool) {
+        self.alt_flush = alt_flush;
     }
 
     /// The fewest chunks a usable log has.
@@ -206,7 +208,7 @@ impl BkLog {
             nchunks,
             chunks_off: base + start,
             interleaved,
-            mutation: Mutation::None,
+            alt_flush: true,
             alt: 0,
             list: BTreeMap::new(),
             free: (0..nchunks).rev().collect(),
@@ -406,7 +408,7 @@ impl BkLog {
         t.store_u64(head, idxs.first().map_or(0, |&i| i as u64 + 1));
         t.persist(head, 8);
         t.store_u64(self.base + OFF_ALT, new_alt);
-        if self.mutation == Mutation::LogAltFlush {
+        if !self.alt_flush {
             t.fence();
         } else {
             t.persist(self.base + OFF_ALT, 8);

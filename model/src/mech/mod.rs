@@ -11,7 +11,6 @@
 //! * [`bklog`] — the log-structured bookkeeping of extent records, with
 //!   tombstones, fast and slow GC.
 //! * [`exthdr`] — in-place extent headers per chunk (the baseline).
-//! * [`mutation`] — switches that remove one flush each, to test crash checkers.
 //! * [`regions`] — keeps the trace's region table tiling a changing layout.
 //! * [`undo`] — a versioned undo log for failure-atomic core-metadata updates
 //!   (Makalu's: entries persisted synchronously, a section's lines flushed at commit).
@@ -22,7 +21,6 @@ pub mod bklog;
 pub mod dirty;
 pub mod exthdr;
 pub mod mark;
-pub mod mutation;
 pub mod pbitmap;
 pub mod record;
 pub mod regions;

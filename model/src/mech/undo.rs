@@ -29,7 +29,6 @@
 //! prefix.
 
 use crate::mech::dirty::DirtyLines;
-use crate::mech::mutation::Mutation;
 use crate::pm::PmThread;
 
 /// Bytes per entry: one cache line (Makalu's `log_e`, padded).
@@ -43,8 +42,9 @@ pub struct UndoLog {
     version_off: u64,
     entries: u64,
     slots: u64,
-    /// [`Mutation::UndoEntryFlush`] removes the flush of each entry.
-    mutation: Mutation,
+    /// Whether each entry is flushed (false only in a broken variant of the
+    /// allocator, for the crash checkers to catch).
+    entry_flush: bool,
 }
 
 /// What recovery found.
@@ -59,12 +59,13 @@ impl UndoLog {
     /// its own) and whose `slots` entries start at `entries` (64 B aligned).
     pub fn new(version_off: u64, entries: u64, slots: u64) -> UndoLog {
         assert!(version_off.is_multiple_of(64) && entries.is_multiple_of(64) && slots > 0, "misaligned undo log");
-        UndoLog { version_off, entries, slots, mutation: Mutation::None }
+        UndoLog { version_off, entries, slots, entry_flush: true }
     }
 
-    /// The same log with a flush removed (only [`Mutation::UndoEntryFlush`] concerns it).
-    pub fn with_mutation(self, mutation: Mutation) -> UndoLog {
-        UndoLog { mutation, ..self }
+    /// The same log, whose entries are flushed only with `entry_flush` (the
+    /// fence stays): a broken variant for the crash checkers.
+    pub fn with_entry_flush(self, entry_flush: bool) -> UndoLog {
+        UndoLog { entry_flush, ..self }
     }
 
     /// Bytes the entries take.
@@ -136,8 +137,8 @@ impl Section {
         t.store_u64(e, addr);
         t.store_u64(e + 8, t.load_u64(addr));
         t.store_u64(e + 16, self.version);
-        if self.log.mutation == Mutation::UndoEntryFlush {
-            t.mfence(); // the mutation: the fences stay, the flush goes
+        if !self.log.entry_flush {
+            t.mfence(); // the broken variant: the fences stay, the flush goes
             t.mfence();
         } else {
             t.persist_sync(e);

@@ -58,7 +58,6 @@
 //! layout (NVAlloc §5.1 applied to the WAL) deals consecutive entries to
 //! consecutive lines, so a line comes back only after `lines` operations.
 
-use super::mutation::Mutation;
 use crate::pm::PmThread;
 
 /// Bytes per entry.
@@ -96,7 +95,9 @@ pub struct Wal {
     /// The artifact protocol (entries never cleared, sequence-numbered,
     /// dealt over two halves of `lines / 2` banks).
     artifact: bool,
-    mutation: Mutation,
+    /// Whether a new entry is flushed (false only in a broken variant of
+    /// the allocator, for the crash checkers to catch).
+    entry_flush: bool,
 }
 
 impl Wal {
@@ -105,7 +106,7 @@ impl Wal {
     pub fn new(base: u64, lines: u32, threads: u32, interleaved: bool) -> Wal {
         assert!(base & 63 == 0, "WAL at {base:#x} is not cache-line aligned");
         assert!(lines > 0, "a WAL area needs at least one line");
-        Wal { base, lines, threads, interleaved, artifact: false, mutation: Mutation::None }
+        Wal { base, lines, threads, interleaved, artifact: false, entry_flush: true }
     }
 
     /// A WAL with the artifact's protocol and geometry (see the module
@@ -122,10 +123,10 @@ impl Wal {
         self.artifact
     }
 
-    /// The same WAL with a flush removed (see [`Mutation`]; only
-    /// [`Mutation::WalEntryFlush`] concerns it).
-    pub fn with_mutation(mut self, mutation: Mutation) -> Wal {
-        self.mutation = mutation;
+    /// The same WAL, whose new entries are flushed only with `entry_flush`
+    /// (the fence stays): a broken variant for the crash checkers.
+    pub fn with_entry_flush(mut self, entry_flush: bool) -> Wal {
+        self.entry_flush = entry_flush;
         self
     }
 
@@ -168,7 +169,7 @@ impl Wal {
             lines: self.lines as u64,
             interleaved: self.interleaved,
             artifact: self.artifact,
-            mutation: self.mutation,
+            entry_flush: self.entry_flush,
             next,
         }
     }
@@ -234,7 +235,7 @@ pub struct WalCursor {
     lines: u64,
     interleaved: bool,
     artifact: bool,
-    mutation: Mutation,
+    entry_flush: bool,
     next: u64,
 }
 
@@ -275,7 +276,7 @@ impl WalCursor {
         self.next += 1;
         t.store_u64(slot + 8, e.dest);
         t.store_u64(slot, e.target | e.op as u64 | seq);
-        if self.mutation != Mutation::WalEntryFlush {
+        if self.entry_flush {
             t.flush(slot);
         }
         t.fence();

@@ -43,7 +43,7 @@ impl Bin {
 
     /// Frees `slot` of chunk `c`; true when the chunk became empty (and left the bin).
     /// A full chunk goes back on the non-full list unless `requeue` is false
-    /// (the [`Mutation::NonfullLost`](crate::mech::mutation::Mutation) bug).
+    /// (the [`Mutation::NonfullLost`](super::Mutation::NonfullLost) bug).
     ///
     /// # Panics
     /// On a double free or a chunk that is not this bin's.

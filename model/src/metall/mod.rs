@@ -42,18 +42,18 @@ pub mod bin_dir;
 pub mod bitset;
 pub mod chunk_dir;
 pub mod crash;
+pub mod mutation;
 pub mod store;
 
-use crate::alloc::{AllocThread, Footprint, PmAllocator};
+use crate::alloc::{AllocThread, Allocator, CrashRules, Footprint, Params};
 use crate::config::AllocConfig;
 use crate::error::AllocError;
-use crate::family::{Allocator, CrashTarget, Recoverable};
 use crate::heap::{Heap, HEADER_SIZE};
 use crate::live::LiveBytes;
-use crate::mech::mutation::Mutation;
 use crate::mech::sizeclass::SizeClasses;
 use crate::params::as_map;
 use crate::pm::{Pm, PmThread};
+use crate::target::CrashTarget;
 use bin_dir::Bin;
 use chunk_dir::{ChunkDirectory, ChunkKind};
 use pmsim_traces::{Category, OpKind};
@@ -61,6 +61,7 @@ use serde::{Deserialize, Serialize};
 
 use std::path::{Path, PathBuf};
 
+pub use mutation::Mutation;
 use std::sync::{Arc, Mutex};
 pub use store::CopyKind;
 
@@ -79,8 +80,7 @@ pub struct MetallConfig {
     /// Chunk size in bytes: a power of two from 64 KiB to 2 MiB (at most
     /// 2^18 slots of 8 B, what three bitset layers cover).
     pub chunk_size: u64,
-    /// A removed step or swapped order, for checkers to catch
-    /// (`nonfull-lost` and `mark-before-sync` concern Metall; see [`Mutation`]).
+    /// A removed step or swapped order, for checkers to catch (see [`Mutation`]).
     pub mutation: Mutation,
 }
 
@@ -98,9 +98,7 @@ impl AllocConfig for MetallConfig {
         if !c.is_power_of_two() || !(64 << 10..=2 << 20).contains(&c) {
             return Err(AllocError::config(NAME, format!("chunk_size = {c} (a power of two from 65536 to 2097152)")));
         }
-        self.mutation
-            .check("Metall", &[Mutation::NonfullLost, Mutation::MarkBeforeSync])
-            .map_err(|m| AllocError::config(NAME, m))
+        Ok(())
     }
 }
 
@@ -409,8 +407,8 @@ impl Metall {
 
 impl Allocator for Metall {
     type Config = MetallConfig;
+    type Thread = MetallThread;
     const FAMILY: &'static str = "metall";
-    const PRESETS: &'static [&'static str] = &["metall"];
     const ABOUT: &'static str = "Metall-style store (DRAM management data written out at close)";
 
     fn create(heap: &Heap, pm: Pm, cfg: MetallConfig) -> Result<Arc<Self>, AllocError> {
@@ -425,18 +423,10 @@ impl Allocator for Metall {
         Metall::close(self, heap)
     }
 
-    /// The datastore a crash leaves, laid out from the trace's markers and
-    /// the management files saved with its heap image ([`crash`]).
-    fn crash_target(cfg: MetallConfig) -> Result<Box<dyn CrashTarget>, String> {
-        Ok(Box::new(crash::MetallTarget::new(cfg)))
-    }
-}
-
-impl Recoverable for Metall {
-    /// A properly closed store keeps every object, published or not (the
-    /// only store Metall opens after a crash is one closed before it).
-    fn plain_mallocs_durable(_cfg: &MetallConfig) -> bool {
-        true
+    /// A properly closed store keeps every object, published or not: the
+    /// only store Metall opens after a crash is one closed before it.
+    fn crash_rules(_cfg: &MetallConfig) -> Result<CrashRules, String> {
+        Ok(CrashRules { plain_mallocs_durable: true, refuses_unclean: true, ..CrashRules::default() })
     }
 
     fn live_blocks(&self, _t: &mut MetallThread) -> Vec<(u64, u64)> {
@@ -446,16 +436,18 @@ impl Recoverable for Metall {
     fn check_metadata(&self, _t: &mut MetallThread) -> Result<(), String> {
         self.check()
     }
-}
 
-impl PmAllocator for Metall {
-    type Thread = MetallThread;
+    /// `nonfull-lost` needs a chunk filled and then freed from, which the
+    /// suite's Threadtest does not do: `model/tests/metall.rs` tests it.
+    const MUTANTS: &'static [&'static str] = &["metall:mutation=mark-before-sync"];
 
-    fn name(&self) -> String {
-        "metall".into()
+    /// The datastore a crash leaves, laid out from the trace's markers and
+    /// the management files saved with its heap image ([`crash`]).
+    fn crash_target(cfg: &MetallConfig) -> Option<Box<dyn CrashTarget>> {
+        Some(Box::new(crash::MetallTarget::new(cfg.clone())))
     }
 
-    fn params(&self) -> serde_json::Map<String, serde_json::Value> {
+    fn params(&self) -> Params {
         as_map(&self.cfg)
     }
 
@@ -514,7 +506,7 @@ impl MetallThread {
 }
 
 impl AllocThread for MetallThread {
-    crate::alloc::dest_forwarding_ops!(t);
+    crate::dest_forwarding_ops!(t);
 
-    crate::alloc::pm_thread_access!(t);
+    crate::pm_thread_access!(t);
 }

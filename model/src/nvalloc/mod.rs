@@ -27,7 +27,7 @@
 //! # Use
 //!
 //! ```no_run
-//! # use pmsim_model::{Heap, Pm, FlushInsn, PmAllocator, AllocThread};
+//! # use pmsim_model::{Heap, Pm, FlushInsn, Allocator, AllocThread};
 //! # use pmsim_model::nvalloc::{NvAlloc, NvAllocConfig};
 //! let heap = Heap::create("/dev/shm/x.heap", 256 << 20)?;
 //! let pm = Pm::native(&heap, FlushInsn::best())?;
@@ -49,6 +49,7 @@ pub mod config;
 pub mod decay;
 pub mod large;
 pub mod layout;
+pub mod mutation;
 pub mod recovery;
 pub mod slab;
 pub mod tcache;
@@ -58,10 +59,9 @@ pub use config::{Consistency, Mutation, NvAllocConfig, WalMode};
 pub use recovery::RecoveryReport;
 pub use thread::NvAllocThread;
 
-use crate::alloc::{Footprint, PmAllocator, SlabUtilization};
+use crate::alloc::{Allocator, CrashRules, Footprint, Params, SlabUtilization};
 use crate::config::AllocConfig;
 use crate::error::AllocError;
-use crate::family::{recovery_target, Allocator, CrashTarget, Params, Recoverable};
 use crate::heap::Heap;
 use crate::live::LiveBytes;
 use crate::mech::bklog::BkLog;
@@ -175,7 +175,7 @@ impl NvAlloc {
         let book = if cfg.bookkeeping_log {
             let mut log = BkLog::format(&mut t, layout.log_off, layout.log_bytes, cfg.interleaved_log)
                 .map_err(|m| AllocError::too_small(NAME, m).in_file(heap))?;
-            log.set_mutation(cfg.mutation);
+            log.set_alt_flush(cfg.mutation != Mutation::LogAltFlush);
             Bookkeeping::Log(log)
         } else {
             Bookkeeping::Headers(ExtentHeaders::new(CHUNK))
@@ -410,6 +410,7 @@ impl NvAlloc {
 
 impl Allocator for NvAlloc {
     type Config = NvAllocConfig;
+    type Thread = NvAllocThread;
     const FAMILY: &'static str = "nvalloc";
     const PRESETS: &'static [&'static str] = &NvAllocConfig::PRESETS;
     const ABOUT: &'static str = "NVAlloc presets: the full LOG and GC variants and the ablation steps of Fig. 11";
@@ -444,54 +445,14 @@ impl Allocator for NvAlloc {
         as_map(&NvAllocConfig { arenas: cfg.arena_count() as u32, ..cfg.clone() })
     }
 
-    fn crash_target(cfg: NvAllocConfig) -> Result<Box<dyn CrashTarget>, String> {
-        Ok(recovery_target::<Self>(cfg))
-    }
-}
-
-impl Recoverable for NvAlloc {
-    /// Under NVAlloc-LOG the WAL makes every operation durable in the call.
-    fn plain_mallocs_durable(cfg: &NvAllocConfig) -> bool {
-        cfg.consistency == Consistency::Log
-    }
-
-    /// NVAlloc-GC: its post-crash mark keeps any block that a stale word (a
-    /// deleted slot, uninitialised bytes of a reused block) points to.
-    fn reachability_recovery(cfg: &NvAllocConfig) -> bool {
-        cfg.consistency == Consistency::Gc
-    }
-
-    /// Under NVAlloc-GC the bookkeeping log keeps large extents whether
-    /// reached or not, so its mark starts from them too.
-    fn mark_roots(&self, _t: &mut NvAllocThread) -> Vec<u64> {
-        if self.cfg.consistency == Consistency::Gc {
-            self.large_allocations().into_iter().map(|(o, _)| o).collect()
-        } else {
-            Vec::new()
-        }
-    }
-
-    /// Under `wal=artifact` (NVAlloc's public code), a small block's.
-    fn free_from_leaves_dest(cfg: &NvAllocConfig) -> bool {
-        cfg.wal == WalMode::Artifact && cfg.consistency == Consistency::Log
-    }
-
-    fn live_blocks(&self, t: &mut NvAllocThread) -> Vec<(u64, u64)> {
-        self.live_allocations(t.pm())
-    }
-}
-
-impl PmAllocator for NvAlloc {
-    type Thread = NvAllocThread;
-
     fn name(&self) -> String {
         self.cfg.preset.clone()
     }
 
-    fn params(&self) -> serde_json::Map<String, serde_json::Value> {
+    fn params(&self) -> Params {
         let mut cfg = self.cfg.clone();
         cfg.arenas = self.arenas.len() as u32;
-        crate::params::as_map(&cfg)
+        as_map(&cfg)
     }
 
     /// # Panics
@@ -520,6 +481,40 @@ impl PmAllocator for NvAlloc {
         }
         Some(u)
     }
+
+    /// Under NVAlloc-LOG the WAL makes every operation durable in the call;
+    /// NVAlloc-GC's post-crash mark keeps any block that a stale word (a
+    /// deleted slot, uninitialised bytes of a reused block) points to; under
+    /// `wal=artifact` (NVAlloc's public code) a small block's `free_from`
+    /// leaves its destination.
+    fn crash_rules(cfg: &NvAllocConfig) -> Result<CrashRules, String> {
+        Ok(CrashRules {
+            plain_mallocs_durable: cfg.consistency == Consistency::Log,
+            reachability_recovery: cfg.consistency == Consistency::Gc,
+            free_from_leaves_dest: cfg.wal == WalMode::Artifact && cfg.consistency == Consistency::Log,
+            ..CrashRules::default()
+        })
+    }
+
+    /// Under NVAlloc-GC the bookkeeping log keeps large extents whether
+    /// reached or not, so its mark starts from them too.
+    fn mark_roots(&self, _t: &mut NvAllocThread) -> Vec<u64> {
+        if self.cfg.consistency == Consistency::Gc {
+            self.large_allocations().into_iter().map(|(o, _)| o).collect()
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn live_blocks(&self, t: &mut NvAllocThread) -> Vec<(u64, u64)> {
+        self.live_allocations(t.pm())
+    }
+
+    const MUTANTS: &'static [&'static str] = &[
+        "nvalloc-log:mutation=wal-entry-flush",
+        "nvalloc-log:mutation=bitmap-flush",
+        "nvalloc-log:mutation=dest-flush",
+    ];
 }
 
 const _: () = assert!(SLAB.is_power_of_two() && CHUNK & (SLAB - 1) == 0);

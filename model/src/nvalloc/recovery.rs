@@ -158,7 +158,7 @@ pub fn recover(
     let (mut book, mut extents) = if layout.log_bytes > 0 {
         let (mut log, records) =
             BkLog::recover(t, layout.log_off, layout.log_bytes, cfg.interleaved_log).map_err(corrupt)?;
-        log.set_mutation(cfg.mutation);
+        log.set_alt_flush(cfg.mutation != super::Mutation::LogAltFlush);
         let mut ex = Extents::new();
         for (r, pos) in records {
             let Record::Extent { kind, addr, size } = r else { unreachable!("recover returns extent records") };
@@ -204,7 +204,7 @@ pub fn recover(
         }
     }
 
-    let clear_first = cfg.mutation == crate::mech::mutation::Mutation::WalClearFirst;
+    let clear_first = cfg.mutation == super::Mutation::WalClearFirst;
     if wal.is_artifact() {
         settle_artifact(t, &layout, wal, &extents, geoms, map, &mut report, crashed, clear_first)?;
     } else if crashed {
@@ -317,7 +317,7 @@ fn scan_headers(t: &PmThread, h: &ExtentHeaders, layout: &Layout, top: u64) -> R
 }
 
 /// Redoes (or drops) every valid WAL entry, then clears them (`clear_first`:
-/// the [`Mutation::WalClearFirst`](crate::mech::mutation::Mutation) order).
+/// the [`Mutation::WalClearFirst`](super::Mutation::WalClearFirst) order).
 #[allow(clippy::too_many_arguments)]
 fn replay_wal(
     t: &mut PmThread,
@@ -463,7 +463,7 @@ fn small_block_live(t: &PmThread, extents: &Extents, geoms: &[SlabGeom], map: St
 /// next), so that a crash inside recovery leaves each thread's newest entry
 /// the newest, or no entry of that thread at all: running recovery again
 /// settles the same entries and settling is idempotent. `clear_first` (the
-/// [`Mutation::WalClearFirst`](crate::mech::mutation::Mutation) order)
+/// [`Mutation::WalClearFirst`](super::Mutation::WalClearFirst) order)
 /// clears before settling.
 #[allow(clippy::too_many_arguments)]
 fn settle_artifact(

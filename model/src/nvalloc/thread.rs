@@ -45,7 +45,7 @@ pub mod op {
     pub const FREE_LARGE: u8 = 4;
 }
 
-/// One thread's handle (see [`crate::PmAllocator::thread`]).
+/// One thread's handle (see [`crate::Allocator::thread`]).
 pub struct NvAllocThread {
     nv: Arc<NvAlloc>,
     t: PmThread,
@@ -314,13 +314,13 @@ impl NvAllocThread {
 }
 
 impl AllocThread for NvAllocThread {
-    crate::alloc::dest_forwarding_ops!(t);
+    crate::dest_forwarding_ops!(t);
 
     fn free_from_leaves_dest(&self) -> bool {
         self.nv.cfg.wal == WalMode::Artifact && self.nv.cfg.consistency == Consistency::Log
     }
 
-    crate::alloc::pm_thread_access!(t);
+    crate::pm_thread_access!(t);
 }
 
 impl Drop for NvAllocThread {

@@ -20,7 +20,7 @@
 
 use super::driver::{thread_anchor, Shared, Slots};
 use super::{Scale, WorkloadError};
-use crate::alloc::PmAllocator;
+use crate::alloc::Allocator;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -90,7 +90,7 @@ impl Params {
     }
 }
 
-pub fn run<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
+pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
     let n = p.per_thread(sh.threads);
     let iters = p.warmup_iterations + p.iterations;
     sh.set_expected_ops(sh.threads as u64 * iters * n * 2);

@@ -12,7 +12,7 @@
 use super::rng::{mix, Rng};
 use super::series::{Every, Series};
 use super::WorkloadError;
-use crate::alloc::{AllocThread, Footprint, PmAllocator, SlabUtilization};
+use crate::alloc::{AllocThread, Allocator, Footprint, SlabUtilization};
 use serde::Serialize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -119,7 +119,7 @@ impl Barrier {
 }
 
 /// Everything the threads of one run share.
-pub struct Shared<'a, A: PmAllocator> {
+pub struct Shared<'a, A: Allocator> {
     pub alloc: &'a Arc<A>,
     /// The workload's name, for error messages.
     pub workload: &'a str,
@@ -148,7 +148,7 @@ pub struct Shared<'a, A: PmAllocator> {
     pub(crate) series: Series,
 }
 
-impl<'a, A: PmAllocator> Shared<'a, A> {
+impl<'a, A: Allocator> Shared<'a, A> {
     pub(crate) fn new(
         alloc: &'a Arc<A>,
         workload: &'a str,
@@ -377,7 +377,7 @@ pub fn thread_anchor(tid: u32, k: usize) -> usize {
 
 /// One thread of a workload: the allocator's handle, the thread's random
 /// stream, and the counted, checked allocator calls.
-pub struct Worker<'s, 'a, A: PmAllocator> {
+pub struct Worker<'s, 'a, A: Allocator> {
     pub tid: u32,
     /// The allocator's thread handle, for reads, writes and persists.
     pub t: A::Thread,
@@ -388,7 +388,7 @@ pub struct Worker<'s, 'a, A: PmAllocator> {
     pending: u64,
 }
 
-impl<'s, 'a, A: PmAllocator> Worker<'s, 'a, A> {
+impl<'s, 'a, A: Allocator> Worker<'s, 'a, A> {
     pub fn shared(&self) -> &'s Shared<'a, A> {
         self.sh
     }
@@ -541,7 +541,7 @@ impl<'s, 'a, A: PmAllocator> Worker<'s, 'a, A> {
     }
 }
 
-impl<A: PmAllocator> Drop for Worker<'_, '_, A> {
+impl<A: Allocator> Drop for Worker<'_, '_, A> {
     fn drop(&mut self) {
         self.sh.add_ops(std::mem::take(&mut self.pending));
     }
@@ -573,7 +573,7 @@ pub struct Slots {
 impl Slots {
     /// `len` slots, persistent (an array allocated from the allocator and
     /// anchored at `anchor`) or in DRAM.
-    pub fn new<A: PmAllocator>(
+    pub fn new<A: Allocator>(
         w: &mut Worker<'_, '_, A>,
         len: usize,
         persistent: bool,
@@ -614,7 +614,7 @@ impl Slots {
 
     /// Allocates `size` bytes into slot `i` (which must be empty).
     #[inline]
-    pub fn alloc<A: PmAllocator>(&self, w: &mut Worker<'_, '_, A>, i: usize, size: u64) -> Result<u64, WorkloadError> {
+    pub fn alloc<A: Allocator>(&self, w: &mut Worker<'_, '_, A>, i: usize, size: u64) -> Result<u64, WorkloadError> {
         if self.base != 0 {
             w.malloc_to(size, self.dest(i))
         } else {
@@ -626,7 +626,7 @@ impl Slots {
 
     /// The offset in slot `i` (0 if empty).
     #[inline]
-    pub fn get<A: PmAllocator>(&self, w: &Worker<'_, '_, A>, i: usize) -> u64 {
+    pub fn get<A: Allocator>(&self, w: &Worker<'_, '_, A>, i: usize) -> u64 {
         if self.base != 0 {
             w.t.read_u64(self.dest(i))
         } else {
@@ -636,7 +636,7 @@ impl Slots {
 
     /// Frees the object in slot `i` and empties the slot.
     #[inline]
-    pub fn free<A: PmAllocator>(&self, w: &mut Worker<'_, '_, A>, i: usize) -> Result<(), WorkloadError> {
+    pub fn free<A: Allocator>(&self, w: &mut Worker<'_, '_, A>, i: usize) -> Result<(), WorkloadError> {
         if self.base != 0 {
             w.free_from(self.dest(i))
         } else {
@@ -646,7 +646,7 @@ impl Slots {
     }
 
     /// Frees the persistent array (every slot must be empty by now).
-    pub fn destroy<A: PmAllocator>(self, w: &mut Worker<'_, '_, A>) -> Result<(), WorkloadError> {
+    pub fn destroy<A: Allocator>(self, w: &mut Worker<'_, '_, A>) -> Result<(), WorkloadError> {
         if self.base != 0 {
             w.anchor(self.anchor, 0);
             w.free(self.base)?;

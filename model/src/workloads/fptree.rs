@@ -32,7 +32,7 @@
 use super::driver::{Shared, Worker};
 use super::rng::mix;
 use super::{Scale, WorkloadError};
-use crate::alloc::{AllocThread, PmAllocator};
+use crate::alloc::{AllocThread, Allocator};
 use serde::{Deserialize, Serialize};
 use std::sync::{Mutex, RwLock};
 
@@ -237,7 +237,7 @@ impl Ctx<'_> {
         None
     }
 
-    fn insert<A: PmAllocator>(&self, w: &mut Worker<'_, '_, A>, key: u64) -> Result<(), WorkloadError> {
+    fn insert<A: Allocator>(&self, w: &mut Worker<'_, '_, A>, key: u64) -> Result<(), WorkloadError> {
         loop {
             {
                 let tree = self.tree.read().unwrap();
@@ -268,12 +268,7 @@ impl Ctx<'_> {
     }
 
     /// Splits full leaf `li` (the caller holds the tree's write lock).
-    fn split<A: PmAllocator>(
-        &self,
-        w: &mut Worker<'_, '_, A>,
-        tree: &mut Tree,
-        li: usize,
-    ) -> Result<(), WorkloadError> {
+    fn split<A: Allocator>(&self, w: &mut Worker<'_, '_, A>, tree: &mut Tree, li: usize) -> Result<(), WorkloadError> {
         let (l, stride) = (self.l, self.meta.stride);
         let old = tree.leaves[li].off;
         let mut entries: Vec<(u64, u64)> = (0..l.fanout).map(|i| (w.t.read_u64(old + l.keys() + 8 * i), i)).collect();
@@ -316,7 +311,7 @@ impl Ctx<'_> {
     }
 
     /// Deletes `key`, which must be in the tree.
-    fn delete<A: PmAllocator>(&self, w: &mut Worker<'_, '_, A>, key: u64) -> Result<(), WorkloadError> {
+    fn delete<A: Allocator>(&self, w: &mut Worker<'_, '_, A>, key: u64) -> Result<(), WorkloadError> {
         let tree = self.tree.read().unwrap();
         let leaf = &tree.leaves[tree.index.find(key)];
         let _g = leaf.lock.lock().unwrap();
@@ -334,7 +329,7 @@ impl Ctx<'_> {
     }
 
     /// Looks `key` up and verifies its object.
-    fn lookup<A: PmAllocator>(&self, w: &Worker<'_, '_, A>, key: u64) -> Result<(), WorkloadError> {
+    fn lookup<A: Allocator>(&self, w: &Worker<'_, '_, A>, key: u64) -> Result<(), WorkloadError> {
         let tree = self.tree.read().unwrap();
         let leaf = &tree.leaves[tree.index.find(key)];
         let _g = leaf.lock.lock().unwrap();
@@ -351,7 +346,7 @@ fn key(tid: u32, k: u64) -> u64 {
     mix((tid as u64) << 40 | k)
 }
 
-pub fn run<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
+pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
     let l = LeafLayout { fanout: p.fanout, stride: sh.stride };
     let t = sh.threads as u64;
     sh.set_expected_ops(p.warmup + p.ops + p.warmup + (p.ops as f64 * (2.0 * p.insert_ratio - 1.0)).max(0.0) as u64);

@@ -29,7 +29,7 @@
 use super::driver::Shared;
 use super::rng::Rng;
 use super::{Scale, WorkloadError};
-use crate::alloc::PmAllocator;
+use crate::alloc::Allocator;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -91,7 +91,7 @@ struct Live {
 }
 
 impl Live {
-    fn delete_random<A: PmAllocator>(&mut self, w: &mut super::Worker<'_, '_, A>) -> Result<(), WorkloadError> {
+    fn delete_random<A: Allocator>(&mut self, w: &mut super::Worker<'_, '_, A>) -> Result<(), WorkloadError> {
         let j = w.rng.below(self.objs.len() as u64) as usize;
         let (off, size, id) = self.objs.swap_remove(j);
         w.verify(off, size, id)?;
@@ -110,7 +110,7 @@ fn draw(rng: &mut Rng, lo: u64, hi: u64) -> u64 {
 }
 
 /// Records the footprint and slab breakdown at a phase's end.
-fn phase_end<A: PmAllocator>(sh: &Shared<'_, A>, phase: &str) {
+fn phase_end<A: Allocator>(sh: &Shared<'_, A>, phase: &str) {
     sh.sample();
     sh.mark_phase(phase);
     let f = sh.alloc.footprint();
@@ -121,7 +121,7 @@ fn phase_end<A: PmAllocator>(sh: &Shared<'_, A>, phase: &str) {
     }
 }
 
-pub fn run<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
+pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
     let t = sh.threads as u64;
     let (share, cap) = (p.alloc_bytes / t, p.live_cap / t);
     let mean_before = (p.before_min + p.before_max) / 2;

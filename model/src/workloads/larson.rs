@@ -21,7 +21,7 @@
 use super::driver::{thread_anchor, Shared, Slots};
 use super::rng::Rng;
 use super::{Scale, WorkloadError};
-use crate::alloc::PmAllocator;
+use crate::alloc::Allocator;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
@@ -84,7 +84,7 @@ struct Owned {
     rng: Rng,
 }
 
-pub fn run<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
+pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
     let threads = sh.threads;
     if p.generations > 0 {
         sh.set_expected_ops(threads as u64 * (p.chunks * 2 + p.generations * p.rounds * 2));

@@ -20,7 +20,7 @@
 use super::driver::{thread_anchor, Shared, Slots, GLOBAL_ANCHORS};
 use super::rng::Rng;
 use super::{Scale, WorkloadError};
-use crate::alloc::PmAllocator;
+use crate::alloc::Allocator;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -107,7 +107,7 @@ impl Clock {
 
 /// Ends the phase at a barrier: the last thread to arrive adds its length to
 /// `alloc` or `free` and starts the next.
-fn lap<A: PmAllocator>(
+fn lap<A: Allocator>(
     w: &mut super::Worker<'_, '_, A>,
     clock: &Mutex<Clock>,
     alloc: Option<bool>,
@@ -125,14 +125,14 @@ fn lap<A: PmAllocator>(
     Ok(())
 }
 
-fn report<A: PmAllocator>(sh: &Shared<'_, A>, clock: &Mutex<Clock>, per_thread_ops: u64) {
+fn report<A: Allocator>(sh: &Shared<'_, A>, clock: &Mutex<Clock>, per_thread_ops: u64) {
     let c = clock.lock().unwrap();
     let ns = |d: Duration| (d.as_nanos() as f64 / per_thread_ops.max(1) as f64 * 10.0).round() / 10.0;
     sh.extra("alloc_ns", ns(c.alloc));
     sh.extra("free_ns", ns(c.free));
 }
 
-pub fn run<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
+pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
     match p.bench {
         Bench::Bulk => bulk(sh, p),
         Bench::Random => random(sh, p),
@@ -140,7 +140,7 @@ pub fn run<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), Workloa
     }
 }
 
-fn bulk<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
+fn bulk<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
     let n = p.per_thread(sh.threads);
     sh.set_expected_ops(sh.threads as u64 * p.iterations * n * 2);
     sh.phase("running");
@@ -167,7 +167,7 @@ fn bulk<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadEr
     Ok(())
 }
 
-fn random<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
+fn random<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
     let n = p.per_thread(sh.threads);
     let total = n * sh.threads as u64;
     sh.set_expected_ops(total * p.iterations * 2);
@@ -198,7 +198,7 @@ fn random<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), Workload
     Ok(())
 }
 
-fn repeat<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
+fn repeat<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
     sh.set_expected_ops(sh.threads as u64 * p.iterations * 2);
     sh.phase("running");
     let clock = Clock::new();

@@ -1,5 +1,5 @@
 //! The NVAlloc paper's workloads (§3.2, §6.2–6.4), written once against
-//! [`PmAllocator`] / [`AllocThread`](crate::AllocThread), so that every
+//! [`Allocator`] / [`AllocThread`], so that every
 //! allocator pmsim measures runs exactly the same allocation sequence.
 //!
 //! | name | paper | what it stresses |
@@ -42,7 +42,7 @@ pub mod threadtest;
 
 pub use driver::{Progress, Shared, Slots, Snapshot, Worker};
 
-use crate::alloc::{AllocThread, Footprint, PmAllocator};
+use crate::alloc::{AllocThread, Allocator, Footprint, HeapNeed};
 use crate::params::{set_field, split_override};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -341,6 +341,17 @@ impl Workload {
 }
 
 impl Workload {
+    /// What a run of `threads` threads needs of the heap, for the
+    /// allocator's [`Allocator::heap_size`](crate::alloc::Allocator::heap_size).
+    pub fn heap_need(&self, threads: u32) -> HeapNeed {
+        HeapNeed {
+            hint: self.heap_size_hint(threads),
+            max_object: self.max_object_size(),
+            peak_objects: self.peak_objects(threads),
+            threads,
+        }
+    }
+
     /// The live bytes at the workload's peak (its own estimate, with a
     /// 16-byte allowance per object).
     pub fn peak_live(&self, threads: u32) -> u64 {
@@ -453,7 +464,7 @@ pub struct RunReport {
 /// The workload anchors its persistent structures in a directory at root
 /// slot 0 and frees everything before returning; the allocator must then
 /// report zero live bytes (unless the workload [keeps its data](Workload::keeps_data)).
-pub fn run<A: PmAllocator>(
+pub fn run<A: Allocator>(
     alloc: &Arc<A>,
     wl: &Workload,
     opts: &RunOptions,

@@ -15,7 +15,7 @@
 
 use super::driver::{thread_anchor, Shared, Slots, Worker};
 use super::{Scale, WorkloadError};
-use crate::alloc::{AllocThread, PmAllocator};
+use crate::alloc::{AllocThread, Allocator};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -87,7 +87,7 @@ impl Queue {
     }
 
     /// Waits until `ready()`; idles the thread before it sleeps.
-    fn wait<A: PmAllocator>(&self, w: &mut Worker<'_, '_, A>, ready: impl Fn() -> bool) -> Result<(), WorkloadError> {
+    fn wait<A: Allocator>(&self, w: &mut Worker<'_, '_, A>, ready: impl Fn() -> bool) -> Result<(), WorkloadError> {
         for _ in 0..256 {
             if ready() {
                 return Ok(());
@@ -117,7 +117,7 @@ fn id(pair: u32, k: u64) -> u64 {
     (pair as u64) << 48 | k
 }
 
-fn produce<A: PmAllocator>(
+fn produce<A: Allocator>(
     w: &mut Worker<'_, '_, A>,
     q: &Queue,
     pair: u32,
@@ -130,7 +130,7 @@ fn produce<A: PmAllocator>(
     Ok(())
 }
 
-fn consume<A: PmAllocator>(
+fn consume<A: Allocator>(
     w: &mut Worker<'_, '_, A>,
     q: &Queue,
     pair: u32,
@@ -145,7 +145,7 @@ fn consume<A: PmAllocator>(
     Ok(())
 }
 
-pub fn run<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
+pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
     let pairs = sh.threads.div_ceil(2);
     let n = p.per_pair(sh.threads);
     sh.set_expected_ops(pairs as u64 * n * 2);

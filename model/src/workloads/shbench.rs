@@ -13,7 +13,7 @@
 use super::driver::{thread_anchor, Shared, Slots};
 use super::rng::Rng;
 use super::{Scale, WorkloadError};
-use crate::alloc::PmAllocator;
+use crate::alloc::Allocator;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -55,7 +55,7 @@ impl Params {
     }
 }
 
-pub fn run<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
+pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
     // Expected: about 2 × batch × E[min/size] per iteration; a rough figure.
     let churn = (p.min_size as f64 / ((p.min_size * p.max_size) as f64).sqrt()).min(1.0);
     sh.set_expected_ops((sh.threads as f64 * p.iterations as f64 * p.batch as f64 * 2.0 * churn) as u64);

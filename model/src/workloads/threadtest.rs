@@ -20,7 +20,7 @@
 
 use super::driver::{thread_anchor, Shared, Slots};
 use super::{Scale, WorkloadError};
-use crate::alloc::PmAllocator;
+use crate::alloc::Allocator;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -75,7 +75,7 @@ fn id(tid: u32, it: u64, i: u64) -> u64 {
     (tid as u64) << 48 | (it & 0xffff) << 32 | i
 }
 
-pub fn run<A: PmAllocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
+pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadError> {
     let n = p.per_thread(sh.threads);
     sh.set_expected_ops(sh.threads as u64 * (p.iterations * n * 2 - if p.keep { n } else { 0 }));
     sh.phase("running");

@@ -5,7 +5,6 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
-use pmsim_model::runner::{self, AllocSpec};
 use pmsim_model::{AllocThread, Heap, HeapErrorKind};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -224,12 +223,6 @@ pub fn conservatively_reachable(
         }
     }
     seen
-}
-
-/// Every workload at tiny scale on `spec` ([`runner::check_every_workload`]).
-pub fn every_workload(spec: &str) {
-    let d = tmpdir();
-    runner::check_every_workload(&AllocSpec::parse(spec, []).unwrap(), d.path()).unwrap_or_else(|e| panic!("{e}"));
 }
 
 // ----- the victims' root table -------------------------------------------------------
