@@ -71,7 +71,7 @@ pub fn figures(rows: &[Row]) -> Vec<Figure> {
                 title: format!("{dimms} DIMM{}, random {access} B", if dimms == 1 { "" } else { "s" }),
                 x_label: "threads".into(),
                 y_label: "write bandwidth (GB/s)".into(),
-                kind: Kind::Lines { series: lines(&of, |p| p.threads as f64), log2_x: true },
+                kind: Kind::Lines { series: lines(&of, |p| p.threads as f64), log2_x: true, log10_y: false },
             });
         }
         figs.push(Figure {
@@ -100,7 +100,7 @@ pub fn figures(rows: &[Row]) -> Vec<Figure> {
                 title: "one DIMM".into(),
                 x_label: "working set (KiB)".into(),
                 y_label: "write amplification".into(),
-                kind: Kind::Lines { series: lines(&wa, |p| p.access as f64 / 1024.0), log2_x: true },
+                kind: Kind::Lines { series: lines(&wa, |p| p.access as f64 / 1024.0), log2_x: true, log10_y: false },
             }],
             table: table(&wa),
             paper: None,
@@ -118,7 +118,7 @@ pub fn figures(rows: &[Row]) -> Vec<Figure> {
                 title: "one DIMM, one thread".into(),
                 x_label: "bytes between fences".into(),
                 y_label: "write bandwidth (GB/s)".into(),
-                kind: Kind::Lines { series: lines(&fence, |p| p.access as f64), log2_x: true },
+                kind: Kind::Lines { series: lines(&fence, |p| p.access as f64), log2_x: true, log10_y: false },
             }],
             table: table(&fence),
             paper: None,

@@ -31,6 +31,10 @@ pub enum Source {
     /// Each code site of the simulator report (`/sites`, `pmsim sim --by
     /// site`), in traces whose tracer names sites.
     Site,
+    /// The CPU profile of a simulated point (`Env::cpu`).
+    Cpu,
+    /// The contention model's estimate with the CPU's work (`Env::estimate`).
+    Estimate,
 }
 
 impl Source {
@@ -42,6 +46,8 @@ impl Source {
             Source::AccessPoint => "an access-map point",
             Source::ShapePoint => "a heap-shape point",
             Source::Site => "a code site of the simulator report",
+            Source::Cpu => "the CPU profile",
+            Source::Estimate => "the estimate with CPU work",
         }
     }
 }
@@ -137,6 +143,10 @@ fields! {
     ELAPSED_S = Timing "/elapsed_s" Always,
     /// Operations per second of the native run's measured part.
     OPS_PER_S = Timing "/ops_per_s" Always,
+    /// Operations per CPU second of a thread of the native run (its threads'
+    /// CPU time: what it achieves with a core per thread, however loaded
+    /// the machine was).
+    OPS_PER_CPU_S = Timing "/ops_per_cpu_s" Always,
     /// The n-th flush of its category.
     AP_NTH = AccessPoint "/nth" Always,
     /// The flushed line's offset in the heap.
@@ -153,6 +163,43 @@ fields! {
     SITE_REFLUSH_RATIO = Site "/reflush_ratio" Always,
     /// Estimated persist time of the site's flushes and fences (ns).
     SITE_PERSIST = Site "/persist_ns" Always,
+    /// CPU time per operation in all, measured natively with flushes off (ns).
+    CPU_TOTAL = Cpu "/total_ns" Always,
+    /// … of it inside the allocator's operations.
+    CPU_ALLOC = Cpu "/alloc_ns" Always,
+    /// … of it between operations (the workload's own work).
+    CPU_OUTSIDE = Cpu "/outside_ns" Always,
+    /// CPU time inside one malloc / malloc_to (ns).
+    CPU_MALLOC = Cpu "/malloc_ns" Always,
+    /// CPU time inside one free / free_from (ns).
+    CPU_FREE = Cpu "/free_ns" Always,
+    /// Estimated operations per second, CPU work and persistence together,
+    /// the threads contending for the DIMMs.
+    EST_CPU_OPS_PER_S = Estimate "/ops_per_s" Always,
+    /// Estimated run time of those (ns).
+    EST_CPU_MAKESPAN = Estimate "/makespan_ns" Always,
+    /// Operations they count.
+    EST_CPU_OPS = Estimate "/ops" Always,
+    /// The threads' time in metadata flushes and their waits, summed (ns).
+    PART_META = Estimate "/parts_ns/meta" Always,
+    /// … write-ahead-log flushes.
+    PART_WAL = Estimate "/parts_ns/wal" Always,
+    /// … bookkeeping-log flushes.
+    PART_LOG = Estimate "/parts_ns/log" Always,
+    /// … user-data flushes.
+    PART_DATA = Estimate "/parts_ns/data" Always,
+    /// … flushes outside every region.
+    PART_UNMAPPED = Estimate "/parts_ns/unmapped" Always,
+    /// … fences that ordered no flush.
+    PART_FENCE = Estimate "/parts_ns/fence" Always,
+    /// … CPU work inside the allocator.
+    PART_ALLOC_CPU = Estimate "/parts_ns/alloc_cpu" Always,
+    /// … CPU work between operations.
+    PART_OTHER_CPU = Estimate "/parts_ns/other_cpu" Always,
+    /// … stores and loads at the model's own cost.
+    PART_STORES = Estimate "/parts_ns/stores" Always,
+    /// … a blocked thread moved on to the others' clock.
+    PART_WAIT = Estimate "/parts_ns/wait" Always,
 }
 
 /// The persist-time slots of Fig. 11, in the simulator's order, with their names.

@@ -3,6 +3,7 @@
 //! (`None` when the rows hold nothing it can draw). They read rows only, so
 //! any result set — a merged Slurm sweep, an edited experiment — can be drawn.
 
+use crate::estimate;
 use crate::fields::{self, *};
 use crate::plot::{Figure, Kind, Panel, Series};
 use crate::point::value_text;
@@ -191,9 +192,11 @@ pub fn fig2(rows: &[Row]) -> Option<Figure> {
     })
 }
 
-/// Fig. 11: estimated persist time per operation, split by what was persisted.
+/// Fig. 11: the estimated time per operation of each NVAlloc ablation,
+/// split into the parts the paper names (Search, FlushMeta, FlushWAL,
+/// Other: [`estimate::Breakdown`]), one panel per workload.
 pub fn fig11(rows: &[Row]) -> Option<Figure> {
-    let rs = sim_rows(rows);
+    let rs: Vec<&Row> = sim_rows(rows).into_iter().filter(|r| estimate::breakdown(r).is_some()).collect();
     if rs.is_empty() {
         return None;
     }
@@ -201,44 +204,64 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
         "allocator",
         "workload",
         "threads",
-        "meta ns/op",
-        "wal ns/op",
-        "log ns/op",
-        "data ns/op",
-        "unmapped ns/op",
-        "fence ns/op",
+        "Search ns/op",
+        "FlushMeta ns/op",
+        "FlushWAL ns/op",
+        "Other ns/op",
         "total ns/op",
+        "FlushMeta + FlushWAL %",
+        "CPU ns/op (native, flushes off)",
+        "persist ns/op (one thread, no contention)",
+        "est. run time (ms)",
     ]);
     let mut panels = Vec::new();
     for wl in distinct(rs.iter().map(|r| r.point.workload.clone())) {
         let mut cats = Vec::new();
-        let mut vals = vec![Vec::new(); PERSIST_SLOTS.len()];
+        let mut vals = vec![Vec::new(); 4];
         for r in rs.iter().filter(|r| r.point.workload == wl) {
-            let ops = r.num(SIM_OPS).filter(|&o| o > 0.0).unwrap_or(1.0);
+            let b = estimate::breakdown(r).expect("filtered");
             cats.push(alloc_label(r, &[]));
-            let mut cells = vec![alloc_label(r, &[]), wl.clone(), r.point.threads.to_string()];
-            for (k, (_, f)) in PERSIST_SLOTS.iter().enumerate() {
-                let v = r.num(*f).unwrap_or(0.0) / ops;
-                vals[k].push(v);
-                cells.push(format!("{v:.1}"));
+            for (k, (_, v)) in b.parts().iter().enumerate() {
+                vals[k].push(*v);
             }
-            cells.push(format!("{:.1}", per_op(r).unwrap_or(0.0)));
-            table.push(cells);
+            let share = if b.total() > 0.0 { 100.0 * b.flush() / b.total() } else { 0.0 };
+            table.push(vec![
+                alloc_label(r, &[]),
+                wl.clone(),
+                r.point.threads.to_string(),
+                format!("{:.1}", b.search),
+                format!("{:.1}", b.flush_meta),
+                format!("{:.1}", b.flush_wal),
+                format!("{:.1}", b.other),
+                format!("{:.1}", b.total()),
+                format!("{share:.1}"),
+                num(estimate::cpu_ns(r)),
+                num(per_op(r)),
+                num(estimate::run_ns(r).map(|ns| ns / 1e6)),
+            ]);
         }
-        let series: Vec<Series<f64>> = PERSIST_SLOTS
-            .iter()
-            .map(|(s, _)| s)
-            .zip(vals)
-            .filter(|(_, v)| v.iter().any(|&x| x > 0.0))
-            .map(|(s, v)| (format!("flush {s}"), v))
-            .collect();
-        panels.push(persist_time_bars(wl, cats, series));
+        let names = estimate::Breakdown::default().parts().map(|(n, _)| n.to_string());
+        let series: Vec<Series<f64>> = names.into_iter().zip(vals).collect();
+        let threads = distinct(rs.iter().filter(|r| r.point.workload == wl).map(|r| r.point.threads));
+        let mut panel = persist_time_bars(wl, cats, series);
+        panel.y_label = "estimated time (ns per operation and thread)".into();
+        if let [t] = threads[..] {
+            panel.title = format!("{} ({t} thread{})", panel.title, if t == 1 { "" } else { "s" });
+        }
+        panels.push(panel);
     }
     Some(Figure {
         id: "fig11".into(),
-        title: "Persist-time breakdown (NVAlloc Fig. 11)".into(),
-        caption: "Estimated persist time per allocator operation (simulator latency model: reflush penalty by \
-                  distance, XPBuffer hits and misses, fences), split by the category of the flushed region."
+        title: "Performance breakdown (NVAlloc Fig. 11)".into(),
+        caption: "Estimated time per operation (per thread) of each NVAlloc ablation, split as the paper's Fig. 11 \
+                  splits execution time: Search (the allocator's CPU work, measured natively with flushes off: \
+                  the paper's object searching, splitting and coalescing, and pmsim counts all of the \
+                  allocator's CPU time there), FlushMeta (flushes of metadata and of the bookkeeping log, with \
+                  the waits for them), FlushWAL (write-ahead-log flushes and their waits) and Other (the \
+                  workload's own CPU work, user-data flushes such as a malloc_to's destination, fences that \
+                  order no flush). Points simulated with the contention model take the parts from its replay \
+                  (threads contending for the DIMMs); one-thread points without it add the CPU profile to the \
+                  simulator's persist time by category."
             .into(),
         panels,
         table,
@@ -355,7 +378,7 @@ pub fn heapshape(rows: &[Row]) -> Option<Figure> {
                 title: w.replace("fragbench-", "").to_uppercase(),
                 x_label: "allocator operations".into(),
                 y_label: "MiB".into(),
-                kind: Kind::Lines { series, log2_x: false },
+                kind: Kind::Lines { series, log2_x: false, log10_y: false },
             }
         })
         .collect();
@@ -469,6 +492,7 @@ pub fn fig16a(rows: &[Row]) -> Option<Figure> {
             kind: Kind::Lines {
                 series: lines_over(&rs, "stripes", name, |r| r.num(EST_MAKESPAN).map(|ns| ns / 1e6)),
                 log2_x: true,
+                log10_y: false,
             },
         });
     }
@@ -480,6 +504,7 @@ pub fn fig16a(rows: &[Row]) -> Option<Figure> {
         kind: Kind::Lines {
             series: lines_over(&rs, "stripes", name, |r| r.num(REFLUSH_RATIO).map(|x| 100.0 * x)),
             log2_x: true,
+            log10_y: false,
         },
     });
     Some(Figure {
@@ -503,7 +528,7 @@ fn stripes_time_panel(rs: &[&Row], name: impl Fn(&Row) -> String) -> Panel {
         title: "estimated persist time".into(),
         x_label: "bit stripes".into(),
         y_label: "ns per operation".into(),
-        kind: Kind::Lines { series: lines_over(rs, "stripes", name, per_op), log2_x: true },
+        kind: Kind::Lines { series: lines_over(rs, "stripes", name, per_op), log2_x: true, log10_y: false },
     }
 }
 
@@ -557,13 +582,14 @@ pub fn fig16b(rows: &[Row]) -> Option<Figure> {
                 kind: Kind::Lines {
                     series: lines_over(&rs, "su", name, |r| r.num(PEAK_MAPPED).map(mib)),
                     log2_x: false,
+                    log10_y: false,
                 },
             },
             Panel {
                 title: "time".into(),
                 x_label: "SU threshold".into(),
                 y_label: "ms".into(),
-                kind: Kind::Lines { series: time, log2_x: false },
+                kind: Kind::Lines { series: time, log2_x: false, log10_y: false },
             },
         ],
         table,
@@ -611,7 +637,7 @@ pub fn fig19(rows: &[Row]) -> Option<Figure> {
                 title: "writes reaching PM".into(),
                 x_label: "bit stripes".into(),
                 y_label: "64 B PM writes per operation".into(),
-                kind: Kind::Lines { series: lines_over(&rs, "stripes", name, pm_per_op), log2_x: true },
+                kind: Kind::Lines { series: lines_over(&rs, "stripes", name, pm_per_op), log2_x: true, log10_y: false },
             },
         ],
         table,
@@ -637,7 +663,7 @@ fn scaling_as(rows: &[Row], id: &str) -> Option<Figure> {
     if rs.is_empty() {
         return None;
     }
-    let mops = |r: &Row| r.num(EST_OPS_PER_S).map(|x| x / 1e6);
+    let mops = |r: &Row| estimate::ops_per_s(r).map(|x| x / 1e6);
     // The same workload and thread count on PMDK, the paper's baseline.
     let pmdk = |r: &Row| {
         rs.iter()
@@ -650,10 +676,13 @@ fn scaling_as(rows: &[Row], id: &str) -> Option<Figure> {
         "workload",
         "allocator",
         "threads",
-        "est. Mops/s",
+        "est. Mops/s (CPU + persist)",
         "est. run time (ms)",
         "x vs 1 thread",
         "x vs pmdk",
+        "CPU-only Mops/s",
+        "persist-only Mops/s",
+        "CPU ns/op",
         "persist ns/op (no contention)",
         "events replayed past a blocked thread",
     ]);
@@ -679,9 +708,12 @@ fn scaling_as(rows: &[Row], id: &str) -> Option<Figure> {
                     a.clone(),
                     r.point.threads.to_string(),
                     num(m),
-                    num(r.num(EST_MAKESPAN).map(|ns| ns / 1e6)),
+                    num(estimate::run_ns(r).map(|ns| ns / 1e6)),
                     ratio(one),
                     ratio(pmdk(r)),
+                    num(estimate::cpu_only_ops_per_s(r).map(|x| x / 1e6)),
+                    num(estimate::persist_only_ops_per_s(r).map(|x| x / 1e6)),
+                    num(estimate::cpu_ns(r)),
                     num(per_op(r)),
                     num(r.num(EST_FORCED)),
                 ]);
@@ -693,20 +725,21 @@ fn scaling_as(rows: &[Row], id: &str) -> Option<Figure> {
             title: wl,
             x_label: "threads".into(),
             y_label: "estimated Mops/s".into(),
-            kind: Kind::Lines { series, log2_x: true },
+            kind: Kind::Lines { series, log2_x: true, log10_y: true },
         });
     }
     Some(Figure {
         id: id.into(),
         title: "Estimated throughput against threads (NVAlloc Figs. 9-10)".into(),
-        caption: "Operations per second of each allocator as the threads grow, estimated by replaying its run \
-                  through the contention model: each thread on its own core with its own clock, all sharing the \
-                  DIMMs' write queues, XPBuffers and media (timing fitted to FAST '20 Fig. 4). The schedule is \
-                  virtual, so 16 threads are estimated on any machine, but work between traced events is not \
-                  timed (a store or load costs a few ns), so allocators that persist little look faster than \
-                  they would be. A run whose threads were recorded in time slices longer than the reorder bound \
-                  holds has events replayed past blocked threads (the table's last column): its estimate is \
-                  less faithful."
+        caption: "Operations per second of each allocator as the threads grow (log10, as the paper draws them), \
+                  estimated by replaying its run through the contention model with each thread's clock advanced \
+                  by its CPU work (measured natively with flushes off, per operation kind) as well as by its \
+                  persistence: each thread on its own core, all sharing the DIMMs' write queues, XPBuffers and \
+                  media (timing fitted to FAST '20 Fig. 4). The schedule is virtual, so 16 threads are \
+                  estimated on any machine. The table gives the CPU alone and persistence alone beside it. A \
+                  run whose threads were recorded in time slices longer than the reorder bound holds has \
+                  events replayed past blocked threads (the table's last column): its estimate is less \
+                  faithful."
             .into(),
         panels,
         table,
@@ -729,7 +762,13 @@ pub fn compare(rows: &[Row]) -> Option<Figure> {
         "reflush ratio",
         "write amplification",
         "persist ns/op",
-        "native ops/s",
+        "CPU ns/op",
+        "est. Mops/s (CPU + persist)",
+        "CPU-only Mops/s",
+        "persist-only Mops/s",
+        "native Mops/s (DRAM, wall time)",
+        "native Mops/s (DRAM, per CPU second)",
+        "est. / native",
         "note",
     ]);
     let metric = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<Series<f64>> {
@@ -748,7 +787,19 @@ pub fn compare(rows: &[Row]) -> Option<Figure> {
             })
             .collect()
     };
+    let mops = |x: Option<f64>| x.map(|v| v / 1e6);
     for r in rows {
+        let est = estimate::ops_per_s(r);
+        let native = r.num(OPS_PER_CPU_S);
+        let ratio = match (est, native) {
+            (Some(e), Some(n)) if n > 0.0 => format!("{:.2}", e / n),
+            _ => "-".into(),
+        };
+        let note = match (&r.result.sim_skipped, &r.env.cpu_skipped) {
+            (Some(_), _) => "not traced by pmsim's tracer".to_string(),
+            (None, Some(why)) => format!("no CPU profile: {why}"),
+            _ => String::new(),
+        };
         table.push(vec![
             alloc_label(r, &[]),
             r.point.workload.clone(),
@@ -756,8 +807,14 @@ pub fn compare(rows: &[Row]) -> Option<Figure> {
             num(r.num(REFLUSH_RATIO)),
             num(r.num(WRITE_AMPLIFICATION)),
             num(per_op(r)),
-            num(r.num(OPS_PER_S)),
-            r.result.sim_skipped.as_ref().map_or(String::new(), |_| "not traced by pmsim's tracer".into()),
+            num(estimate::cpu_ns(r)),
+            num(mops(est)),
+            num(mops(estimate::cpu_only_ops_per_s(r))),
+            num(mops(estimate::persist_only_ops_per_s(r))),
+            num(mops(r.num(OPS_PER_S))),
+            num(mops(native)),
+            ratio,
+            note,
         ]);
     }
     let bars = |title: &str, y: &str, series| Panel {
@@ -770,15 +827,19 @@ pub fn compare(rows: &[Row]) -> Option<Figure> {
         id: "compare".into(),
         title: "Every allocator compared".into(),
         caption: "Reflush ratio, write amplification (media bytes / bytes written to the DIMMs) and estimated \
-                  persist time per operation from the simulator, and native throughput, for every allocator \
-                  pmsim runs. An allocator pmsim's own tracer cannot see (PMDK) has no simulated figures unless \
-                  a trace from the Valgrind tool is given to the report."
+                  persist time per operation from the simulator; the CPU's work per operation (measured natively \
+                  with flushes off); the estimated throughput on Optane, CPU work plus persistence (one thread: \
+                  their sum per operation), beside the CPU alone, persistence alone and the native throughput on \
+                  DRAM with real flushes, all measured in this run: by wall time, and per CPU second of its \
+                  threads (what it achieves with a core of its own, however loaded the machine was; the \
+                  estimate is held against this one)."
             .into(),
         panels: vec![
             bars("reflush ratio", "reflushes / flushes", metric(&|r| r.num(REFLUSH_RATIO))),
             bars("write amplification", "media / DIMM bytes", metric(&|r| r.num(WRITE_AMPLIFICATION))),
             bars("estimated persist time", "ns per operation", metric(&per_op)),
-            bars("native throughput", "Mops/s", metric(&|r| r.num(OPS_PER_S).map(|x| x / 1e6))),
+            bars("estimated throughput (CPU + persist)", "Mops/s", metric(&|r| mops(estimate::ops_per_s(r)))),
+            bars("native throughput (DRAM, per CPU second)", "Mops/s", metric(&|r| mops(r.num(OPS_PER_CPU_S)))),
         ],
         table,
         paper: None,

@@ -5,7 +5,9 @@
 //! alone, and two sweeps compared point by point ([`diff`]).
 
 pub mod calibration;
+pub mod cpu;
 pub mod diff;
+pub mod estimate;
 pub mod experiment;
 pub mod fields;
 pub mod figures;

@@ -46,8 +46,10 @@ pub type Series<T> = (String, Vec<T>);
 pub enum Kind {
     /// One group of bars per category, one bar per series (or one stacked bar).
     Bars { categories: Vec<String>, series: Vec<Series<f64>>, stacked: bool },
-    /// Lines through (x, y) points; with `log2_x` x is drawn on a log2 scale.
-    Lines { series: Vec<Series<(f64, f64)>>, log2_x: bool },
+    /// Lines through (x, y) points; with `log2_x` x is drawn on a log2
+    /// scale, with `log10_y` y on a log10 scale (non-positive values are
+    /// left out there).
+    Lines { series: Vec<Series<(f64, f64)>>, log2_x: bool, log10_y: bool },
     /// Points only.
     Scatter { series: Vec<Series<(f64, f64)>> },
 }
@@ -68,6 +70,8 @@ pub fn load_font() -> Result<(), String> {
     .clone()
 }
 
+/// Colours of series that are not allocators (a figure's metrics, regions,
+/// thread counts), by their position.
 const COLORS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
@@ -79,8 +83,93 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
-fn color(i: usize) -> RGBColor {
-    COLORS[i % COLORS.len()]
+/// The shape drawn at a line's points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Marker {
+    Circle,
+    Square,
+    Triangle,
+    Diamond,
+    Cross,
+    Star,
+}
+
+/// How a series is drawn: its colour, marker and whether the marker is filled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Style {
+    pub color: RGBColor,
+    pub marker: Marker,
+    pub filled: bool,
+}
+
+/// The names an allocator may be registered under, its colour and its marker.
+type AllocatorStyle = (&'static [&'static str], (u8, u8, u8), Marker);
+
+/// Every allocator's colour and marker, the same in every figure: the
+/// allocators the NVAlloc paper compares (pmsim's model of each, under its
+/// registry name; the names a peer may be registered under are listed),
+/// NVAlloc's ablations and pmsim's other allocators.
+const ALLOCATOR_STYLES: &[AllocatorStyle] = &[
+    (&["nvalloc-log"], (214, 39, 40), Marker::Circle),
+    (&["nvalloc-gc"], (255, 127, 14), Marker::Square),
+    (&["base"], (127, 127, 127), Marker::Triangle),
+    (&["+interleaved"], (148, 103, 189), Marker::Diamond),
+    (&["+log"], (140, 86, 75), Marker::Cross),
+    (&["pmdk"], (31, 119, 180), Marker::Square),
+    (&["makalu"], (44, 160, 44), Marker::Triangle),
+    (&["ralloc"], (0, 90, 50), Marker::Diamond),
+    (&["nvm-malloc", "nvm_malloc", "nvmmalloc"], (23, 190, 207), Marker::Circle),
+    (&["pallocator"], (57, 59, 121), Marker::Star),
+    (&["metall"], (227, 119, 194), Marker::Diamond),
+    (&["llfree"], (188, 189, 34), Marker::Star),
+];
+
+/// Colours for allocators the table does not know, picked by name.
+const MORE: [(u8, u8, u8); 6] =
+    [(99, 121, 57), (132, 60, 57), (107, 110, 207), (189, 158, 57), (173, 73, 74), (82, 84, 163)];
+
+/// FNV-1a of a name, for picks that must not depend on the order of series.
+fn name_hash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The style of allocator `label` (a spec as written: `nvalloc-log`,
+/// `nvalloc-log:morphing=false`, `makalu:shipped=true`), or `None` when it
+/// names no allocator pmsim knows. A variant (`NAME:key=value`) keeps its
+/// allocator's colour, lightened, with a hollow marker.
+pub fn allocator_style(label: &str) -> Option<Style> {
+    let (name, variant) = match label.split_once(':') {
+        Some((n, v)) => (n, Some(v)),
+        None => (label, None),
+    };
+    let known = ALLOCATOR_STYLES.iter().find(|(names, _, _)| names.contains(&name));
+    let (rgb, marker) = match known {
+        Some(&(_, rgb, m)) => (rgb, m),
+        None if pmsim_model::runner::AllocSpec::names().contains(&name) => {
+            let h = name_hash(name);
+            let markers = [Marker::Circle, Marker::Square, Marker::Triangle, Marker::Diamond, Marker::Cross];
+            (MORE[h as usize % MORE.len()], markers[(h >> 8) as usize % markers.len()])
+        }
+        None => return None,
+    };
+    let color = match variant {
+        // Lighter by an amount the variant picks, so two variants differ.
+        Some(v) => {
+            let f = 0.35 + 0.1 * (name_hash(v) % 3) as f64;
+            let mix = |c: u8| (c as f64 + (255.0 - c as f64) * f).round() as u8;
+            RGBColor(mix(rgb.0), mix(rgb.1), mix(rgb.2))
+        }
+        None => RGBColor(rgb.0, rgb.1, rgb.2),
+    };
+    Some(Style { color, marker, filled: variant.is_none() })
+}
+
+/// The style of series `k` named `name`: an allocator's own style when the
+/// name starts with one (`nvalloc-log`, `pmdk ×4 threads`), else the
+/// palette's `k`-th colour.
+pub fn series_style(name: &str, k: usize) -> Style {
+    let first = name.split_whitespace().next().unwrap_or("");
+    allocator_style(first).unwrap_or(Style { color: COLORS[k % COLORS.len()], marker: Marker::Circle, filled: true })
 }
 
 /// A compact number for axis ticks (`1.5M`, `250k`, `0.25`, `0.0025`).
@@ -132,14 +221,89 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, fig: &Figure, grid: (u
     root.present().map_err(e)
 }
 
-/// y range with headroom for the legend.
+/// Width of the strip right of a panel's plot where its legend goes (the
+/// legend never covers data).
+const LEGEND_W: u32 = 190;
+
+/// `0..max` with a little headroom (a range that fits the data).
 fn y_range(max: f64) -> std::ops::Range<f64> {
     let m = if max.is_finite() && max > 0.0 { max } else { 1.0 };
-    0.0..m * 1.4
+    0.0..m * 1.05
+}
+
+/// The panel's plot area and its legend strip.
+fn split_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>) -> (DrawingArea<DB, Shift>, DrawingArea<DB, Shift>) {
+    let w = area.dim_in_pixel().0;
+    area.split_horizontally(w.saturating_sub(LEGEND_W).max(w / 2))
+}
+
+/// Draws a marker of `style` centred at pixel `(x, y)`.
+fn marker<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    (x, y): (i32, i32),
+    st: Style,
+    r: i32,
+) -> Result<(), String> {
+    let c = st.color;
+    let shape = if st.filled { c.filled() } else { c.stroke_width(2) };
+    match st.marker {
+        Marker::Circle => area.draw(&Circle::new((x, y), r, shape)),
+        Marker::Square => area.draw(&Rectangle::new([(x - r, y - r), (x + r, y + r)], shape)),
+        Marker::Triangle => {
+            area.draw(&Polygon::new(vec![(x, y - r - 1), (x - r - 1, y + r), (x + r + 1, y + r)], shape))
+        }
+        Marker::Diamond => {
+            area.draw(&Polygon::new(vec![(x, y - r - 1), (x + r + 1, y), (x, y + r + 1), (x - r - 1, y)], shape))
+        }
+        Marker::Cross => {
+            area.draw(&PathElement::new(vec![(x - r, y - r), (x + r, y + r)], c.stroke_width(2))).map_err(e)?;
+            area.draw(&PathElement::new(vec![(x - r, y + r), (x + r, y - r)], c.stroke_width(2)))
+        }
+        Marker::Star => {
+            let pts: Vec<(i32, i32)> = (0..10)
+                .map(|i| {
+                    let a = std::f64::consts::PI * (i as f64 / 5.0 - 0.5);
+                    let rr = if i % 2 == 0 { r as f64 + 1.5 } else { r as f64 * 0.5 };
+                    (x + (rr * a.cos()).round() as i32, y + (rr * a.sin()).round() as i32)
+                })
+                .collect();
+            area.draw(&Polygon::new(pts, shape))
+        }
+    }
+    .map_err(e)
+}
+
+/// The legend in the strip: one entry per series, its marker (or a filled
+/// box for bars) and its name.
+fn draw_legend<DB: DrawingBackend>(
+    strip: &DrawingArea<DB, Shift>,
+    entries: &[(String, Style)],
+    boxes: bool,
+) -> Result<(), String> {
+    let style = TextStyle::from((FAMILY, 12).into_font()).color(&BLACK);
+    let top = 40;
+    for (i, (name, st)) in entries.iter().enumerate() {
+        let y = top + 18 * i as i32;
+        if boxes {
+            strip.draw(&Rectangle::new([(4, y - 6), (18, y + 6)], st.color.filled())).map_err(e)?;
+        } else {
+            strip.draw(&PathElement::new(vec![(2, y), (20, y)], st.color.stroke_width(2))).map_err(e)?;
+            marker(strip, (11, y), *st, 4)?;
+        }
+        // Long names are cut to fit the strip.
+        let text: String = if name.chars().count() > 26 {
+            name.chars().take(25).chain(std::iter::once('…')).collect()
+        } else {
+            name.clone()
+        };
+        strip.draw(&Text::new(text, (26, y - 7), style.clone())).map_err(e)?;
+    }
+    Ok(())
 }
 
 fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> Result<(), String> {
-    let mut b = ChartBuilder::on(area);
+    let (plot_area, strip) = split_legend(area);
+    let mut b = ChartBuilder::on(&plot_area);
     b.caption(&p.title, (FAMILY, 17)).margin(12).x_label_area_size(55).y_label_area_size(75);
     match &p.kind {
         Kind::Bars { categories, series, stacked } => {
@@ -178,8 +342,9 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> R
                 .map_err(e)?;
             let s = series.len().max(1) as f64;
             let mut base = vec![0.0; n];
+            let mut entries = Vec::new();
             for (k, (name, vals)) in series.iter().enumerate() {
-                let c = color(k);
+                let st = series_style(name, k);
                 let rects: Vec<Rectangle<(f64, f64)>> = (0..n)
                     .map(|i| {
                         let v = vals.get(i).copied().unwrap_or(0.0);
@@ -193,36 +358,50 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> R
                         if *stacked {
                             base[i] += v;
                         }
-                        Rectangle::new([(x0, y0), (x1, y0 + v)], c.filled())
+                        Rectangle::new([(x0, y0), (x1, y0 + v)], st.color.filled())
                     })
                     .collect();
-                chart
-                    .draw_series(rects)
-                    .map_err(e)?
-                    .label(name.clone())
-                    .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+                chart.draw_series(rects).map_err(e)?;
+                entries.push((name.clone(), st));
             }
-            legend(&mut chart)
+            draw_legend(&strip, &entries, true)
         }
-        Kind::Lines { series, log2_x } => draw_xy(b, p, series, *log2_x, true),
-        Kind::Scatter { series } => draw_xy(b, p, series, false, false),
+        Kind::Lines { series, log2_x, log10_y } => draw_xy(b, &strip, p, series, (*log2_x, *log10_y), true),
+        Kind::Scatter { series } => draw_xy(b, &strip, p, series, (false, false), false),
+    }
+}
+
+/// Tick label of a log10 axis at `y` (the exponent): the power of ten, or
+/// nothing between powers.
+fn log10_tick(y: f64) -> String {
+    if (y - y.round()).abs() < 1e-6 {
+        tick(10f64.powf(y.round()))
+    } else {
+        String::new()
     }
 }
 
 fn draw_xy<DB: DrawingBackend>(
     mut b: ChartBuilder<'_, '_, DB>,
+    strip: &DrawingArea<DB, Shift>,
     p: &Panel,
     series: &[Series<(f64, f64)>],
-    log2: bool,
+    (log2, log10): (bool, bool),
     lines: bool,
 ) -> Result<(), String> {
     let tx = |x: f64| if log2 { x.max(f64::MIN_POSITIVE).log2() } else { x };
-    let pts = series.iter().flat_map(|(_, v)| v.iter().map(|&(x, y)| (tx(x), y)));
-    let (mut x0, mut x1, mut ymax) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
-    for (x, y) in pts {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        ymax = ymax.max(y);
+    // On a log10 axis a value that is not positive has no place: left out.
+    let pts_of = |v: &[(f64, f64)]| -> Vec<(f64, f64)> {
+        v.iter()
+            .filter(|&&(_, y)| !log10 || y > 0.0)
+            .map(|&(x, y)| (tx(x), if log10 { y.log10() } else { y }))
+            .collect()
+    };
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
+    for (_, v) in series {
+        for (x, y) in pts_of(v) {
+            (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
+        }
     }
     if !x0.is_finite() {
         (x0, x1) = (0.0, 1.0);
@@ -234,7 +413,14 @@ fn draw_xy<DB: DrawingBackend>(
     } else {
         x0.abs().max(1.0) * 0.1
     };
-    let mut chart = b.build_cartesian_2d((x0 - pad)..(x1 + pad), y_range(ymax)).map_err(e)?;
+    let yr = if log10 {
+        // Whole decades around the data.
+        let (lo, hi) = if y0.is_finite() { (y0.floor(), y1.ceil()) } else { (0.0, 1.0) };
+        lo..if hi > lo { hi } else { lo + 1.0 }
+    } else {
+        y_range(y1.max(0.0))
+    };
+    let mut chart = b.build_cartesian_2d((x0 - pad)..(x1 + pad), yr.clone()).map_err(e)?;
     let xfmt = move |x: &f64| {
         if log2 {
             if (x - x.round()).abs() < 1e-6 {
@@ -246,41 +432,38 @@ fn draw_xy<DB: DrawingBackend>(
             tick(*x)
         }
     };
+    let yfmt = move |y: &f64| if log10 { log10_tick(*y) } else { tick(*y) };
     let mut mesh = chart.configure_mesh();
     if log2 {
         mesh.x_labels(((x1 - x0).round() as usize + 1).max(2));
     }
+    if log10 {
+        mesh.y_labels(((yr.end - yr.start).round() as usize + 1).max(2));
+    }
+    let y_desc = if log10 { format!("{} (log10)", p.y_label) } else { p.y_label.clone() };
     mesh.x_label_formatter(&xfmt)
-        .y_label_formatter(&|y| tick(*y))
+        .y_label_formatter(&yfmt)
         .x_desc(&p.x_label)
-        .y_desc(&p.y_label)
+        .y_desc(&y_desc)
         .label_style((FAMILY, 13))
         .axis_desc_style((FAMILY, 15))
         .draw()
         .map_err(e)?;
+    let mut entries = Vec::new();
     for (k, (name, vals)) in series.iter().enumerate() {
-        let c = color(k);
-        let v: Vec<(f64, f64)> = vals.iter().map(|&(x, y)| (tx(x), y)).collect();
-        let anno = if lines {
-            chart.draw_series(LineSeries::new(v.clone(), c.stroke_width(2))).map_err(e)?;
-            chart.draw_series(v.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(e)?
-        } else {
-            chart.draw_series(v.iter().map(|&q| Circle::new(q, 2, c.filled()))).map_err(e)?
-        };
-        anno.label(name.clone()).legend(move |(x, y)| Circle::new((x + 7, y), 5, c.filled()));
+        let st = series_style(name, k);
+        let v = pts_of(vals);
+        if lines {
+            chart.draw_series(LineSeries::new(v.clone(), st.color.stroke_width(2))).map_err(e)?;
+        }
+        let r = if lines { 4 } else { 2 };
+        let area = chart.plotting_area().strip_coord_spec();
+        for &q in &v {
+            let px = chart.backend_coord(&q);
+            let at = area.get_base_pixel();
+            marker(&area, (px.0 - at.0, px.1 - at.1), st, r)?;
+        }
+        entries.push((name.clone(), st));
     }
-    legend(&mut chart)
-}
-
-type Coords = Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>;
-
-fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut ChartContext<'a, DB, Coords>) -> Result<(), String> {
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font((FAMILY, 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(e)
+    draw_legend(strip, &entries, false)
 }

@@ -46,6 +46,19 @@ pub struct Env {
     /// The simulator's per-DIMM figures: which DIMM an address maps to
     /// depends on where the heap was mapped.
     pub sim_dimms: Option<Value>,
+    /// What the point's work costs the CPU per operation, measured natively
+    /// with flushes off (`pmsim_model::workloads::cpu::CpuProfile`;
+    /// [`crate::cpu`]), for simulated points.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Value>,
+    /// Why a simulated point has no CPU profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_skipped: Option<String>,
+    /// The contention model's estimate with that CPU work added (its
+    /// report, without the per-DIMM split), for points simulated with
+    /// contention: CPU work and persistence together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<Value>,
 }
 
 /// One line of a result file.
@@ -82,6 +95,12 @@ impl Row {
             fields::check(native, Source::Native)?;
             fields::check(&Value::Object(self.env.native_timing.clone()), Source::Timing)?;
         }
+        if let Some(cpu) = &self.env.cpu {
+            fields::check(cpu, Source::Cpu)?;
+        }
+        if let Some(e) = &self.env.estimate {
+            fields::check(e, Source::Estimate)?;
+        }
         self.shape_points().iter().try_for_each(|p| fields::check(p, Source::ShapePoint))?;
         self.sites().iter().try_for_each(|s| fields::check(s, Source::Site))?;
         self.result.access_map.iter().try_for_each(|p| fields::check(p, Source::AccessPoint))
@@ -98,6 +117,8 @@ impl Row {
             Source::Sim => fields::read(self.result.sim.as_ref()?, f),
             Source::Native => fields::read(self.result.native.as_ref()?, f),
             Source::Timing => self.env.native_timing.get(f.path.trim_start_matches('/'))?.as_f64(),
+            Source::Cpu => fields::read(self.env.cpu.as_ref()?, f),
+            Source::Estimate => fields::read(self.env.estimate.as_ref()?, f),
             Source::AccessPoint | Source::ShapePoint | Source::Site => None,
         }
     }

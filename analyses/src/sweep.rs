@@ -6,8 +6,12 @@
 //! points: every point holds a shared lock while it simulates and an
 //! exclusive one while it runs natively (std's `RwLock` lets a waiting writer
 //! in before new readers), so a native run starts once the simulations in
-//! flight finish and nothing else starts until it is done.
+//! flight finish and nothing else starts until it is done. A simulated
+//! point's CPU profile ([`crate::cpu`]) is a native run too, but it is read
+//! from the threads' CPU time, which other work does not inflate: it runs
+//! under the shared lock.
 
+use crate::cpu;
 use crate::experiment::Experiment;
 use crate::point::Point;
 use crate::row::{is_timing_key, Env, Results, Row};
@@ -18,7 +22,7 @@ use pmsim_model::scratch::ScratchHeap;
 use pmsim_model::workloads::{Params, Progress, RunOptions, Workload};
 use pmsim_model::{FlushInsn, TraceConfig};
 use pmsim_pintools::{trace_pmdk_threadtest, PintoolsError, PmdkThreadtest};
-use pmsim_sim::{Contention, ContentionReport, Simulator, Timed};
+use pmsim_sim::{Contention, ContentionReport, CpuCosts, Simulator, Timed};
 use pmsim_traces::owned::{self, Place};
 use pmsim_traces::TraceReader;
 use rayon::prelude::*;
@@ -188,8 +192,9 @@ pub fn host() -> String {
 /// What became of the simulated part of a point whose allocator pmsim's
 /// tracer cannot see.
 enum DbiSim {
-    /// The simulator's report (without `dimms`), the access map, the `dimms`.
-    Done(Value, Vec<Value>, Option<Value>),
+    /// The simulator's report (without `dimms`), the access map, the
+    /// `dimms`, the contention estimate with the CPU's work.
+    Done(Value, Vec<Value>, Option<Value>, Option<Value>),
     /// Why there is none (no program runs this workload on the allocator, or
     /// Valgrind's tool kit is not installed).
     Skipped(String),
@@ -199,7 +204,7 @@ enum DbiSim {
 /// inside libpmemobj where pmsim's tracer cannot see them: the program that
 /// runs the workload on it (Threadtest: `pintools/examples/pmdk_threadtest.c`)
 /// traced by the Valgrind tool into a scratch trace, then replayed.
-fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str) -> Result<DbiSim, String> {
+fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str, cpu: Option<&CpuCosts>) -> Result<DbiSim, String> {
     let (cfg, threads) = (p.sim_config()?, p.threads);
     let not_traced = || {
         format!(
@@ -234,29 +239,43 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str) -> Result<DbiS
             return Err(e.to_string());
         }
     };
-    let replay = || -> Result<(Value, Vec<Value>, Option<ContentionReport>), String> {
-        let time = if cfg.contention {
+    type Replayed = (Value, Vec<Value>, Option<ContentionReport>, Option<ContentionReport>);
+    let replay = || -> Result<Replayed, String> {
+        let contention = |cpu: Option<&CpuCosts>| -> Result<ContentionReport, String> {
             let mut c = Contention::new(&cfg)?;
+            if let Some(cpu) = cpu {
+                c.set_cpu(cpu);
+            }
             c.replay(&mut TraceReader::open(&traced.out).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-            Some(c.report())
-        } else {
-            None
+            Ok(c.report())
         };
+        let time = cfg.contention.then(|| contention(None)).transpose()?;
+        let time_cpu = cpu.filter(|_| cfg.contention).map(|c| contention(Some(c))).transpose()?;
         let mut r = TraceReader::open(&traced.out).map_err(|e| e.to_string())?;
         let mut sim = Simulator::new(cfg, r.header()).map_err(|e| e.to_string())?;
         sim.replay(&mut r).map_err(|e| e.to_string())?;
         let access = sim.access_map().iter().map(|a| serde_json::to_value(a).expect("serializes")).collect();
-        Ok((serde_json::to_value(sim.report()).expect("reports serialize"), access, time))
+        Ok((serde_json::to_value(sim.report()).expect("reports serialize"), access, time, time_cpu))
     };
     let res = replay();
     let _ = std::fs::remove_file(&traced.out);
-    let (mut report, access, time) = res?;
+    let (mut report, access, time, time_cpu) = res?;
     with_contention(&mut report, time);
     let obj = report.as_object_mut().expect("a report is an object");
     let dimms = obj.remove("dimms");
     obj.remove("trace");
     obj.insert("tracer".into(), Value::String("valgrind".into()));
-    Ok(DbiSim::Done(report, access, dimms))
+    Ok(DbiSim::Done(report, access, dimms, time_cpu.map(contention_value)))
+}
+
+/// A contention report as a row stores it: without the per-DIMM split
+/// (which DIMM an address maps to depends on where the heap was mapped).
+fn contention_value(t: ContentionReport) -> Value {
+    let mut t = serde_json::to_value(t).expect("reports serialize");
+    if let Some(o) = t.as_object_mut() {
+        o.remove("dimms");
+    }
+    t
 }
 
 /// Adds the contention model's figures to a simulator report as
@@ -264,11 +283,7 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str) -> Result<DbiS
 /// depends on where the heap was mapped).
 fn with_contention(report: &mut Value, time: Option<ContentionReport>) {
     if let (Some(obj), Some(t)) = (report.as_object_mut(), time) {
-        let mut t = serde_json::to_value(t).expect("reports serialize");
-        if let Some(o) = t.as_object_mut() {
-            o.remove("dimms");
-        }
-        obj.insert("contention".into(), t);
+        obj.insert("contention".into(), contention_value(t));
     }
 }
 
@@ -288,6 +303,23 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
     let mut env = Env { host: host(), pmsim_version: env!("CARGO_PKG_VERSION").into(), started_unix, ..Env::default() };
     let fail = |what: &str, e: &dyn std::fmt::Display| format!("{} ({what}): {e}", p.label());
     if p.mode.sim() {
+        // The CPU's work of the same run, measured natively. It is taken
+        // from the threads' CPU time, which other work on the machine does
+        // not inflate, so it need not run alone as native points do.
+        let cpu = {
+            let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+            cpu::profile(&alloc, &wl, &opts, size, id).map_err(|e| fail("CPU profile", &e))?
+        };
+        let costs = match &cpu {
+            cpu::Cpu::Measured(c) => {
+                env.cpu = Some(serde_json::to_value(c).expect("serializes"));
+                Some(cpu::costs(c))
+            }
+            cpu::Cpu::Skipped(why) => {
+                env.cpu_skipped = Some(why.clone());
+                None
+            }
+        };
         if alloc.traceable() {
             let cfg = p.sim_config()?;
             let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
@@ -295,10 +327,11 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
             let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true };
             let spec = RunSpec { alloc: &alloc, workload: &wl, opts: &opts, heap: &hs, flush, progress: &progress };
             let (outcome, mut finished) = runner::run_traced(&spec, &TraceConfig::default(), |h| {
-                Timed::new(cfg.clone(), &h).map_err(std::io::Error::other)
+                Timed::with_cpu(cfg.clone(), &h, costs.as_ref()).map_err(std::io::Error::other)
             })
             .map_err(|e| fail("simulated", &e))?;
             let time = finished.sink.time_report();
+            env.estimate = finished.sink.cpu_time_report().map(contention_value);
             let mut report = serde_json::to_value(finished.sink.sim.report()).expect("reports serialize");
             if let Some(obj) = report.as_object_mut() {
                 env.sim_dimms = obj.remove("dimms");
@@ -312,11 +345,12 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
             result.allocator = Some(serde_json::to_value(&outcome.alloc).expect("serializes"));
         } else {
             let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
-            match dbi_sim(p, &alloc, &wl, id).map_err(|e| fail("traced by Valgrind", &e))? {
-                DbiSim::Done(report, access, dimms) => {
+            match dbi_sim(p, &alloc, &wl, id, costs.as_ref()).map_err(|e| fail("traced by Valgrind", &e))? {
+                DbiSim::Done(report, access, dimms, estimate) => {
                     result.sim = Some(report);
                     result.access_map = access;
                     env.sim_dimms = dimms;
+                    env.estimate = estimate;
                 }
                 DbiSim::Skipped(why) => result.sim_skipped = Some(why),
             }

@@ -2,6 +2,7 @@
 //! print, and the headline table of a result set (every parameter that
 //! varies, then the headline results).
 
+use crate::estimate;
 use crate::fields::*;
 use crate::point::value_text;
 use crate::row::Row;
@@ -121,7 +122,7 @@ pub fn headline(rows: &[Row]) -> Table {
     cols.extend(wl_keys.iter().map(|k| format!("param.{k}")));
     cols.extend(sim_keys.iter().map(|k| format!("sim.{k}")));
     cols.push("seed".into());
-    const RESULTS: [&str; 12] = [
+    const RESULTS: [&str; 17] = [
         "flushes",
         "reflushes",
         "reflush_ratio",
@@ -129,11 +130,16 @@ pub fn headline(rows: &[Row]) -> Table {
         "write_amplification",
         "persist_ns",
         "persist_ns_per_op",
+        "cpu_ns_per_op",
+        "est_ops_per_s",
+        "cpu_only_ops_per_s",
+        "persist_only_ops_per_s",
         "ops",
         "peak_live_bytes",
         "peak_mapped_bytes",
         "slabs_low/mid/high",
         "ops_per_s",
+        "ops_per_cpu_s",
     ];
     cols.extend(RESULTS.iter().map(|s| s.to_string()));
     let mut t = Table { columns: cols, rows: Vec::new() };
@@ -167,11 +173,16 @@ pub fn headline(rows: &[Row]) -> Table {
             num(r.num(WRITE_AMPLIFICATION)),
             num(r.num(PERSIST_TOTAL)),
             num(per_op(r)),
+            num(estimate::cpu_ns(r)),
+            num(estimate::ops_per_s(r)),
+            num(estimate::cpu_only_ops_per_s(r)),
+            num(estimate::persist_only_ops_per_s(r)),
             num(r.num(NATIVE_OPS).or_else(|| r.num(SIM_OPS))),
             num(r.num(PEAK_LIVE)),
             num(r.num(PEAK_MAPPED)),
             slabs.unwrap_or_else(|| "-".into()),
             num(r.num(OPS_PER_S)),
+            num(r.num(OPS_PER_CPU_S)),
         ]);
         t.push(c);
     }

@@ -66,15 +66,36 @@
 //! clocks move up to it (counted as `forced`). Memory stays bounded by that
 //! bound, the threads and the distinct lines, never by the trace's length.
 //!
+//! **CPU work** ([`CpuCosts`], [`Contention::set_cpu`]): the trace holds the
+//! persistent accesses only, so without more a thread's clock advances by
+//! `timing.store_ns` per store or load and nothing for the allocator's other
+//! work, and an allocator that persists little comes out faster than it
+//! runs on DRAM. Given the CPU time of each kind of operation and of the work
+//! between operations, measured natively with flushes off (a sweep measures
+//! them in the same point), each outermost operation advances its thread's
+//! clock by them when it begins, and stores and loads cost nothing more
+//! (their CPU time is in the measurement).
+//!
+//! Where each thread's time went ([`Parts`]): every advance of a clock is
+//! charged to one part, so the parts of a thread add up to its run time:
+//! flushes and the waits for them by the category of the flushed line's
+//! region (the trace's regions, as the simulator reads them), a fence's wait
+//! to the category of the flush it orders (as the simulator charges it), the
+//! CPU work inside and between operations, stores, and the time a blocked
+//! thread was moved on (see below).
+//!
 //! Costs are integer picoseconds, and nothing depends on the host (no hash
-//! seeds, no wall clock): the same trace gives the same figures.
+//! seeds, no wall clock): the same trace and CPU costs give the same figures.
 
 use crate::config::{Config, Scope};
 use crate::distance::DistanceTracker;
 use crate::fastmap::U64Map;
 use crate::optane::Optane;
-use pmsim_traces::{Event, EventSink, FlushKind, Record, TraceError, TraceReader, TraceTotals, Visit};
-use serde::Serialize;
+use crate::stats::{BARE_FENCE, PERSIST_SLOTS, UNMAPPED};
+use pmsim_traces::{
+    Event, EventSink, FlushKind, Record, RegionMap, TraceError, TraceHeader, TraceReader, TraceTotals, Visit,
+};
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::io::{self, Read};
 
@@ -88,10 +109,80 @@ const NO_LINE: u64 = u64::MAX;
 /// are already fixed). The calibration benchmarks stay below 2 per entry.
 const PENDING_PER_ENTRY: usize = 64;
 
+/// What a run's work costs the CPU, per operation, nanoseconds: measured
+/// natively with flushes off (see the module doc).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuCosts {
+    /// CPU time inside one outermost operation, by the trace's operation code
+    /// (0 `malloc`, 1 `free`, …; codes past the end cost nothing).
+    pub op_ns: Vec<f64>,
+    /// CPU time between operations (the workload's own work), charged to
+    /// each outermost operation as it begins.
+    pub outside_ns: f64,
+}
+
+/// The parts of a thread's time (see the module doc): indices into
+/// [`Thread::parts`], the first [`PERSIST_SLOTS`] the simulator's persist
+/// slots (meta, wal, log, data, unmapped, fence).
+const ALLOC_CPU: usize = PERSIST_SLOTS;
+const OTHER_CPU: usize = PERSIST_SLOTS + 1;
+const STORES: usize = PERSIST_SLOTS + 2;
+const WAIT: usize = PERSIST_SLOTS + 3;
+const PARTS: usize = PERSIST_SLOTS + 4;
+/// An event whose time [`Contention::exec_in`] charged part by part itself.
+const CHARGED: usize = PARTS;
+
+/// Where the threads' time went, summed over the threads, nanoseconds: the
+/// parts add up to the sum of the threads' run times.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Parts {
+    /// Flushes of metadata, and the waits for them (their fences' too).
+    pub meta: f64,
+    /// … of write-ahead-log lines.
+    pub wal: f64,
+    /// … of bookkeeping-log lines.
+    pub log: f64,
+    /// … of user data.
+    pub data: f64,
+    /// … of lines outside every region.
+    pub unmapped: f64,
+    /// Fences that ordered no flush.
+    pub fence: f64,
+    /// CPU work inside the allocator's operations ([`CpuCosts::op_ns`]).
+    pub alloc_cpu: f64,
+    /// CPU work between operations ([`CpuCosts::outside_ns`]).
+    pub other_cpu: f64,
+    /// Stores and loads at `timing.store_ns` (nothing when CPU costs are given).
+    pub stores: f64,
+    /// Time a thread with no events yet was moved on to the others' clock.
+    pub wait: f64,
+}
+
+impl Parts {
+    fn of(ps: &[u64; PARTS]) -> Parts {
+        let ns = |i: usize| ps[i] as f64 / 1000.0;
+        Parts {
+            meta: ns(0),
+            wal: ns(1),
+            log: ns(2),
+            data: ns(3),
+            unmapped: ns(UNMAPPED as usize),
+            fence: ns(BARE_FENCE as usize),
+            alloc_cpu: ns(ALLOC_CPU),
+            other_cpu: ns(OTHER_CPU),
+            stores: ns(STORES),
+            wait: ns(WAIT),
+        }
+    }
+}
+
 /// The timing constants in integer picoseconds.
 #[derive(Clone, Copy, Debug)]
 struct Costs {
     store: u64,
+    /// CPU time of an outermost operation by code (0-7), and between operations.
+    cpu_op: [u64; 8],
+    cpu_outside: u64,
     flush_issue: u64,
     flush_to_wpq: u64,
     nt_to_wpq: u64,
@@ -122,13 +213,18 @@ enum Ev {
     Flush {
         line: u64,
         kind: FlushKind,
+        /// The persist slot of the line's region.
+        cat: u8,
     },
     Fence,
     Nt {
         addr: u64,
         size: u32,
+        cat: u8,
     },
-    OpBegin,
+    OpBegin {
+        code: u8,
+    },
     OpEnd,
     End,
     /// Counted, costs nothing (regions, markers, thread starts).
@@ -136,14 +232,17 @@ enum Ev {
 }
 
 impl Ev {
-    fn of(ev: &Event<'_>) -> Ev {
+    /// The event, with the category of the region its line lies in (as the
+    /// regions stand when it is recorded).
+    fn of(ev: &Event<'_>, regions: &RegionMap) -> Ev {
+        let cat = |addr: u64| regions.lookup(addr).map_or(UNMAPPED, |r| r.category as u8);
         match *ev {
             Event::Store { addr, size, .. } => Ev::Store { addr, size },
             Event::Load { .. } => Ev::Load,
-            Event::Flush { kind, line } => Ev::Flush { line: line & !63, kind },
+            Event::Flush { kind, line } => Ev::Flush { line: line & !63, kind, cat: cat(line) },
             Event::Fence { .. } => Ev::Fence,
-            Event::NtStore { addr, size, .. } => Ev::Nt { addr, size },
-            Event::OpBegin { .. } => Ev::OpBegin,
+            Event::NtStore { addr, size, .. } => Ev::Nt { addr, size, cat: cat(addr) },
+            Event::OpBegin { op, .. } => Ev::OpBegin { code: op.code().min(255) as u8 },
             Event::OpEnd { .. } => Ev::OpEnd,
             Event::ThreadEnd => Ev::End,
             _ => Ev::Other,
@@ -151,7 +250,7 @@ impl Ev {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Thread {
     clock: u64,
     /// When every write issued since the last fence is accepted.
@@ -165,9 +264,35 @@ struct Thread {
     /// When each of its writes in flight (issued, not yet accepted by a
     /// WPQ) will be accepted: at most `timing.write_buffers` of them.
     inflight: Vec<u64>,
+    /// The persist slot of its latest write since its last fence (the
+    /// fence's wait is charged there), or [`BARE_FENCE`].
+    pending_cat: u8,
+    /// Where its time went (see [`Parts`]).
+    parts: [u64; PARTS],
     started: bool,
     live: bool,
     queue: VecDeque<Ev>,
+}
+
+impl Default for Thread {
+    fn default() -> Thread {
+        Thread {
+            clock: 0,
+            persisted_at: 0,
+            fence_wait: 0,
+            depth: 0,
+            ops: 0,
+            events: 0,
+            nt_line: 0,
+            reflushes: 0,
+            inflight: Vec::new(),
+            pending_cat: BARE_FENCE,
+            parts: [0; PARTS],
+            started: false,
+            live: false,
+            queue: VecDeque::new(),
+        }
+    }
 }
 
 /// One DIMM's shared state in time.
@@ -283,6 +408,11 @@ pub struct ContentionReport {
     pub write_amplification: f64,
     /// Events replayed past a thread that had none yet (see the module doc).
     pub forced: u64,
+    /// Where the threads' time went, summed over them ([`Parts`]).
+    pub parts_ns: Parts,
+    /// The CPU costs the clocks were advanced by (`None`: the trace's
+    /// stores and loads at `timing.store_ns` only).
+    pub cpu: Option<CpuCosts>,
     pub dimms: Vec<DimmTimeReport>,
 }
 
@@ -312,6 +442,9 @@ pub struct Contention {
     forced: u64,
     /// The clock of the latest event replayed: where a new thread starts.
     now: u64,
+    /// The trace's regions as recorded so far (for the parts' categories).
+    regions: RegionMap,
+    cpu: Option<CpuCosts>,
 }
 
 impl Contention {
@@ -341,6 +474,8 @@ impl Contention {
         Ok(Contention {
             c: Costs {
                 store: ps(t.store_ns),
+                cpu_op: [0; 8],
+                cpu_outside: 0,
                 flush_issue: ps(t.flush_issue_ns),
                 flush_to_wpq: ps(t.flush_to_wpq_ns),
                 nt_to_wpq: ps(t.nt_to_wpq_ns),
@@ -374,11 +509,34 @@ impl Contention {
             buffered: 0,
             forced: 0,
             now: 0,
+            regions: RegionMap::default(),
+            cpu: None,
         })
+    }
+
+    /// Takes the regions of a trace's header (a replayed trace's are taken
+    /// by [`Contention::replay`]); later region events are followed as they come.
+    pub fn set_regions(&mut self, header: &TraceHeader) {
+        self.regions = RegionMap::new(&header.regions);
+    }
+
+    /// Advances each thread's clock by the CPU's work too (see the module
+    /// doc): `cpu.op_ns` per outermost operation by kind and
+    /// `cpu.outside_ns` per operation; stores and loads cost nothing more.
+    /// Call before the first event.
+    pub fn set_cpu(&mut self, cpu: &CpuCosts) {
+        let ps = |ns: f64| (ns.max(0.0) * 1000.0).round() as u64;
+        for (k, slot) in self.c.cpu_op.iter_mut().enumerate() {
+            *slot = cpu.op_ns.get(k).copied().map_or(0, ps);
+        }
+        self.c.cpu_outside = ps(cpu.outside_ns);
+        self.c.store = 0;
+        self.cpu = Some(cpu.clone());
     }
 
     /// Replays a whole trace.
     pub fn replay<R: Read>(&mut self, reader: &mut TraceReader<R>) -> Result<TraceTotals, TraceError> {
+        self.set_regions(reader.header());
         while let Some(block) = reader.next_block()? {
             block.visit(&mut Feed(self))?;
         }
@@ -392,7 +550,15 @@ impl Contention {
         if t >= self.threads.len() || !self.threads[t].started {
             self.start(t);
         }
-        let ev = Ev::of(ev);
+        if self.regions.apply(ev) {
+            return self.push_ev(t, Ev::Other);
+        }
+        let ev = Ev::of(ev, &self.regions);
+        self.push_ev(t, ev)
+    }
+
+    #[inline]
+    fn push_ev(&mut self, t: usize, ev: Ev) {
         if self.threads[t].queue.is_empty() && self.is_lowest(t) {
             self.exec(t, ev);
             if self.buffered > 0 {
@@ -446,6 +612,7 @@ impl Contention {
             for &o in &self.live {
                 let th = &mut self.threads[o as usize];
                 if th.queue.is_empty() && th.clock < ck {
+                    th.parts[WAIT] += ck - th.clock;
                     th.clock = ck;
                 }
             }
@@ -475,9 +642,21 @@ impl Contention {
         self.exec(t, ev);
     }
 
-    /// Event `ev` of thread `t`, at the thread's clock.
+    /// Event `ev` of thread `t`, at the thread's clock; the time it took is
+    /// charged to its part.
     #[inline(always)]
     fn exec(&mut self, t: usize, ev: Ev) {
+        let before = self.threads[t].clock;
+        let part = self.exec_in(t, ev);
+        let th = &mut self.threads[t];
+        if part < PARTS {
+            th.parts[part] += th.clock - before;
+        }
+    }
+
+    /// [`Contention::exec`]'s work: returns the part the time goes to.
+    #[inline(always)]
+    fn exec_in(&mut self, t: usize, ev: Ev) -> usize {
         let c = self.c;
         self.now = self.threads[t].clock;
         self.threads[t].events += 1;
@@ -487,13 +666,17 @@ impl Contention {
                 for line in lines(addr, size) {
                     *self.dirty.get_or_insert_mut(line, 1).0 = 1;
                 }
+                STORES
             }
-            Ev::Load => self.threads[t].clock += c.store,
-            Ev::Flush { line, kind } => {
+            Ev::Load => {
+                self.threads[t].clock += c.store;
+                STORES
+            }
+            Ev::Flush { line, kind, cat } => {
                 let issue = self.threads[t].clock + c.flush_issue;
                 self.threads[t].clock = issue;
                 if self.eadr {
-                    return;
+                    return cat as usize;
                 }
                 let key = match self.scope {
                     Scope::Thread => t,
@@ -516,11 +699,13 @@ impl Contention {
                     }
                     let th = &mut self.threads[t];
                     th.persisted_at = th.persisted_at.max(accepted);
+                    th.pending_cat = cat;
                     if kind == FlushKind::Clflush {
                         // clflush is ordered: the thread waits for it.
                         th.clock = th.clock.max(accepted);
                     }
                 }
+                cat as usize
             }
             Ev::Fence => {
                 self.drain_nt(t);
@@ -528,8 +713,9 @@ impl Contention {
                 let own = th.clock + c.fence;
                 th.fence_wait += th.persisted_at.saturating_sub(own);
                 th.clock = own.max(th.persisted_at);
+                std::mem::replace(&mut th.pending_cat, BARE_FENCE) as usize
             }
-            Ev::Nt { addr, size } => {
+            Ev::Nt { addr, size, cat } => {
                 self.threads[t].clock += c.store;
                 for line in lines(addr, size) {
                     let prev = std::mem::replace(&mut self.threads[t].nt_line, line);
@@ -537,22 +723,42 @@ impl Contention {
                         self.nt_write(t, prev);
                     }
                 }
+                self.threads[t].pending_cat = cat;
+                cat as usize
             }
-            Ev::OpBegin => self.threads[t].depth += 1,
+            Ev::OpBegin { code } => {
+                let th = &mut self.threads[t];
+                if th.depth == 0 && self.cpu.is_some() {
+                    // The CPU's work: inside this operation, and the
+                    // workload's own before it.
+                    let op = c.cpu_op.get(code as usize).copied().unwrap_or(0);
+                    th.clock += op + c.cpu_outside;
+                    th.parts[ALLOC_CPU] += op;
+                    th.parts[OTHER_CPU] += c.cpu_outside;
+                    th.depth += 1;
+                    // Charged above, part by part.
+                    return CHARGED;
+                }
+                th.depth += 1;
+                STORES
+            }
             Ev::OpEnd => {
                 let th = &mut self.threads[t];
                 if th.depth > 0 {
                     th.depth -= 1;
                     th.ops += (th.depth == 0) as u64;
                 }
+                STORES
             }
             Ev::End => {
                 self.drain_nt(t);
                 self.threads[t].live = false;
                 self.threads[t].started = false;
                 self.live.retain(|&o| o as usize != t);
+                let th = &mut self.threads[t];
+                std::mem::replace(&mut th.pending_cat, BARE_FENCE) as usize
             }
-            Ev::Other => {}
+            Ev::Other => STORES,
         }
     }
 
@@ -691,6 +897,12 @@ impl Contention {
             })
             .collect();
         let ops: u64 = threads.iter().map(|t| t.ops).sum();
+        let mut parts = [0u64; PARTS];
+        for th in &self.threads {
+            for (p, x) in parts.iter_mut().zip(&th.parts) {
+                *p += x;
+            }
+        }
         let write_bytes = 64 * counters.iter().map(|k| k.writes).sum::<u64>();
         let media_write_bytes = self.xpline * counters.iter().map(|k| k.media_writes).sum::<u64>();
         let per_s = |x: u64| if makespan == 0 { 0.0 } else { x as f64 / (makespan as f64 * 1e-12) };
@@ -704,6 +916,8 @@ impl Contention {
             media_write_bytes,
             write_amplification: if write_bytes == 0 { 0.0 } else { media_write_bytes as f64 / write_bytes as f64 },
             forced: self.forced,
+            parts_ns: Parts::of(&parts),
+            cpu: self.cpu.clone(),
             threads,
             dimms,
         }
@@ -780,7 +994,7 @@ impl EventSink for Contention {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pmsim_traces::FenceKind;
+    use pmsim_traces::{FenceKind, TraceHeader};
 
     fn op(c: &mut Contention, tid: u32, addr: u64) {
         c.push(tid, &Event::Store { addr, size: 64, value: None });
@@ -925,6 +1139,60 @@ mod tests {
         let (a, b) = (r.threads[0].end_ns, r.threads[1].end_ns);
         assert!((a - b).abs() < 0.05 * a, "{a} {b}");
         assert_eq!(r.forced, 0);
+    }
+
+    /// Two operations per iteration, each storing, flushing and fencing one
+    /// line: a malloc in the metadata region, a free in the WAL region.
+    fn ops_in_regions(cpu: Option<&CpuCosts>) -> ContentionReport {
+        use pmsim_traces::{Category, OpKind, Region};
+        let mut c = Contention::new(&Config::default()).unwrap();
+        let region = |id, category, base| Region { id, name: format!("r{id}"), category, base, len: 1 << 20 };
+        let header = TraceHeader {
+            regions: vec![region(1, Category::Meta, 0), region(2, Category::Wal, 1 << 20)],
+            ..TraceHeader::default()
+        };
+        c.set_regions(&header);
+        if let Some(cpu) = cpu {
+            c.set_cpu(cpu);
+        }
+        for i in 0..10u64 {
+            for (op, base) in [(OpKind::Malloc, 0), (OpKind::Free, 1u64 << 20)] {
+                c.push(0, &Event::OpBegin { op, arg: 0 });
+                op_at(&mut c, base + i * 4096);
+                c.push(0, &Event::OpEnd { op, result: 0 });
+            }
+        }
+        c.report()
+    }
+
+    fn op_at(c: &mut Contention, addr: u64) {
+        op(c, 0, addr);
+    }
+
+    #[test]
+    fn cpu_costs_advance_the_clocks_and_every_part_adds_up() {
+        let plain = ops_in_regions(None);
+        let cpu = CpuCosts { op_ns: vec![100.0, 40.0], outside_ns: 25.0 };
+        let with = ops_in_regions(Some(&cpu));
+        assert_eq!((plain.ops, with.ops), (20, 20));
+        // Each operation adds its kind's CPU time and the work between
+        // operations; the stores' own cost is in the CPU time instead.
+        let t = Config::default().timing;
+        let expect = plain.makespan_ns + 10.0 * (100.0 + 40.0) + 20.0 * 25.0 - 20.0 * t.store_ns;
+        assert!((with.makespan_ns - expect).abs() < 1e-6, "{} vs {expect}", with.makespan_ns);
+        let p = &with.parts_ns;
+        assert!((p.alloc_cpu - 1400.0).abs() < 1e-6 && (p.other_cpu - 500.0).abs() < 1e-6, "{p:?}");
+        assert!(p.meta > 0.0 && p.wal > 0.0 && p.stores == 0.0 && p.data == 0.0, "{p:?}");
+        // The flushes of the metadata and WAL lines cost the same here.
+        assert!((p.meta - p.wal).abs() < 1e-6, "{p:?}");
+        for r in [&plain, &with] {
+            let p = &r.parts_ns;
+            let sum =
+                p.meta + p.wal + p.log + p.data + p.unmapped + p.fence + p.alloc_cpu + p.other_cpu + p.stores + p.wait;
+            assert!((sum - r.threads[0].end_ns).abs() < 1e-6, "{sum} vs {}", r.threads[0].end_ns);
+        }
+        assert_eq!(plain.parts_ns.alloc_cpu, 0.0);
+        assert!(plain.cpu.is_none() && with.cpu.as_ref() == Some(&cpu));
     }
 
     #[test]

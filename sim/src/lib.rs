@@ -60,7 +60,7 @@ pub mod xpbuffer;
 
 pub use access_map::{write_csv as write_access_map_csv, write_json as write_access_map_json, AccessPoint};
 pub use config::{Config, ConfigError, Policy, Scope, TimingConfig, DEFAULT_TOML};
-pub use contention::{write_text as write_contention_text, Contention, ContentionReport};
+pub use contention::{write_text as write_contention_text, Contention, ContentionReport, CpuCosts, Parts};
 pub use distance::DistanceTracker;
 pub use print::write_text;
 pub use simulator::{Simulator, WindowAt};

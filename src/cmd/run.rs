@@ -89,6 +89,11 @@ pub struct RunArgs {
     /// `series` (in --json) [default: adaptive, 128–256 evenly spaced points and every phase end].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     series_every: Option<u64>,
+    /// Measure what the run's work costs the CPU per operation (inside malloc and free, and between
+    /// them), from each thread's CPU time; use it with --flush-insn none to measure the CPU alone, as
+    /// sweeps do for their estimates.
+    #[arg(long)]
+    cpu_profile: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -313,7 +318,7 @@ pub fn run(a: RunArgs) -> CmdResult {
     let stdout = std::io::stdout();
     for (k, job) in jobs.iter().enumerate() {
         let series = a.series_every.map_or(Every::Auto, Every::Ops);
-        let opts = RunOptions { threads: job.threads, seed: a.seed, series };
+        let opts = RunOptions { threads: job.threads, seed: a.seed, series, cpu_profile: a.cpu_profile };
         let size = a.heap_size.unwrap_or_else(|| job.alloc.heap_size(&job.wl, job.threads));
         let scratch = a.heap.is_none().then(|| ScratchHeap::new(&format!("run-{k}"))).transpose()?;
         let path = a.heap.clone().unwrap_or_else(|| scratch.as_ref().expect("scratch heap").path().to_path_buf());
@@ -429,6 +434,14 @@ fn print_run(o: &RunOut, w: &mut dyn Write) -> std::io::Result<()> {
     }
     for (k, v) in &r.extra {
         writeln!(w, "{:<12} {v}", k)?;
+    }
+    if let Some(c) = &r.cpu {
+        writeln!(
+            w,
+            "cpu          {:.1} ns per operation: malloc {:.1}, free {:.1}, between operations {:.1} \
+             ({:.3} s on CPU of {:.3} s)",
+            c.total_ns, c.malloc_ns, c.free_ns, c.outside_ns, c.cpu_s, c.wall_s
+        )?;
     }
     if let Some(t) = &o.trace {
         writeln!(w, "trace        {} ({} events, {} bytes)", t.path.display(), t.events, t.bytes)?;

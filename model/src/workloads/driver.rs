@@ -9,6 +9,7 @@
 //! thread (at its next barrier, queue wait or op-count flush) and is what the
 //! run returns.
 
+use super::cpu::{self, Clock, CpuProfile, Profiler};
 use super::rng::{mix, Rng};
 use super::series::{Every, Series};
 use super::WorkloadError;
@@ -146,6 +147,9 @@ pub struct Shared<'a, A: Allocator> {
     dir: AtomicU64,
     /// The heap's shape every N operations.
     pub(crate) series: Series,
+    /// The threads' CPU time, and the CPU profile when the run asks for one
+    /// ([`super::cpu`]).
+    cpu: Profiler,
 }
 
 impl<'a, A: Allocator> Shared<'a, A> {
@@ -156,6 +160,7 @@ impl<'a, A: Allocator> Shared<'a, A> {
         seed: u64,
         progress: &'a Progress,
         every: Every,
+        cpu_profile: bool,
     ) -> Self {
         let stride = alloc.params().get("dest_bytes").and_then(|v| v.as_u64()).unwrap_or(8).max(8);
         Shared {
@@ -177,12 +182,26 @@ impl<'a, A: Allocator> Shared<'a, A> {
             extra: Mutex::new(serde_json::Map::new()),
             dir: AtomicU64::new(0),
             series: Series::new(every, FLUSH_OPS),
+            cpu: Profiler::new(cpu_profile),
         }
+    }
+
+    /// The CPU profile of the workers that have ended (`None` unless the run
+    /// asked for one).
+    pub fn cpu_profile(&self) -> Option<CpuProfile> {
+        self.cpu.profile()
+    }
+
+    /// The CPU time of the workers that have ended (waits excluded), seconds.
+    pub fn cpu_s(&self) -> f64 {
+        self.cpu.cpu_s()
     }
 
     /// A worker (and an allocator thread handle) for thread `tid`.
     pub fn worker(&self, tid: u32) -> Worker<'_, 'a, A> {
-        Worker { tid, t: self.alloc.thread(tid), rng: Rng::new(self.seed, tid as u64), sh: self, pending: 0 }
+        let t = self.alloc.thread(tid);
+        let cpu = Clock::start(self.cpu.time_ops);
+        Worker { tid, t, rng: Rng::new(self.seed, tid as u64), sh: self, pending: 0, cpu: Some(cpu) }
     }
 
     /// Runs `f` for every thread id `0..threads` on its own OS thread and
@@ -386,6 +405,9 @@ pub struct Worker<'s, 'a, A: Allocator> {
     sh: &'s Shared<'a, A>,
     /// Operations not yet added to the shared count.
     pending: u64,
+    /// This thread's CPU accounting (taken by the run's profiler when the
+    /// worker ends).
+    cpu: Option<Clock>,
 }
 
 impl<'s, 'a, A: Allocator> Worker<'s, 'a, A> {
@@ -406,8 +428,11 @@ impl<'s, 'a, A: Allocator> Worker<'s, 'a, A> {
 
     /// Publishes the pending count and samples the footprint.
     pub fn flush_ops(&mut self) -> Result<(), WorkloadError> {
+        // pmsim's own bookkeeping is not the workload's CPU work.
+        self.pause_cpu();
         self.sh.add_ops(std::mem::take(&mut self.pending));
         self.sh.sample();
+        self.resume_cpu();
         if self.sh.aborted() {
             return Err(WorkloadError::Aborted);
         }
@@ -426,7 +451,10 @@ impl<'s, 'a, A: Allocator> Worker<'s, 'a, A> {
     /// `malloc`; running out of heap is an error naming the size.
     #[inline]
     pub fn malloc(&mut self, size: u64) -> Result<u64, WorkloadError> {
-        let off = self.t.malloc(size).ok_or_else(|| self.oom(size))?;
+        let t0 = self.op_start();
+        let off = self.t.malloc(size);
+        self.op_end(cpu::MALLOC, t0);
+        let off = off.ok_or_else(|| self.oom(size))?;
         self.count()?;
         Ok(off)
     }
@@ -434,7 +462,10 @@ impl<'s, 'a, A: Allocator> Worker<'s, 'a, A> {
     /// `malloc_to`, and a check that `dest` now holds the block's offset.
     #[inline]
     pub fn malloc_to(&mut self, size: u64, dest: u64) -> Result<u64, WorkloadError> {
-        let off = self.t.malloc_to(size, dest).ok_or_else(|| self.oom(size))?;
+        let t0 = self.op_start();
+        let off = self.t.malloc_to(size, dest);
+        self.op_end(cpu::MALLOC, t0);
+        let off = off.ok_or_else(|| self.oom(size))?;
         let published = self.t.read_u64(dest);
         if published != off {
             return Err(self.check_failed(format!(
@@ -447,7 +478,9 @@ impl<'s, 'a, A: Allocator> Worker<'s, 'a, A> {
 
     #[inline]
     pub fn free(&mut self, off: u64) -> Result<(), WorkloadError> {
+        let t0 = self.op_start();
         self.t.free(off);
+        self.op_end(cpu::FREE, t0);
         self.count()
     }
 
@@ -458,7 +491,9 @@ impl<'s, 'a, A: Allocator> Worker<'s, 'a, A> {
     #[inline]
     pub fn free_from(&mut self, dest: u64) -> Result<(), WorkloadError> {
         let before = self.t.read_u64(dest);
+        let t0 = self.op_start();
         self.t.free_from(dest);
+        self.op_end(cpu::FREE, t0);
         let left = self.t.read_u64(dest);
         if left != 0 {
             if left != before || !self.t.free_from_leaves_dest() {
@@ -515,8 +550,44 @@ impl<'s, 'a, A: Allocator> Worker<'s, 'a, A> {
     /// `Ok(true)` for one thread of the group.
     pub fn barrier(&mut self) -> Result<bool, WorkloadError> {
         self.flush_ops()?;
+        self.pause_cpu();
         self.t.idle();
-        self.sh.barrier.wait(&self.sh.abort)
+        let r = self.sh.barrier.wait(&self.sh.abort);
+        self.resume_cpu();
+        r
+    }
+
+    /// The start of an allocator call, for the CPU profile (0 when none is taken).
+    #[inline(always)]
+    fn op_start(&self) -> u64 {
+        if self.cpu.as_ref().is_some_and(|c| c.time_ops) {
+            cpu::ticks()
+        } else {
+            0
+        }
+    }
+
+    /// The allocator call of `kind` that began at `t0` returned.
+    #[inline(always)]
+    fn op_end(&mut self, kind: usize, t0: u64) {
+        if let Some(c) = self.cpu.as_mut().filter(|c| c.time_ops) {
+            c.op(kind, t0);
+        }
+    }
+
+    /// The thread waits (for other threads, or on pmsim's bookkeeping): its
+    /// time until [`Worker::resume_cpu`] is not the workload's CPU work.
+    pub fn pause_cpu(&mut self) {
+        if let Some(c) = &mut self.cpu {
+            c.pause();
+        }
+    }
+
+    /// The wait [`Worker::pause_cpu`] began is over.
+    pub fn resume_cpu(&mut self) {
+        if let Some(c) = &mut self.cpu {
+            c.resume();
+        }
     }
 
     /// Writes `off` into anchor `idx` of the directory (durably), so the
@@ -544,6 +615,9 @@ impl<'s, 'a, A: Allocator> Worker<'s, 'a, A> {
 impl<A: Allocator> Drop for Worker<'_, '_, A> {
     fn drop(&mut self) {
         self.sh.add_ops(std::mem::take(&mut self.pending));
+        if let Some(c) = self.cpu.take() {
+            self.sh.cpu.add(c);
+        }
     }
 }
 

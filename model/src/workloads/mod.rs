@@ -28,6 +28,7 @@
 //! allocator must report no live bytes. A failed check is a
 //! [`WorkloadError`] naming the workload, the thread and what was wrong.
 
+pub mod cpu;
 pub mod dbmstest;
 pub mod driver;
 pub mod fptree;
@@ -416,11 +417,14 @@ pub struct RunOptions {
     pub seed: u64,
     /// How often the heap's shape is sampled for [`RunReport::series`].
     pub series: series::Every,
+    /// Measure what the run's work costs the CPU ([`RunReport::cpu`]; run
+    /// it with flushes off to measure the CPU alone).
+    pub cpu_profile: bool,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { threads: 1, seed: 42, series: series::Every::Auto }
+        RunOptions { threads: 1, seed: 42, series: series::Every::Auto, cpu_profile: false }
     }
 }
 
@@ -443,6 +447,12 @@ pub struct RunReport {
     pub measured_s: f64,
     /// `measured_ops / measured_s`.
     pub ops_per_s: f64,
+    /// The worker threads' CPU time (waits excluded), seconds.
+    pub cpu_s: f64,
+    /// Operations per CPU second of a thread: `ops × threads / cpu_s`, what
+    /// the run achieves with a core per thread however loaded the machine
+    /// it ran on was (wall-time throughput falls with the load).
+    pub ops_per_cpu_s: f64,
     /// The largest footprint sampled (each field its own maximum); samples
     /// are taken every few thousand operations of each thread and at phase ends.
     pub peak: Footprint,
@@ -456,6 +466,10 @@ pub struct RunReport {
     /// The heap's shape as the run went (live and mapped bytes, slabs by
     /// fullness), every N operations and at phase ends.
     pub series: Vec<series::ShapePoint>,
+    /// What the work cost the CPU, per operation, when the run measured it
+    /// ([`RunOptions::cpu_profile`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<cpu::CpuProfile>,
 }
 
 /// Runs `wl` with `opts.threads` threads on `alloc`, checks its results, and
@@ -471,7 +485,7 @@ pub fn run<A: Allocator>(
     progress: &Progress,
 ) -> Result<RunReport, WorkloadError> {
     wl.validate(opts.threads)?;
-    let sh = Shared::new(alloc, &wl.name, opts.threads, opts.seed, progress, opts.series);
+    let sh = Shared::new(alloc, &wl.name, opts.threads, opts.seed, progress, opts.series, opts.cpu_profile);
     let start = Instant::now();
     let dir_bytes = 8 * Shared::<A>::dir_len(opts.threads) as u64;
     sh.single(0, |w| {
@@ -526,10 +540,13 @@ pub fn run<A: Allocator>(
         measured_ops,
         measured_s,
         ops_per_s: if measured_s > 0.0 { measured_ops as f64 / measured_s } else { 0.0 },
+        cpu_s: sh.cpu_s(),
+        ops_per_cpu_s: if sh.cpu_s() > 0.0 { sh.ops() as f64 * opts.threads as f64 / sh.cpu_s() } else { 0.0 },
         peak: sh.peak(),
         end,
         snapshot: sh.take_snapshot(),
         extra: sh.take_extra(),
         series: sh.series.take(),
+        cpu: sh.cpu_profile(),
     })
 }

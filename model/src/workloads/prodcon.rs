@@ -88,6 +88,21 @@ impl Queue {
 
     /// Waits until `ready()`; idles the thread before it sleeps.
     fn wait<A: Allocator>(&self, w: &mut Worker<'_, '_, A>, ready: impl Fn() -> bool) -> Result<(), WorkloadError> {
+        if ready() {
+            return Ok(());
+        }
+        // Waiting for the peer is not CPU work of the workload's.
+        w.pause_cpu();
+        let r = self.wait_paused(w, ready);
+        w.resume_cpu();
+        r
+    }
+
+    fn wait_paused<A: Allocator>(
+        &self,
+        w: &mut Worker<'_, '_, A>,
+        ready: impl Fn() -> bool,
+    ) -> Result<(), WorkloadError> {
         for _ in 0..256 {
             if ready() {
                 return Ok(());

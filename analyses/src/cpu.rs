@@ -1,0 +1,113 @@
+//! The CPU's work of a simulated point, measured in the same point: the
+//! allocator and workload run natively with flushes off and their CPU time
+//! per operation is taken ([`pmsim_model::workloads::cpu`]), so that the
+//! point's estimated time is CPU work plus persistence, never persistence
+//! alone. The profile goes to the row's [`Env`](crate::row::Env) (it depends
+//! on the machine), and into a second contention replay as
+//! [`CpuCosts`].
+//!
+//! pmsim's own allocators are profiled in this process. PMDK chooses how it
+//! flushes when the library loads, from the environment: its profile is
+//! taken by a `pmsim run --flush-insn none --cpu-profile` child with
+//! `PMEM_NO_FLUSH=1` (a program other than pmsim, such as a test binary,
+//! cannot start one, and its PMDK points go without a CPU profile, saying so).
+//!
+//! The run is repeated [`REPEATS`] times and the one with the least CPU time
+//! per operation is kept: interference from other work on the machine only
+//! ever adds time.
+
+use pmsim_model::runner::{self, AllocSpec, HeapSpec, RunSpec};
+use pmsim_model::scratch::ScratchHeap;
+use pmsim_model::workloads::cpu::{CpuProfile, FREE, MALLOC};
+use pmsim_model::workloads::{Progress, RunOptions, Workload};
+use pmsim_model::FlushInsn;
+use pmsim_sim::CpuCosts;
+use serde_json::Value;
+
+/// Native runs per profile; the least costly is kept.
+pub const REPEATS: usize = 3;
+
+/// What became of a point's CPU profile.
+pub enum Cpu {
+    Measured(CpuProfile),
+    /// Why there is none.
+    Skipped(String),
+}
+
+/// The costs the contention model advances a thread's clock by.
+pub fn costs(p: &CpuProfile) -> CpuCosts {
+    let mut op_ns = vec![0.0; 2];
+    op_ns[MALLOC] = p.malloc_ns;
+    op_ns[FREE] = p.free_ns;
+    CpuCosts { op_ns, outside_ns: p.outside_ns }
+}
+
+/// Profiles allocator `alloc` on `wl` with `opts.threads` threads (the
+/// point's run, natively, flushes off), `REPEATS` times.
+pub fn profile(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, heap_size: u64, id: &str) -> Result<Cpu, String> {
+    let mut best: Option<CpuProfile> = None;
+    for k in 0..REPEATS {
+        let p = if alloc.traceable() {
+            in_process(alloc, wl, opts, heap_size, &format!("{id}-cpu{k}"))?
+        } else {
+            match in_child(alloc, wl, opts, heap_size)? {
+                Cpu::Measured(p) => p,
+                skipped => return Ok(skipped),
+            }
+        };
+        if best.as_ref().is_none_or(|b| p.total_ns < b.total_ns) {
+            best = Some(p);
+        }
+    }
+    Ok(best.map_or_else(|| Cpu::Skipped("no run".into()), Cpu::Measured))
+}
+
+fn in_process(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, size: u64, id: &str) -> Result<CpuProfile, String> {
+    let scratch = ScratchHeap::new(&format!("sweep-{id}"))?;
+    let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true };
+    let opts = RunOptions { cpu_profile: true, ..opts.clone() };
+    let progress = Progress::default();
+    let spec = RunSpec { alloc, workload: wl, opts: &opts, heap: &hs, flush: FlushInsn::None, progress: &progress };
+    let o = runner::run_native(&spec).map_err(|e| format!("CPU profile (native, flushes off): {e}"))?;
+    o.run.cpu.ok_or_else(|| "CPU profile: the run measured none".to_string())
+}
+
+/// The profile of an allocator whose flush instruction is chosen by its
+/// library at load time (PMDK), from a `pmsim run` child set up for it.
+fn in_child(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, size: u64) -> Result<Cpu, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    if exe.file_stem().and_then(|s| s.to_str()) != Some("pmsim") {
+        return Ok(Cpu::Skipped(format!(
+            "{}'s CPU profile needs a pmsim process with its library's flushes off (this is {})",
+            alloc.label(),
+            exe.display()
+        )));
+    }
+    let mut cmd = std::process::Command::new(&exe);
+    // The library's environment set here, so that the child need not
+    // re-execute itself for it.
+    for (k, v) in pmsim_model::pmdk::required_env(false, Some(FlushInsn::None)) {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.args(["run", "--alloc", alloc.label(), "--workload", wl.name(), "--scale", wl.scale().name()]);
+    cmd.args(["--threads", &opts.threads.to_string(), "--seed", &opts.seed.to_string()]);
+    cmd.args(["--heap-size", &size.to_string(), "--flush-insn", "none", "--cpu-profile", "--json"]);
+    for (k, v) in wl.params_json() {
+        let v = match v {
+            Value::String(s) => s,
+            v => v.to_string(),
+        };
+        cmd.arg("--param").arg(format!("{k}={v}"));
+    }
+    let out = pmsim_traces::children::output(&mut cmd).map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("CPU profile of {}: {}", alloc.label(), err.trim()));
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("CPU profile: not JSON: {e}"))?;
+    let cpu = v.pointer("/runs/0/run/cpu").cloned().ok_or("CPU profile: the run reported none")?;
+    serde_json::from_value(cpu).map(Cpu::Measured).map_err(|e| format!("CPU profile: {e}"))
+}

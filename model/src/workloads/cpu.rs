@@ -1,0 +1,307 @@
+//! What a run's work costs the CPU, measured natively: the time inside each
+//! kind of allocator operation and the time between them (the workload's
+//! own work), per operation.
+//!
+//! pmsim's estimates of a run on Optane add this to the simulator's persist
+//! time: nothing may come out faster on Optane than it runs on DRAM, and an
+//! allocator that persists almost nothing is bound by its CPU work. The
+//! profile is taken on a native run with flushes off (`FlushInsn::None`;
+//! PMDK with `PMEM_NO_FLUSH=1`), so it holds the CPU's work and not the
+//! DRAM's answer to the flushes, which the simulator models for Optane.
+//!
+//! How, on a machine shared with other work: each operation is timed with
+//! the time-stamp counter (two reads, their own cost subtracted), and each
+//! thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`, which stops while the
+//! thread is descheduled) is read when its worker starts and ends. A thread
+//! that was descheduled for part of its span has wall time that is not CPU
+//! work, in its operations and between them alike; preemption strikes at
+//! any instant, so each thread's timed spans are scaled by its CPU time over
+//! its wall time. Waits (barriers, a consumer's wait for its producer,
+//! pmsim's own footprint sampling) are neither: the clock pauses over them.
+//! The figures are measurements, so they vary a little from run to run;
+//! what they are compared with (native throughput) is measured in the same
+//! report.
+//!
+//! Every run counts its threads' CPU time (two clock reads per worker and
+//! per wait, nothing per operation): a native run's throughput per CPU
+//! second ([`super::RunReport::ops_per_cpu_s`]) is what it achieves with a
+//! core of its own, however loaded the machine it ran on. Timing each
+//! operation is what [`super::RunOptions::cpu_profile`] adds.
+
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// The operation kinds of a profile, as the trace names them: `malloc`
+/// (`malloc` and `malloc_to`) and `free` (`free` and `free_from`).
+pub const KINDS: [&str; 2] = ["malloc", "free"];
+/// Index of `malloc` in [`KINDS`].
+pub const MALLOC: usize = 0;
+/// Index of `free` in [`KINDS`].
+pub const FREE: usize = 1;
+
+/// The time-stamp counter (or a monotonic clock's nanoseconds off x86-64).
+#[inline(always)]
+pub fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC has no preconditions and no side effects.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        T0.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
+/// The calling thread's CPU time (user and system), nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime fills the timespec it is given.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The cost of one timing of an operation (two counter reads), in ticks:
+/// the least of a few tries, as an interrupt can only add to it.
+fn timing_overhead() -> u64 {
+    (0..256)
+        .map(|_| {
+            let a = ticks();
+            let b = ticks();
+            b.wrapping_sub(a)
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+/// One thread's accounting while its worker lives.
+#[derive(Debug)]
+pub(crate) struct Clock {
+    /// Whether operations are timed (a CPU profile), not only the thread.
+    pub(crate) time_ops: bool,
+    cpu0: u64,
+    tick0: u64,
+    in_op: [u64; 2],
+    ops: [u64; 2],
+    /// Wall ticks and CPU nanoseconds spent paused (waits, sampling).
+    paused_ticks: u64,
+    paused_cpu: u64,
+    pause_at: Option<(u64, u64)>,
+}
+
+impl Clock {
+    pub(crate) fn start(time_ops: bool) -> Clock {
+        Clock {
+            time_ops,
+            cpu0: thread_cpu_ns(),
+            tick0: ticks(),
+            in_op: [0; 2],
+            ops: [0; 2],
+            paused_ticks: 0,
+            paused_cpu: 0,
+            pause_at: None,
+        }
+    }
+
+    /// An operation of `kind` that began at `t0` (a [`ticks`] reading) ended now.
+    #[inline(always)]
+    pub(crate) fn op(&mut self, kind: usize, t0: u64) {
+        self.in_op[kind] += ticks().wrapping_sub(t0);
+        self.ops[kind] += 1;
+    }
+
+    /// Stops counting (a wait begins); nested pauses count once.
+    pub(crate) fn pause(&mut self) {
+        if self.pause_at.is_none() {
+            self.pause_at = Some((ticks(), thread_cpu_ns()));
+        }
+    }
+
+    /// Counts again.
+    pub(crate) fn resume(&mut self) {
+        if let Some((t, c)) = self.pause_at.take() {
+            self.paused_ticks += ticks().wrapping_sub(t);
+            self.paused_cpu += thread_cpu_ns().saturating_sub(c);
+        }
+    }
+}
+
+/// The threads' figures, summed as their workers end.
+#[derive(Debug, Default)]
+struct Acc {
+    cpu_ns: f64,
+    wall_ns: f64,
+    in_op_ns: [f64; 2],
+    ops: [u64; 2],
+    threads: u32,
+}
+
+/// A run's CPU profile as it is being measured: one per run, shared by the
+/// workers (see the module doc).
+#[derive(Debug)]
+pub(crate) struct Profiler {
+    /// Whether workers time their operations.
+    pub(crate) time_ops: bool,
+    t0: Instant,
+    tick0: u64,
+    overhead: u64,
+    acc: Mutex<Acc>,
+}
+
+impl Profiler {
+    pub(crate) fn new(time_ops: bool) -> Profiler {
+        Profiler {
+            time_ops,
+            t0: Instant::now(),
+            tick0: ticks(),
+            overhead: if time_ops { timing_overhead() } else { 0 },
+            acc: Mutex::new(Acc::default()),
+        }
+    }
+
+    /// The threads' CPU time so far (waits excluded), seconds.
+    pub(crate) fn cpu_s(&self) -> f64 {
+        self.acc.lock().unwrap().cpu_ns * 1e-9
+    }
+
+    /// Nanoseconds per tick, from the run's start to now.
+    fn ns_per_tick(&self) -> f64 {
+        let t = ticks().wrapping_sub(self.tick0);
+        let ns = self.t0.elapsed().as_nanos() as f64;
+        if t == 0 {
+            1.0
+        } else {
+            ns / t as f64
+        }
+    }
+
+    /// A worker ends: its thread's figures join the run's.
+    pub(crate) fn add(&self, mut c: Clock) {
+        c.resume();
+        let npt = self.ns_per_tick();
+        let cpu = thread_cpu_ns().saturating_sub(c.cpu0).saturating_sub(c.paused_cpu) as f64;
+        let wall = ticks().wrapping_sub(c.tick0).saturating_sub(c.paused_ticks) as f64 * npt;
+        // The share of the thread's (unpaused) span it was on a CPU.
+        let on_cpu = if wall > 0.0 { (cpu / wall).min(1.0) } else { 1.0 };
+        let mut a = self.acc.lock().unwrap();
+        for k in 0..2 {
+            let timed = c.in_op[k].saturating_sub(c.ops[k] * self.overhead) as f64 * npt;
+            a.in_op_ns[k] += timed * on_cpu;
+            a.ops[k] += c.ops[k];
+        }
+        a.cpu_ns += cpu;
+        a.wall_ns += wall;
+        a.threads += 1;
+    }
+
+    /// The profile of every worker that has ended.
+    pub(crate) fn profile(&self) -> Option<CpuProfile> {
+        if !self.time_ops {
+            return None;
+        }
+        let a = self.acc.lock().unwrap();
+        let ops = a.ops[MALLOC] + a.ops[FREE];
+        let per = |ns: f64, n: u64| if n == 0 { 0.0 } else { ns / n as f64 };
+        let in_op: f64 = a.in_op_ns.iter().sum();
+        let outside = (a.cpu_ns - in_op).max(0.0);
+        Some(CpuProfile {
+            malloc_ops: a.ops[MALLOC],
+            free_ops: a.ops[FREE],
+            malloc_ns: per(a.in_op_ns[MALLOC], a.ops[MALLOC]),
+            free_ns: per(a.in_op_ns[FREE], a.ops[FREE]),
+            alloc_ns: per(in_op, ops),
+            outside_ns: per(outside, ops),
+            total_ns: per(a.cpu_ns, ops),
+            cpu_s: a.cpu_ns * 1e-9,
+            wall_s: a.wall_ns * 1e-9,
+            threads: a.threads,
+        })
+    }
+}
+
+/// What a run's work cost the CPU, per operation (nanoseconds), measured
+/// natively with flushes off (see the module doc).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuProfile {
+    /// `malloc` and `malloc_to` calls.
+    pub malloc_ops: u64,
+    /// `free` and `free_from` calls.
+    pub free_ops: u64,
+    /// CPU time inside one `malloc` / `malloc_to`.
+    pub malloc_ns: f64,
+    /// CPU time inside one `free` / `free_from`.
+    pub free_ns: f64,
+    /// CPU time inside the allocator, per operation of either kind.
+    pub alloc_ns: f64,
+    /// CPU time between operations (the workload's own work), per operation.
+    pub outside_ns: f64,
+    /// All of the threads' CPU time, per operation: `alloc_ns + outside_ns`.
+    pub total_ns: f64,
+    /// The threads' CPU time in all (waits excluded), seconds.
+    pub cpu_s: f64,
+    /// Their wall time (waits excluded), seconds: above `cpu_s` by the time
+    /// they were descheduled.
+    pub wall_s: f64,
+    /// Worker threads measured (setup and teardown workers included).
+    pub threads: u32,
+}
+
+impl CpuProfile {
+    /// CPU time inside one operation of `kind` ([`KINDS`]), nanoseconds.
+    pub fn op_ns(&self, kind: usize) -> f64 {
+        if kind == MALLOC {
+            self.malloc_ns
+        } else {
+            self.free_ns
+        }
+    }
+
+    /// Operations in all.
+    pub fn ops(&self) -> u64 {
+        self.malloc_ops + self.free_ops
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_operation_counts_and_a_wait_does_not() {
+        let p = Profiler::new(true);
+        let mut c = Clock::start(true);
+        let spin = |ms: u64| {
+            let t = Instant::now();
+            while t.elapsed().as_millis() < ms as u128 {
+                std::hint::spin_loop();
+            }
+        };
+        let busy = Instant::now();
+        let t0 = ticks();
+        spin(20);
+        c.op(MALLOC, t0);
+        let mut busy_s = busy.elapsed().as_secs_f64();
+        c.pause();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        c.resume();
+        let busy = Instant::now();
+        let t0 = ticks();
+        spin(5);
+        c.op(FREE, t0);
+        p.add(c);
+        busy_s += busy.elapsed().as_secs_f64();
+        let prof = p.profile().unwrap();
+        assert_eq!((prof.malloc_ops, prof.free_ops), (1, 1));
+        // The sleep is not in the profile; the busy time is, unless the
+        // machine took the CPU away meanwhile (then less, never more).
+        assert!(prof.malloc_ns <= 25e6 && prof.malloc_ns > 1e6, "{prof:?}");
+        assert!(prof.free_ns <= 8e6, "{prof:?}");
+        assert!(prof.wall_s < busy_s + 2e-3 && prof.cpu_s <= prof.wall_s + 1e-3, "{busy_s} s busy: {prof:?}");
+        assert!((prof.total_ns - prof.alloc_ns - prof.outside_ns).abs() < 1.0);
+    }
+}
