@@ -360,9 +360,23 @@ pub fn first_unmapped_write(trace: &Path) -> Option<String> {
 
 /// The crash explorer finds no violation on a traced run of `spec`, and
 /// checks 100 images or more, or every crash point completely (an
-/// allocator with few persistence points, or whose refusals read nothing).
+/// allocator with few persistence points, or whose refusals read nothing);
+/// for a configuration whose published protocol has a violation by design
+/// ([`CrashRules::expected_violation`]), it finds that one.
+///
+/// [`CrashRules::expected_violation`]: pmsim_model::CrashRules::expected_violation
 pub fn crash_explorer_passes(family: &'static dyn Family, spec: &str) {
     let s = explore_spec(family, spec);
+    let rules = family.crash_rules(spec_of(family, spec).params()).unwrap_or_else(|e| panic!("{spec}: {e}"));
+    if let Some(want) = rules.expected_violation {
+        // The published protocol's own flaw: the explorer must find it.
+        let v = s.violation.unwrap_or_else(|| {
+            panic!("{spec}: the violation its protocol has by design ({want}) not found in {} images", s.images)
+        });
+        assert!(v.problem.contains(want), "{spec}: expected a violation saying '{want}', found: {}", v.problem);
+        eprintln!("{spec}: its protocol's violation found after {} images: {}", s.images, v.problem);
+        return;
+    }
     if let Some(v) = &s.violation {
         panic!("{spec}: violation at point {} image {}: {}", v.point, v.image, v.problem);
     }

@@ -254,6 +254,12 @@ pub struct CrashRules {
     /// store is consistent only as its last close left it): after a crash
     /// that refusal is the correct outcome, and opening is a violation.
     pub refuses_unclean: bool,
+    /// A violation the published protocol has by design, as words of the
+    /// explorer's report (nvm_malloc's intended protocol: `"not atomic"`,
+    /// its ADR window): `pmsim crash` reports it as any violation, and the
+    /// conformance suite requires the explorer to find it rather than pass
+    /// (`""`: any violation, for code that persists nothing it should).
+    pub expected_violation: Option<&'static str>,
 }
 
 /// The [`AllocThread`] methods that touch memory, for a thread handle whose

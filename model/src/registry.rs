@@ -8,7 +8,9 @@ use crate::llfree::LlFree;
 use crate::makalu::Makalu;
 use crate::metall::Metall;
 use crate::nvalloc::NvAlloc;
+use crate::nvmmalloc::NvmMalloc;
 use crate::pmdk::Pmdk;
+use crate::ralloc::Ralloc;
 
 /// The registered allocators, in the order `--help` lists them.
 pub static ALLOCATORS: &[&dyn Family] = &[
@@ -16,6 +18,8 @@ pub static ALLOCATORS: &[&dyn Family] = &[
     &Native::<LlFree>::ENTRY,
     &Native::<Makalu>::ENTRY,
     &Native::<Metall>::ENTRY,
+    &Native::<Ralloc>::ENTRY,
+    &Native::<NvmMalloc>::ENTRY,
     &Native::<Pmdk>::ENTRY,
 ];
 
