@@ -569,7 +569,7 @@ fn pmdk_crash_states_recovered_by_libpmemobj_pass() {
     let (h, _) = read(&out);
     assert_eq!(h.extra["heap_image"]["file"], "p.pmt.img", "{:?}", h.extra);
     assert_eq!(std::fs::metadata(dir.path().join("p.pmt.img")).unwrap().len(), h.heap.size);
-    let (o, v) = crash_json(&out, &["--bound", "4", "--every", "12"]);
+    let (o, v) = crash_json(&out, &["--bound", "4", "--every", "12", "--all-points"]);
     assert!(o.status.success(), "{v}\n{}", stderr(&o));
     assert!(v["violation"].is_null(), "{}", v["violation"]);
     assert!(v["allocator"].as_str().unwrap().starts_with("pmdk"), "{}", v["allocator"]);
@@ -592,7 +592,7 @@ fn pmdk_ten_thousand_crash_images_of_a_transactional_threadtest_pass() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("tx.pmt");
     trace_pmdk_threadtest_with(dir.path(), &out, &["--values"], &["2", "32", "64", "1", "tx"]);
-    let (o, v) = crash_json(&out, &["--bound", "9"]);
+    let (o, v) = crash_json(&out, &["--bound", "9", "--all-points"]);
     assert!(o.status.success(), "{}\n{}", v["violation"], stderr(&o));
     assert!(v["violation"].is_null(), "{}", v["violation"]);
     let images = v["images"].as_u64().unwrap();
@@ -647,7 +647,7 @@ fn pmdk_unlogged_transaction_store_is_caught_with_its_replay() {
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("tx.pmt");
     trace_pmdk_threadtest_with(dir.path(), &good, &["--values"], &["1", "6", "64", "1", "tx"]);
-    let (o, v) = crash_json(&good, &["--bound", "4", "--during", "malloc"]);
+    let (o, v) = crash_json(&good, &["--bound", "4", "--during", "malloc", "--all-points"]);
     assert!(o.status.success() && v["violation"].is_null(), "{}\n{}", v["violation"], stderr(&o));
     assert!(v["images"].as_u64().unwrap() >= 40, "{}", v["images"]);
 

@@ -14,7 +14,7 @@ use pmsim_model::family::{CrashPoint, Recovery};
 use pmsim_model::heap::Heap;
 use pmsim_model::mech::mark;
 use pmsim_model::watch::AccessWatch;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 
 /// Live blocks an image's recovery kept that no completed operation needs,
 /// allowed by the allocator's design.
@@ -40,25 +40,50 @@ pub(crate) struct Context<'a> {
     pub(crate) opts: &'a Options,
 }
 
+/// The bytes of an image before its recovery, for the check that recovery
+/// kept the contents of live blocks.
+pub(crate) trait Before {
+    /// Before recovery runs: what it needs of the objects `wanted` (indices
+    /// into `objs`).
+    fn capture(&mut self, heap: &Heap, objs: &[Obj], wanted: &[usize]);
+
+    /// After recovery: per wanted object, its bytes before recovery, or
+    /// `None` where recovery cannot have changed them.
+    fn changed(&mut self, heap: &Heap, objs: &[Obj], wanted: &[usize]) -> Vec<Option<Vec<u8>>>;
+}
+
+/// The wanted objects' bytes copied before recovery (every one compared after).
+#[derive(Default)]
+pub(crate) struct Snapshot(Vec<Vec<u8>>);
+
+impl Before for Snapshot {
+    fn capture(&mut self, heap: &Heap, objs: &[Obj], wanted: &[usize]) {
+        let img = Bytes { base: heap.base() as *const u8, size: heap.size(), watch: None };
+        self.0 = wanted.iter().map(|&i| img.raw(objs[i].off, objs[i].size)).collect();
+    }
+
+    fn changed(&mut self, _: &Heap, _: &[Obj], _: &[usize]) -> Vec<Option<Vec<u8>>> {
+        std::mem::take(&mut self.0).into_iter().map(Some).collect()
+    }
+}
+
 /// Recovers one image and checks it (see the crate documentation); the
 /// live blocks its recovery kept by design. Reads of the recovered image go
-/// to `watch` (so they count for the image's recovery-visible state).
+/// to `watch` (so they count for the image's recovery-visible state);
+/// `before` gives the bytes of live blocks before recovery.
 pub(crate) fn check_image(
     heap: &Heap,
     watch: Option<&AccessWatch>,
     cx: &Context,
     at: &CrashPoint,
     objs: &[Obj],
+    before: &mut dyn Before,
 ) -> Result<Kept, String> {
     let img = Bytes { base: heap.base() as *const u8, size: heap.size(), watch };
-    let before: Vec<Option<Vec<u8>>> = objs
-        .iter()
-        .map(|o| {
-            matches!(o.expect, Expect::Live { required: true })
-                .then(|| img.holds(cx.layout, o).then(|| img.raw(o.off, o.size)))
-                .flatten()
-        })
+    let wanted: Vec<usize> = (0..objs.len())
+        .filter(|&i| objs[i].expect == Expect::Live { required: true } && img.holds(cx.layout, &objs[i]))
         .collect();
+    before.capture(heap, objs, &wanted);
     let Some(mut rec) = recover(heap, cx.target, at)? else {
         // Refused as the allocator's design requires: a correct outcome,
         // and no check applies to a store nobody may open.
@@ -71,10 +96,14 @@ pub(crate) fn check_image(
     let c = Checks { img, cx, live: Live::new(list), reachable: None };
     let c = Checks { reachable: c.reachable_expected(objs, rec.as_mut()), ..c };
     let mut kept = Kept::default();
+    let mut prior: Vec<Option<Vec<u8>>> = vec![None; objs.len()];
+    for (&i, b) in wanted.iter().zip(before.changed(heap, objs, &wanted)) {
+        prior[i] = b;
+    }
     // Live blocks no operation keeps live: a leak, unless (under a
     // reachability-based recovery) the mark from the roots reaches them.
     let mut unaccounted: Vec<(u64, String)> = Vec::new();
-    for (o, before) in objs.iter().zip(&before) {
+    for (o, before) in objs.iter().zip(&prior) {
         match o.expect {
             Expect::Live { required } => c.completed_malloc(o, required)?,
             Expect::InFlight => c.interrupted(o, &mut kept, &mut unaccounted)?,
@@ -113,7 +142,7 @@ fn disjoint(live: &[(u64, u64)], first: u64, size: u64) -> Result<(), String> {
         prev_end = o
             .checked_add(s)
             .filter(|&e| e <= size)
-            .ok_or(format!("live allocation {o:#x} (+{s:#x}) leaves the heap"))?;
+            .ok_or_else(|| format!("live allocation {o:#x} (+{s:#x}) leaves the heap"))?;
     }
     Ok(())
 }
@@ -172,20 +201,29 @@ impl Bytes<'_> {
     }
 }
 
-/// The live allocations recovery left, by offset.
+/// The live allocations recovery left, by offset (checked disjoint, so
+/// sorted).
 struct Live {
     list: Vec<(u64, u64)>,
-    starts: HashMap<u64, u64>,
+}
+
+/// The index of the block starting at `o` in `blocks` (sorted by offset).
+fn find(blocks: &[(u64, u64)], o: u64) -> Option<usize> {
+    blocks.binary_search_by_key(&o, |b| b.0).ok()
 }
 
 impl Live {
     fn new(list: Vec<(u64, u64)>) -> Live {
-        let starts = list.iter().copied().collect();
-        Live { list, starts }
+        Live { list }
     }
 
     fn is_live(&self, o: u64) -> bool {
-        self.starts.contains_key(&o)
+        find(&self.list, o).is_some()
+    }
+
+    /// The size of the live block starting at `o`.
+    fn size_at(&self, o: u64) -> Option<u64> {
+        find(&self.list, o).map(|i| self.list[i].1)
     }
 
     /// Whether the word at `d` lies in a root or in a live block.
@@ -203,8 +241,8 @@ struct Checks<'a> {
     cx: &'a Context<'a>,
     live: Live,
     /// Under a reachability-based recovery: the expected blocks the program
-    /// can still reach.
-    reachable: Option<HashSet<u64>>,
+    /// can still reach, by offset.
+    reachable: Option<Vec<u64>>,
 }
 
 impl Checks<'_> {
@@ -231,32 +269,41 @@ impl Checks<'_> {
     /// roots through the blocks expected live reaches it (a program that
     /// frees a block's parent first, as FPTree's teardown frees its head
     /// leaf, drops it).
-    fn reachable_expected(&self, objs: &[Obj], rec: &mut dyn Recovered) -> Option<HashSet<u64>> {
+    fn reachable_expected(&self, objs: &[Obj], rec: &mut dyn Recovered) -> Option<Vec<u64>> {
         if !self.cx.target.reachability_recovery() {
             return None;
         }
         let size = self.img.size;
-        let cand: HashMap<u64, u64> = objs
+        // The blocks expected or found live (the live size where both are).
+        let mut cand: Vec<(u64, u64)> = objs
             .iter()
             .filter(|o| o.expect != Expect::Freed)
             .map(|o| (o.off, o.size))
             .chain(self.live.list.iter().copied())
             .collect();
-        let mut reached: HashSet<u64> = HashSet::new();
+        cand.reverse();
+        cand.sort_by_key(|b| b.0);
+        cand.dedup_by_key(|b| b.0);
+        let mut reached = vec![false; cand.len()];
         let roots = self.mark_roots(rec);
         mark::mark_with(
             |off, buf| self.img.read(off, buf),
             roots,
-            |w| cand.get(&w).copied().filter(|&n| w.checked_add(n).is_some_and(|e| e <= size) && reached.insert(w)),
+            |w| {
+                let i = find(&cand, w)?;
+                let n = cand[i].1;
+                (w.checked_add(n).is_some_and(|e| e <= size) && !std::mem::replace(&mut reached[i], true)).then_some(n)
+            },
         );
-        Some(reached)
+        Some(cand.iter().zip(reached).filter(|x| x.1).map(|x| x.0 .0).collect())
     }
 
     /// A completed malloc is live with at least its size (where it must
     /// survive), and its destination, while in something live, names it.
     fn completed_malloc(&self, o: &Obj, required: bool) -> Result<(), String> {
-        let required = required && (o.dest.is_some() || self.reachable.as_ref().is_none_or(|r| r.contains(&o.off)));
-        if required && self.live.starts.get(&o.off).is_none_or(|&u| u < o.size) {
+        let required =
+            required && (o.dest.is_some() || self.reachable.as_ref().is_none_or(|r| r.binary_search(&o.off).is_ok()));
+        if required && self.live.size_at(o.off).is_none_or(|u| u < o.size) {
             return Err(format!("the completed {} is not live after recovery", self.desc(o)));
         }
         if let Some(d) = o.dest.filter(|&d| self.live.is_live(o.off) && self.live.holds_word(self.cx.layout, d)) {
@@ -325,9 +372,9 @@ impl Checks<'_> {
     /// Live blocks no operation of the trace accounts for (a freed one left
     /// live was counted by [`Checks::completed_free`]).
     fn accounted_for(&self, objs: &[Obj], unaccounted: &mut Vec<(u64, String)>) {
-        let known: BTreeSet<u64> = objs.iter().map(|o| o.off).collect();
+        // The expectations are by offset.
         for &(o, s) in &self.live.list {
-            if !known.contains(&o) {
+            if objs.binary_search_by_key(&o, |x| x.off).is_err() {
                 unaccounted.push((
                     o,
                     format!("the allocation at {o:#x} (+{s:#x}) is live but no operation of the trace accounts for it"),
@@ -347,15 +394,16 @@ impl Checks<'_> {
             // From the root slots (and what recovery keeps regardless), every
             // aligned word of a reached block that is the start of a live
             // block reaches it.
-            let mut reached: HashSet<u64> = HashSet::new();
+            let live = &self.live.list;
+            let mut reached = vec![false; live.len()];
             let roots = self.mark_roots(rec);
             mark::mark_with(
                 |off, buf| self.img.read(off, buf),
                 roots,
-                |w| self.live.starts.get(&w).copied().filter(|_| reached.insert(w)),
+                |w| find(live, w).filter(|&i| !std::mem::replace(&mut reached[i], true)).map(|i| live[i].1),
             );
             let before = unaccounted.len();
-            unaccounted.retain(|(o, _)| !reached.contains(o));
+            unaccounted.retain(|&(o, _)| !find(live, o).is_some_and(|i| reached[i]));
             retained = (before - unaccounted.len()) as u64;
         }
         let leaks = unaccounted.len() as u64;
@@ -420,7 +468,8 @@ mod tests {
         let layout = Layout::pmsim_heap();
         let opts = Options::default();
         let check = |target: &dyn CrashTarget, opts: &Options| {
-            check_image(&heap, None, &Context { target, layout: &layout, ops: &[], opts }, &at(), &[])
+            let cx = Context { target, layout: &layout, ops: &[], opts };
+            check_image(&heap, None, &cx, &at(), &[], &mut Snapshot::default())
         };
         let reached = Fixed(vec![(0x2000, 64), (0x3000, 64)]);
         let two = Kept { retained: 2, ..Kept::default() };

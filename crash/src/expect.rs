@@ -208,17 +208,103 @@ pub fn at_point(ops: &[Op], pos: u32, plain_durable: bool) -> Vec<Obj> {
         if o.begin >= pos {
             break;
         }
-        let done = o.end < pos;
         if o.malloc && o.off == 0 {
             continue; // failed, or in flight with no result ever
         }
-        let expect = match (o.malloc, done) {
-            (true, true) => Expect::Live { required: o.dest.is_some() || plain_durable },
-            (false, true) => Expect::Freed,
-            _ => Expect::InFlight,
-        };
-        let dest = o.dest.filter(|_| o.dest_until >= pos);
-        by_off.insert(o.off, Obj { off: o.off, size: o.size, dest, expect, op: i });
+        by_off.insert(o.off, obj(o, i, pos, plain_durable));
     }
     by_off.into_values().collect()
+}
+
+/// The expectations at a crash point that moves forward through the trace:
+/// what [`at_point`] computes from scratch, kept up to date from one point
+/// to the next in time proportional to the operations in between.
+pub struct Tracker<'a> {
+    ops: &'a [Op],
+    plain_durable: bool,
+    /// (position from which an operation's expectation changes, operation), sorted.
+    changes: Vec<(u32, u32)>,
+    next: usize,
+    /// The expectations, by offset.
+    objs: Vec<Obj>,
+}
+
+impl<'a> Tracker<'a> {
+    pub fn new(ops: &'a [Op], plain_durable: bool) -> Tracker<'a> {
+        let mut changes: Vec<(u32, u32)> = Vec::with_capacity(3 * ops.len());
+        for (i, o) in ops.iter().enumerate() {
+            for at in [o.begin, o.end, o.dest_until] {
+                if at != u32::MAX {
+                    changes.push((at + 1, i as u32));
+                }
+            }
+        }
+        changes.sort_unstable();
+        Tracker { ops, plain_durable, changes, next: 0, objs: Vec::new() }
+    }
+
+    /// The expectations at the crash point before event position `pos`
+    /// (at least the last one asked for).
+    pub fn at(&mut self, pos: u32) -> Vec<Obj> {
+        while let Some(&(at, i)) = self.changes.get(self.next).filter(|c| c.0 <= pos) {
+            self.next += 1;
+            let o = &self.ops[i as usize];
+            if o.malloc && o.off == 0 {
+                continue; // failed, or in flight with no result ever
+            }
+            let now = obj(o, i as usize, pos, self.plain_durable);
+            match self.objs.binary_search_by_key(&o.off, |x| x.off) {
+                // A later operation on the block replaces the earlier one's.
+                Ok(k) if o.begin + 1 == at || self.objs[k].op == i as usize => self.objs[k] = now,
+                Ok(_) => {}
+                Err(k) => self.objs.insert(k, now),
+            }
+        }
+        self.objs.clone()
+    }
+}
+
+/// Operation `o` (number `i`) as the expectation of its block at `pos`.
+fn obj(o: &Op, i: usize, pos: u32, plain_durable: bool) -> Obj {
+    let expect = match (o.malloc, o.end < pos) {
+        (true, true) => Expect::Live { required: o.dest.is_some() || plain_durable },
+        (false, true) => Expect::Freed,
+        _ => Expect::InFlight,
+    };
+    Obj { off: o.off, size: o.size, dest: o.dest.filter(|_| o.dest_until >= pos), expect, op: i }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tracker_agrees_with_the_expectations_from_scratch() {
+        let op = |malloc, begin, end, off, dest: Option<u64>, dest_until| Op {
+            malloc,
+            begin,
+            end,
+            off,
+            size: 64,
+            dest,
+            dest_until,
+            end_index: end as u64,
+        };
+        let ops = [
+            op(true, 1, 4, 0x100, Some(0x1000), 9),
+            op(true, 2, 12, 0x200, None, u32::MAX),
+            op(false, 5, 7, 0x100, Some(0x1000), u32::MAX),
+            op(true, 8, u32::MAX, 0x100, None, u32::MAX),
+            op(true, 10, 11, 0, None, u32::MAX),
+            op(false, 13, 15, 0x200, None, u32::MAX),
+        ];
+        for plain in [false, true] {
+            let mut t = Tracker::new(&ops, plain);
+            for pos in [0, 1, 2, 3, 5, 6, 8, 9, 10, 11, 12, 14, 15, 16, 40] {
+                let a: Vec<_> = t.at(pos).iter().map(|o| (o.off, o.dest, o.expect, o.op)).collect();
+                let b: Vec<_> = at_point(&ops, pos, plain).iter().map(|o| (o.off, o.dest, o.expect, o.op)).collect();
+                assert_eq!(a, b, "at {pos}");
+            }
+        }
+    }
 }

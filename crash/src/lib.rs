@@ -32,11 +32,29 @@
 //! An image is identified by (point, image, seed): the report of a failure
 //! prints the one command that rebuilds exactly it.
 //!
+//! # Coverage by code path
+//!
+//! A steady-state run repeats a few code paths, so the selected points are
+//! grouped by a signature of what the trace holds there ([`paths`]: the
+//! operations in flight, the code sites of the fence crashed before and of
+//! each thread's last fence, the classes of the pending stores by region and
+//! flush site). Every path is explored, its first point and `per_path - 1`
+//! more (default 2 per path); the others are *covered by path*; with
+//! [`Options::all_points`] every selected point is explored. A removed flush
+//! changes the signature wherever its store is pending, so a mutated run has
+//! paths of its own.
+//!
 //! # Recovery and checks
 //!
-//! Each image is a private copy-on-write mapping of the chunk's durable image
-//! (only pages written are copied) opened with [`pmsim_model::Heap::open_copy`];
-//! the allocator's recovery runs on it through [`CrashTarget`]. Then:
+//! Points are spread over `jobs` workers, which take chunks of them in trace
+//! order and replay forward; the report is the same for any number of
+//! workers. A worker keeps a scratch file with every store of the trace so
+//! far persisted (the *base*) and one private copy-on-write view of it
+//! ([`pmsim_model::Heap::open_copy`]): an image is that view with the lines
+//! that keep fewer pending stores written over it, and goes back to the base
+//! page by page afterwards ([`pmsim_model::Heap::revert_copy`]), so an image
+//! costs the lines it varies and the pages recovery touches, not the heap's
+//! size. The allocator's recovery runs on it through [`CrashTarget`]. Then:
 //!
 //! * the live allocations are disjoint and inside the heap;
 //! * every `malloc_to` completed before the crash point (and not freed since)
@@ -95,11 +113,14 @@ pub mod error;
 pub mod expect;
 pub mod explore;
 pub mod images;
+pub mod intmap;
 pub mod layout;
 pub mod load;
 pub mod options;
+pub mod paths;
 pub mod persist;
 pub mod points;
+pub mod print;
 pub mod report;
 pub mod target;
 
@@ -113,5 +134,5 @@ pub use error::CrashError;
 pub use explore::explore;
 pub use load::CrashTrace;
 pub use options::Options;
-pub use report::{PointCoverage, Progress, RecoveryCrash, StoreInfo, Summary, Violation};
+pub use report::{PathCoverage, PointCoverage, Progress, RecoveryCrash, StoreInfo, Summary, Violation};
 pub use target::{target_among, target_for, CrashTarget, Recovered};

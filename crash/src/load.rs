@@ -5,7 +5,8 @@
 
 use crate::error::CrashError;
 use pmsim_model::pm::HEAP_IMAGE_KEY;
-use pmsim_traces::{Event, OpKind, TraceHeader, TraceReader, LINE};
+use pmsim_traces::{Event, OpKind, Record, SiteTable, TraceHeader, TraceReader, Visit, LINE};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The part of one store that falls in one cache line.
@@ -18,6 +19,8 @@ pub struct Piece {
     pub val: u32,
     /// The store's global event index in the trace.
     pub index: u64,
+    /// The region it falls in ([`CrashTrace::region_names`]).
+    pub region: u32,
 }
 
 /// An event, as the explorer sees it.
@@ -30,14 +33,16 @@ pub enum Ev {
         nt: bool,
     },
     /// A flush of `line` (heap offset); `ordered` for clflush, which is
-    /// durable without a fence.
+    /// durable without a fence; issued at code `site` ([`CrashTrace::sites`]).
     Flush {
         tid: u32,
         line: u64,
         ordered: bool,
+        site: u32,
     },
     Fence {
         tid: u32,
+        site: u32,
     },
     OpBegin {
         tid: u32,
@@ -71,6 +76,11 @@ pub struct CrashTrace {
     /// The heap image at trace start.
     pub image: PathBuf,
     pub heap_size: u64,
+    /// The code sites flushes and fences name.
+    pub sites: SiteTable,
+    /// The names of the regions stores fall in, by [`Piece::region`]
+    /// (0: outside every region the allocator announced).
+    pub region_names: Vec<String>,
 }
 
 impl CrashTrace {
@@ -110,52 +120,16 @@ impl CrashTrace {
         };
         check_image(&image, &header, recorded.as_ref())?;
         let (base, size) = (header.heap.base, header.heap.size);
-        let mut t = CrashTrace::new(path, header, image, size);
-        let mut bad: Option<String> = None;
-        rd.for_each(|r| {
-            if bad.is_some() {
-                return;
-            }
-            let tid = r.tid;
-            let at = |addr: u64, len: u64| {
-                let off = addr.wrapping_sub(base);
-                (off < size && len <= size - off).then_some(off)
-            };
-            match r.event {
-                Event::Store { addr, size: n, value } | Event::NtStore { addr, size: n, value } => {
-                    let nt = matches!(r.event, Event::NtStore { .. });
-                    let (Some(off), Some(v)) = (at(addr, n as u64), value) else {
-                        bad = Some(format!(
-                            "event {}: store at {addr:#x} (+{n}) outside the heap or without value",
-                            r.index
-                        ));
-                        return;
-                    };
-                    t.push_store(off, v, tid, nt, r.index);
-                }
-                Event::Flush { kind, line } => {
-                    let Some(off) = at(line, 1) else {
-                        bad = Some(format!("event {}: flush of {line:#x} outside the heap", r.index));
-                        return;
-                    };
-                    let ordered = kind == pmsim_traces::FlushKind::Clflush;
-                    t.push(r.index, Ev::Flush { tid, line: off & !(LINE - 1), ordered });
-                }
-                Event::Fence { .. } => t.push(r.index, Ev::Fence { tid }),
-                Event::OpBegin { op, arg } => t.push(r.index, Ev::OpBegin { tid, op, arg }),
-                Event::OpEnd { op, result } => t.push(r.index, Ev::OpEnd { tid, op, result }),
-                Event::Marker { label, .. } => {
-                    t.labels.push(label.to_string());
-                    let label = t.labels.len() as u32 - 1;
-                    t.push(r.index, Ev::Marker { tid, label });
-                }
-                _ => {}
-            }
-        })
-        .map_err(|e| CrashError(e.to_string()))?;
-        if let Some(m) = bad {
+        let t = CrashTrace::new(path, header, image, size);
+        let mut ld = Loader { t, base, site: 0, regions: BTreeMap::new(), bad: None };
+        while let Some(block) = rd.next_block().map_err(|e| CrashError(e.to_string()))? {
+            block.visit(&mut ld).map_err(|e| CrashError(e.to_string()))?;
+        }
+        if let Some(m) = ld.bad {
             return Err(err(m));
         }
+        let mut t = ld.t;
+        t.sites = rd.sites().clone();
         Ok(t)
     }
 
@@ -172,6 +146,8 @@ impl CrashTrace {
             fences: Vec::new(),
             image,
             heap_size,
+            sites: SiteTable::default(),
+            region_names: vec!["(no region)".into()],
         }
     }
 
@@ -184,15 +160,21 @@ impl CrashTrace {
         self.index.push(index);
     }
 
-    /// Appends a store of `bytes` at heap offset `off`, split at cache lines.
+    /// Appends a store of `bytes` at heap offset `off`, split at cache lines,
+    /// in no region.
     pub fn push_store(&mut self, off: u64, bytes: &[u8], tid: u32, nt: bool, index: u64) {
+        self.push_store_in(off, bytes, tid, nt, index, 0);
+    }
+
+    /// [`CrashTrace::push_store`] in region `region` ([`CrashTrace::region_names`]).
+    fn push_store_in(&mut self, off: u64, bytes: &[u8], tid: u32, nt: bool, index: u64, region: u32) {
         let mut o = off;
         let end_all = off + bytes.len() as u64;
         while o < end_all {
             let end = ((o | (LINE - 1)) + 1).min(end_all);
             let val = self.values.len() as u32;
             self.values.extend_from_slice(&bytes[(o - off) as usize..(end - off) as usize]);
-            self.pieces.push(Piece { off: o, len: (end - o) as u32, val, index });
+            self.pieces.push(Piece { off: o, len: (end - o) as u32, val, index, region });
             let piece = self.pieces.len() as u32 - 1;
             self.push(index, Ev::Store { piece, tid, nt });
             o = end;
@@ -202,6 +184,101 @@ impl CrashTrace {
     /// The bytes of a store piece.
     pub fn value(&self, p: &Piece) -> &[u8] {
         &self.values[p.val as usize..p.val as usize + p.len as usize]
+    }
+}
+
+/// The trace as it is read: events become [`Ev`]s of the trace `t`.
+struct Loader {
+    t: CrashTrace,
+    /// The heap's base address in the traced run.
+    base: u64,
+    /// The code site of the current thread's next flush or fence.
+    site: u32,
+    /// The regions announced so far: start offset → (end offset, name index).
+    regions: BTreeMap<u64, (u64, u32)>,
+    /// The first event that cannot be read.
+    bad: Option<String>,
+}
+
+impl Loader {
+    /// The heap offset of `[addr, addr + len)`, if it lies in the heap.
+    fn at(&self, addr: u64, len: u64) -> Option<u64> {
+        let size = self.t.heap_size;
+        let off = addr.wrapping_sub(self.base);
+        (off < size && len <= size - off).then_some(off)
+    }
+
+    /// The region holding heap offset `off` (0: none).
+    fn region(&self, off: u64) -> u32 {
+        match self.regions.range(..=off).next_back() {
+            Some((_, &(end, name))) if off < end => name,
+            _ => 0,
+        }
+    }
+
+    /// A region announced at `base` (an address) of `len` bytes named `name`.
+    fn add_region(&mut self, base: u64, len: u64, name: &str) {
+        let Some(off) = self.at(base, len.max(1)) else { return };
+        let t = &mut self.t;
+        let n = match t.region_names.iter().position(|x| x == name) {
+            Some(n) => n,
+            None => {
+                t.region_names.push(name.to_string());
+                t.region_names.len() - 1
+            }
+        };
+        self.regions.insert(off, (off + len, n as u32));
+    }
+
+    fn record(&mut self, r: &Record<'_>) -> Result<(), String> {
+        let (tid, i) = (r.tid, r.index);
+        match r.event {
+            Event::Store { addr, size: n, value } | Event::NtStore { addr, size: n, value } => {
+                let nt = matches!(r.event, Event::NtStore { .. });
+                let (Some(off), Some(v)) = (self.at(addr, n as u64), value) else {
+                    return Err(format!("event {i}: store at {addr:#x} (+{n}) outside the heap or without value"));
+                };
+                let region = self.region(off);
+                self.t.push_store_in(off, v, tid, nt, i, region);
+            }
+            Event::Flush { kind, line } => {
+                let off = self.at(line, 1).ok_or_else(|| format!("event {i}: flush of {line:#x} outside the heap"))?;
+                let ordered = kind == pmsim_traces::FlushKind::Clflush;
+                let site = self.site;
+                self.t.push(i, Ev::Flush { tid, line: off & !(LINE - 1), ordered, site });
+            }
+            Event::Fence { .. } => {
+                let site = self.site;
+                self.t.push(i, Ev::Fence { tid, site });
+            }
+            Event::OpBegin { op, arg } => self.t.push(i, Ev::OpBegin { tid, op, arg }),
+            Event::OpEnd { op, result } => self.t.push(i, Ev::OpEnd { tid, op, result }),
+            Event::Marker { label, .. } => {
+                let t = &mut self.t;
+                t.labels.push(label.to_string());
+                let label = t.labels.len() as u32 - 1;
+                t.push(i, Ev::Marker { tid, label });
+            }
+            Event::RegionAdd { base, len, name, .. } => self.add_region(base, len, name),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl<'a> Visit<'a> for Loader {
+    fn event(&mut self, r: &Record<'a>) {
+        if self.bad.is_none() {
+            self.bad = self.record(r).err();
+        }
+    }
+
+    fn thread(&mut self, _tid: u32) {
+        self.site = 0;
+    }
+
+    fn site(&mut self, site: u32) {
+        self.site = site;
     }
 }
 

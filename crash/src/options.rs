@@ -12,6 +12,14 @@ pub struct Options {
     pub seed: u64,
     /// Keep every N-th selected crash point.
     pub every: u64,
+    /// Explore every selected point, not only some of each code path
+    /// ([`crate::paths`]).
+    pub all_points: bool,
+    /// Points explored per code path: its first and this many less one
+    /// more, picked by a seeded hash ([`crate::paths::plan`]).
+    pub per_path: u64,
+    /// Workers exploring points at once (0: one per core).
+    pub jobs: usize,
     /// Only crash points inside an operation of this kind (any thread).
     pub during: Option<OpKind>,
     /// Only crash points after a marker with this label and before that
@@ -52,6 +60,9 @@ impl Default for Options {
             bound: 1024,
             seed: 1,
             every: 1,
+            all_points: false,
+            per_path: 2,
+            jobs: 0,
             during: None,
             marker: None,
             point: None,

@@ -68,24 +68,17 @@ mod tests {
 
     /// A trace of `events` alone (no stores).
     fn trace(events: Vec<Ev>) -> CrashTrace {
-        let fences = events.iter().enumerate().filter(|(_, e)| matches!(e, Ev::Fence { .. })).map(|(i, _)| i as u32);
-        CrashTrace {
-            path: "t.pmt".into(),
-            header: TraceHeader::default(),
-            fences: fences.collect(),
-            index: (0..events.len() as u64).collect(),
-            events,
-            pieces: Vec::new(),
-            values: Vec::new(),
-            labels: vec!["a".into(), "b".into()],
-            image: "t.pmt.img".into(),
-            heap_size: 1 << 20,
+        let mut t = CrashTrace::new("t.pmt".as_ref(), TraceHeader::default(), "t.pmt.img".into(), 1 << 20);
+        for (i, e) in events.into_iter().enumerate() {
+            t.push(i as u64, e);
         }
+        t.labels = vec!["a".into(), "b".into()];
+        t
     }
 
     #[test]
     fn crash_points_by_fence_operation_marker_and_stride() {
-        let f = Ev::Fence { tid: 0 };
+        let f = Ev::Fence { tid: 0, site: 0 };
         let tr = trace(vec![
             Ev::OpBegin { tid: 0, op: OpKind::Init, arg: 0 },
             f,

@@ -10,13 +10,13 @@
 //! checked against the expectations of the original crash point: recovery
 //! must be idempotent.
 
-use crate::check::Context;
+use crate::check::{Context, Snapshot};
 use crate::error::CrashError;
 use crate::expect::Obj;
-use crate::image::{apply_kept, heap_bytes, recover_and_check, Pending};
-use crate::images;
+use crate::image::{apply_kept, heap_bytes, recover_and_check};
+use crate::images::{self, Lines};
 use crate::load::{CrashTrace, Ev};
-use crate::persist::PState;
+use crate::persist::{DurableImage, PState};
 use crate::report::RecoveryCrash;
 use memmap2::MmapMut;
 use pmsim_model::family::CrashPoint;
@@ -25,7 +25,6 @@ use pmsim_model::scratch::ScratchHeap;
 use pmsim_model::watch::{AccessWatch, Recorded};
 use pmsim_traces::TraceHeader;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -39,15 +38,13 @@ pub(crate) struct Recrashed {
     pub(crate) problem: Option<(String, RecoveryCrash)>,
 }
 
-/// Crashes the recovery of the image of `tr` (`path` with the kept pending
-/// stores) at each of its fences, until the first failure.
+/// Crashes the recovery of an image of `tr` (its bytes) at each of its
+/// fences, until the first failure.
 pub(crate) fn crash_recovery(
     tr: &CrashTrace,
     cx: &Context,
-    path: &Path,
+    image: &[u8],
     at: &CrashPoint,
-    pending: &Pending,
-    keep: &[usize],
     objs: &[Obj],
 ) -> Result<Recrashed, CrashError> {
     let mut out = Recrashed::default();
@@ -57,9 +54,8 @@ pub(crate) fn crash_recovery(
     let scratch = ScratchHeap::new(&format!("recrash-{}", NEXT.fetch_add(1, Ordering::Relaxed))).map_err(err)?;
     let spath = scratch.path();
     let io = |e: std::io::Error| CrashError(format!("{}: {e}", spath.display()));
-    let mut heap = Heap::open_copy(path).map_err(|e| err(e.to_string()))?;
-    apply_kept(tr, pending, keep, heap_bytes(&mut heap));
-    std::fs::write(spath, &heap_bytes(&mut heap)[..]).map_err(io)?;
+    std::fs::write(spath, image).map_err(io)?;
+    let mut heap = Heap::open_copy(spath).map_err(|e| err(e.to_string()))?;
     // The recovery's persistence events.
     let watch = Arc::new(AccessWatch::recording([]));
     heap.set_watch(watch.clone());
@@ -77,8 +73,8 @@ pub(crate) fn crash_recovery(
             Recorded::Store { off, len, value, nt } => {
                 rtr.push_store(off, &rec.values[value as usize..value as usize + len as usize], 0, nt, i as u64)
             }
-            Recorded::Flush { line } => rtr.push(i as u64, Ev::Flush { tid: 0, line, ordered: false }),
-            Recorded::Fence => rtr.push(i as u64, Ev::Fence { tid: 0 }),
+            Recorded::Flush { line } => rtr.push(i as u64, Ev::Flush { tid: 0, line, ordered: false, site: 0 }),
+            Recorded::Fence => rtr.push(i as u64, Ev::Fence { tid: 0, site: 0 }),
         }
     }
     let file = std::fs::OpenOptions::new().read(true).write(true).open(spath).map_err(io)?;
@@ -88,19 +84,17 @@ pub(crate) fn crash_recovery(
     let mut cur = 0usize;
     for (f, &pos) in rtr.fences.iter().enumerate() {
         for e in &rtr.events[cur..pos as usize] {
-            ps.apply(&rtr, e, &mut img);
+            ps.apply(&rtr, e, &mut DurableImage(&mut img));
         }
         cur = pos as usize;
-        let pend = ps.pending();
-        let order: Vec<Vec<u64>> = pend.iter().map(|(_, p)| p.iter().map(|&x| x as u64).collect()).collect();
-        let lens: Vec<usize> = order.iter().map(Vec::len).collect();
-        let plan = images::plan(&lens, cx.opts.recovery_bound.max(1));
+        let pend = Lines::of(ps.pending_lines());
+        let plan = images::plan(&pend.lens(), cx.opts.recovery_bound.max(1));
         out.fences += 1;
         for j in 0..plan.images {
-            let kept = images::choose(&order, plan, cx.opts.seed, f as u64, j);
+            let kept = images::choose(&pend, plan, cx.opts.seed, f as u64, j);
             let mut h2 = Heap::open_copy(spath).map_err(|e| err(e.to_string()))?;
             apply_kept(&rtr, &pend, &kept, heap_bytes(&mut h2));
-            let r = recover_and_check(&h2, None, cx, at, objs);
+            let r = recover_and_check(&h2, None, cx, at, objs, &mut Snapshot::default());
             out.images += 1;
             if let Err(p) = r {
                 let at = RecoveryCrash { fence: f as u64, image: j, images_at_fence: plan.images };

@@ -3,14 +3,22 @@
 //! kept and dropped. Workers fill a [`Summary`] each; [`Summary::add`] merges
 //! them.
 
+use crate::paths::PathInfo;
 use serde::Serialize;
 use std::sync::atomic::AtomicU64;
 
-/// Counters a caller may poll (progress bars).
+/// Counters a caller may poll (progress bars). The plan's figures are set
+/// once the points are planned (`planned` last, so a caller that sees it
+/// non-zero sees the others).
 #[derive(Default)]
 pub struct Progress {
+    /// Points explored and images checked so far.
     pub points: AtomicU64,
     pub images: AtomicU64,
+    /// The plan: points selected, code paths among them, points to explore.
+    pub selected: AtomicU64,
+    pub paths: AtomicU64,
+    pub planned: AtomicU64,
 }
 
 /// A store of a failing image, for the report.
@@ -57,6 +65,8 @@ pub struct Violation {
 pub struct PointCoverage {
     /// The crash point (fence number).
     pub point: u64,
+    /// Its code path ([`Summary::paths`]).
+    pub path: u32,
     /// Images recovered and checked.
     pub images: u64,
     /// Distinct recovery-visible states among them (images that differ in
@@ -73,10 +83,39 @@ pub struct PointCoverage {
     pub refused: u64,
 }
 
+/// The coverage of one code path ([`crate::paths`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct PathCoverage {
+    /// Its number (in order of first occurrence) and what its signature says.
+    pub path: u32,
+    #[serde(flatten)]
+    pub info: PathInfo,
+    /// Its points explored, the images checked at them and their distinct
+    /// recovery-visible states; whether every explored point was complete.
+    pub explored: u64,
+    pub images: u64,
+    pub distinct: u64,
+    pub complete: bool,
+}
+
 /// What a run of the explorer did.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
     pub allocator: String,
+    /// How points were chosen: "paths" (some points of every code path) or
+    /// "all points" ([`crate::Options::all_points`]).
+    pub mode: String,
+    /// Points the selection options chose, the code paths among them, and
+    /// the points per path explored ("paths" mode).
+    pub selected_points: u64,
+    pub paths: u64,
+    pub per_path: u64,
+    /// Paths with an explored point, and the selected points not explored
+    /// whose path was (covered by path).
+    pub paths_covered: u64,
+    pub covered_by_path: u64,
+    /// Workers that explored at once.
+    pub jobs: u64,
     /// Moments a crash point may be at: fences and clflushes.
     pub fences: u64,
     /// Whether the end of the trace is a crash point too (for an allocator
@@ -125,8 +164,10 @@ pub struct Summary {
     pub recovery_crash_images: u64,
     pub seconds: f64,
     pub images_per_second: f64,
-    /// Per crash point, in point order.
+    /// Per crash point explored, in point order.
     pub coverage: Vec<PointCoverage>,
+    /// Per code path, in order of first occurrence.
+    pub path_coverage: Vec<PathCoverage>,
     pub violation: Option<Violation>,
 }
 

@@ -3,7 +3,7 @@
 //! images that vary only the pending lines recovery reads (the coverage
 //! reduction of the crate documentation); else the sampler's.
 
-use crate::images;
+use crate::images::{self, keep_of, Keep, Lines};
 use crate::options::Options;
 use std::collections::HashSet;
 
@@ -13,17 +13,18 @@ use std::collections::HashSet;
 /// lines fully persisted; a line read for the first time widens the set)
 /// while those fit the bound; else the sampler's images.
 pub(crate) struct Sequence<'a> {
-    order: &'a [Vec<u64>],
+    lines: &'a Lines,
     lens: Vec<usize>,
     raw: images::Plan,
     bound: u64,
     seed: u64,
     point: u64,
-    /// Lines that matter, in the order found.
+    /// Lines that matter, in the order found, and the same as a set.
     relevant: Vec<usize>,
+    is_relevant: Vec<bool>,
     /// Next combination over `relevant` to try.
     cursor: u64,
-    tried: HashSet<Vec<usize>>,
+    tried: HashSet<Keep>,
     /// Image number at which sampling began.
     sampled_from: Option<u64>,
     next: u64,
@@ -35,17 +36,17 @@ pub(crate) struct Sequence<'a> {
 }
 
 impl<'a> Sequence<'a> {
-    /// The images of point `point`, whose lines hold `order[i]` pending
-    /// stores (their trace positions, oldest first), under `plan`.
-    pub(crate) fn new(order: &'a [Vec<u64>], plan: images::Plan, opts: &Options, point: u64) -> Sequence<'a> {
+    /// The images of point `point`, whose pending stores are `lines`, under `plan`.
+    pub(crate) fn new(lines: &'a Lines, plan: images::Plan, opts: &Options, point: u64) -> Sequence<'a> {
         Sequence {
-            order,
-            lens: order.iter().map(Vec::len).collect(),
+            lines,
+            lens: lines.lens(),
             raw: plan,
             bound: opts.bound,
             seed: opts.seed,
             point,
             relevant: Vec::new(),
+            is_relevant: vec![false; lines.len()],
             cursor: 0,
             tried: HashSet::new(),
             sampled_from: None,
@@ -60,60 +61,71 @@ impl<'a> Sequence<'a> {
         self.next = k;
     }
 
-    /// The next image to explore (its number, and what it keeps), or `None`
-    /// with whether every recovery-visible state was explored.
-    pub(crate) fn next(&mut self) -> Result<(u64, Vec<usize>), bool> {
+    /// The next image to explore (its number, and what it leaves out), or
+    /// `Err` with whether every recovery-visible state was explored.
+    pub(crate) fn next(&mut self) -> Result<(u64, Keep), bool> {
         let k = self.next;
         let keep = if self.raw.exhaustive {
             if k >= self.raw.images {
                 return Err(true);
             }
-            images::choose(self.order, self.raw, self.seed, self.point, k)
+            keep_of(self.lines, &images::choose(self.lines, self.raw, self.seed, self.point, k))
         } else {
-            loop {
-                if let Some(s0) = self.sampled_from {
-                    let j = k - s0;
-                    if j >= self.bound {
-                        return Err(self.enumerated_at.is_some());
-                    }
-                    let plan = images::Plan { images: self.bound, exhaustive: false };
-                    break images::choose(self.order, plan, self.seed, self.point, j);
-                }
-                let radix: Vec<u64> = self.relevant.iter().map(|&i| self.lens[i] as u64 + 1).collect();
-                let product = radix.iter().try_fold(1u64, |a, &r| a.checked_mul(r)).filter(|&p| p <= self.bound);
-                let Some(product) = product else {
-                    self.sampled_from = Some(k);
-                    continue;
-                };
-                if self.cursor >= product {
-                    if !self.full_sample {
-                        return Err(true);
-                    }
-                    self.enumerated_at = Some(k);
-                    self.sampled_from = Some(k);
-                    continue;
-                }
-                let mut keep = self.lens.clone();
-                let mut rest = self.cursor;
-                for (&i, &r) in self.relevant.iter().zip(&radix) {
-                    keep[i] = (rest % r) as usize;
-                    rest /= r;
-                }
-                self.cursor += 1;
-                if self.tried.insert(keep.clone()) {
-                    break keep;
-                }
-            }
+            self.reduced_or_sampled(k)?
         };
         self.next += 1;
         Ok((k, keep))
     }
 
-    /// What an explored image read: a pending line read for the first time
-    /// widens the combinations (which start over, skipping those tried).
-    pub(crate) fn saw(&mut self, read: &[bool]) {
-        for (i, &r) in read.iter().enumerate() {
-            if r && !self.relevant.contains(&i) {
+    /// Image `k` of a point beyond the bound: the next untried combination
+    /// over the relevant lines while those fit the bound, else a sample.
+    fn reduced_or_sampled(&mut self, k: u64) -> Result<Keep, bool> {
+        loop {
+            if let Some(s0) = self.sampled_from {
+                let j = k - s0;
+                if j >= self.bound {
+                    return Err(self.enumerated_at.is_some());
+                }
+                let plan = images::Plan { images: self.bound, exhaustive: false };
+                return Ok(keep_of(self.lines, &images::choose(self.lines, plan, self.seed, self.point, j)));
+            }
+            let radix: Vec<u64> = self.relevant.iter().map(|&i| self.lens[i] as u64 + 1).collect();
+            let product = radix.iter().try_fold(1u64, |a, &r| a.checked_mul(r)).filter(|&p| p <= self.bound);
+            let Some(product) = product else {
+                self.sampled_from = Some(k);
+                continue;
+            };
+            if self.cursor >= product {
+                if !self.full_sample {
+                    return Err(true);
+                }
+                self.enumerated_at = Some(k);
+                self.sampled_from = Some(k);
+                continue;
+            }
+            let mut keep: Keep = Vec::new();
+            let mut rest = self.cursor;
+            for (&i, &r) in self.relevant.iter().zip(&radix) {
+                let d = (rest % r) as usize;
+                rest /= r;
+                if d < self.lens[i] {
+                    keep.push((i, d));
+                }
+            }
+            keep.sort_unstable();
+            self.cursor += 1;
+            if self.tried.insert(keep.clone()) {
+                return Ok(keep);
+            }
+        }
+    }
+
+    /// The pending lines an explored image read: one read for the first
+    /// time widens the combinations (which start over, skipping those tried).
+    pub(crate) fn saw(&mut self, read: &[usize]) {
+        for &i in read {
+            if !self.is_relevant[i] {
+                self.is_relevant[i] = true;
                 self.relevant.push(i);
                 self.cursor = 0;
             }

@@ -13,6 +13,12 @@ fn record(dir: &Path, name: &str, alloc: &str, workload: &str, params: &[&str], 
     pmsim_crash::conformance::record(dir, name, &AllocSpec::parse(alloc, []).unwrap(), workload, params, values)
 }
 
+/// The explorer at every selected point (not only some of each code path),
+/// as the tests that count images over a run ask for.
+fn every_point() -> Options {
+    Options { all_points: true, ..Options::default() }
+}
+
 fn run(trace: &Path, opts: &Options) -> Summary {
     let tr = CrashTrace::load(trace, None).unwrap();
     let target = target_for(&tr.header).unwrap();
@@ -39,7 +45,7 @@ fn assert_passes(s: &Summary, min_images: u64) {
 fn nvalloc_log_strict_passes_over_10k_images() {
     let dir = tempfile::tempdir().unwrap();
     let t = record(dir.path(), "log", "nvalloc-log:wal=strict", "threadtest", THREADTEST_LONG, true);
-    let s = run(&t, &Options { bound: 32, every: 1, ..Options::default() });
+    let s = run(&t, &Options { bound: 32, every: 1, ..every_point() });
     assert_passes(&s, 10_000);
     assert!(s.exhaustive_points > 0 && s.sampled_points > 0, "both enumeration modes are exercised");
 }
@@ -64,7 +70,7 @@ fn nvalloc_log_artifact_guarantee_over_10k_images() {
         ("fptree", &[][..], 8, 30),
     ] {
         let t = record(dir.path(), workload, "nvalloc-log", workload, params, true);
-        let opts = Options { bound, every, ..Options::default() };
+        let opts = Options { bound, every, ..every_point() };
         if workload == "larson-small" {
             let v = run(&t, &opts).violation.expect("the artifact's stale destination is found");
             assert!(
@@ -85,7 +91,7 @@ fn nvalloc_log_artifact_guarantee_over_10k_images() {
 fn nvalloc_gc_passes_over_10k_images() {
     let dir = tempfile::tempdir().unwrap();
     let t = record(dir.path(), "gc", "nvalloc-gc", "threadtest", THREADTEST, true);
-    let s = run(&t, &Options { bound: 32, every: 2, ..Options::default() });
+    let s = run(&t, &Options { bound: 32, every: 2, ..every_point() });
     assert_passes(&s, 10_000);
 }
 
@@ -95,8 +101,8 @@ struct Case {
     workload: &'static str,
     params: &'static [&'static str],
     alloc_extra: &'static str,
+    /// The operation the mutated flush is in, where it is not malloc or free.
     during: Option<OpKind>,
-    every: u64,
 }
 
 const FRAG: &[&str] = &["alloc_bytes=200000", "live_cap=60000"];
@@ -106,7 +112,7 @@ const LOG_GC: &str = ":gc_interval=16:usage_pmem=0.00001";
 impl Case {
     /// A mutation of the plain per-operation path, caught on Threadtest at every crash point.
     const fn on_threadtest(mutation: &'static str) -> Case {
-        Case { mutation, workload: "threadtest", params: THREADTEST, alloc_extra: "", during: None, every: 1 }
+        Case { mutation, workload: "threadtest", params: THREADTEST, alloc_extra: "", during: None }
     }
 }
 
@@ -120,7 +126,6 @@ const CASES: [Case; 5] = [
         params: FRAG,
         alloc_extra: "",
         during: Some(OpKind::Morph),
-        every: 1,
     },
     Case {
         mutation: "log-alt-flush",
@@ -128,7 +133,6 @@ const CASES: [Case; 5] = [
         params: LARSON,
         alloc_extra: LOG_GC,
         during: Some(OpKind::LogGc),
-        every: 1,
     },
 ];
 
@@ -139,7 +143,8 @@ fn every_mutation_is_caught_and_its_image_replays_alone() {
     for c in &CASES {
         let alloc = format!("nvalloc-log:mutation={}{}", c.mutation, c.alloc_extra);
         let t = record(dir.path(), c.mutation, &alloc, c.workload, c.params, true);
-        let opts = Options { bound: 64, every: c.every, during: c.during, ..Options::default() };
+        // Coverage by code path with every default: a removed flush is caught.
+        let opts = Options::default();
         let s = run(&t, &opts);
         let Some(v) = s.violation else { panic!("mutation {} not caught ({} images)", c.mutation, s.images) };
         eprintln!("{}: caught after {} images: {}", c.mutation, s.images, v.problem);
@@ -159,9 +164,15 @@ fn the_real_code_passes_where_the_mutations_fail() {
     for c in CASES.iter().filter(|c| c.during.is_some()) {
         let alloc = format!("nvalloc-log{}", c.alloc_extra);
         let t = record(dir.path(), c.workload, &alloc, c.workload, c.params, true);
-        let s = run(&t, &Options { bound: 16, during: c.during, every: 2, ..Options::default() });
-        assert!(s.points > 0, "{}: the selection reaches the mutated code", c.workload);
+        // The code paths inside the operation the mutated flush is in.
+        let s = run(&t, &Options { during: c.during, ..Options::default() });
+        assert!(
+            s.path_coverage.iter().any(|p| p.info.at.contains(c.during.unwrap().name().as_str())),
+            "{}: a path reaches the mutated code",
+            c.workload
+        );
         assert_passes(&s, 1);
+        assert_eq!(s.paths_covered, s.paths, "{}: every path covered", c.workload);
     }
 }
 
@@ -207,7 +218,7 @@ fn bad_inputs_get_one_clear_error() {
 fn fptree_moved_pointers_pass_under_nvalloc_log() {
     let dir = tempfile::tempdir().unwrap();
     let t = record(dir.path(), "fptree", "nvalloc-log", "fptree", &[], true);
-    let s = run(&t, &Options { bound: 4, every: 800, ..Options::default() });
+    let s = run(&t, &Options { bound: 4, every: 800, ..every_point() });
     assert_passes(&s, 50);
 }
 
@@ -218,7 +229,7 @@ fn fptree_moved_pointers_pass_under_nvalloc_log() {
 fn nvalloc_gc_on_fptree_retains_what_the_mark_reaches() {
     let dir = tempfile::tempdir().unwrap();
     let t = record(dir.path(), "fpgc", "nvalloc-gc", "fptree", &[], true);
-    let s = run(&t, &Options { bound: 8, every: 64, ..Options::default() });
+    let s = run(&t, &Options { bound: 8, every: 64, ..every_point() });
     assert_passes(&s, 100);
     eprintln!("retained {} (at most {} in one image)", s.retained, s.max_retained);
 }
@@ -230,7 +241,7 @@ fn nvalloc_gc_on_fptree_retains_what_the_mark_reaches() {
 fn coverage_counts_distinct_states_and_completes_points_beyond_the_bound() {
     let dir = tempfile::tempdir().unwrap();
     let t = record(dir.path(), "cov", "nvalloc-log", "threadtest", THREADTEST, true);
-    let s = run(&t, &Options { bound: 8, every: 8, ..Options::default() });
+    let s = run(&t, &Options { bound: 8, every: 8, ..every_point() });
     assert_passes(&s, 100);
     assert!(s.distinct_states > 0 && s.distinct_states <= s.images);
     assert_eq!(s.coverage.len() as u64, s.points);
@@ -254,7 +265,7 @@ fn crashes_inside_nvalloc_log_recovery() {
     for wal in ["strict", "artifact"] {
         let alloc = format!("nvalloc-log:wal={wal}");
         let t = record(dir.path(), &format!("rc-{wal}"), &alloc, "threadtest", THREADTEST, true);
-        let opts = Options { bound: 4, every: 8, recovery_crashes: 16, ..Options::default() };
+        let opts = Options { bound: 4, every: 8, recovery_crashes: 16, ..every_point() };
         let s = run(&t, &opts);
         assert_passes(&s, 100);
         assert!(s.recovery_crashed_images > 0 && s.recovery_crash_images > s.recovery_crashed_images);
@@ -284,7 +295,7 @@ fn crashes_inside_nvalloc_log_recovery() {
 fn llfree_passes_over_10k_images_with_lost_frames_counted() {
     let dir = tempfile::tempdir().unwrap();
     let t = record(dir.path(), "ll", "llfree", "threadtest", THREADTEST_LONG, true);
-    let s = run(&t, &Options { bound: 32, every: 1, ..Options::default() });
+    let s = run(&t, &Options { bound: 32, every: 1, ..every_point() });
     assert_passes(&s, 10_000);
     assert!(s.lost > 0 && s.max_lost == 1, "lost frames: {} (at most {} in one image)", s.lost, s.max_lost);
     eprintln!("lost {} frame(s) over all images, at most {} in one", s.lost, s.max_lost);
@@ -297,7 +308,7 @@ fn llfree_passes_over_10k_images_with_lost_frames_counted() {
 fn llfree_metadata_check_catches_counters_recovery_did_not_rebuild() {
     let dir = tempfile::tempdir().unwrap();
     let t = record(dir.path(), "lltrust", "llfree:mutation=ll-trust-counters", "threadtest", THREADTEST, true);
-    let opts = Options { bound: 16, during: Some(OpKind::Malloc), ..Options::default() };
+    let opts = Options::default();
     let s = run(&t, &opts);
     let v = s.violation.expect("the stale counter is caught");
     assert!(
@@ -316,7 +327,7 @@ fn llfree_metadata_check_catches_counters_recovery_did_not_rebuild() {
 fn crashes_inside_llfree_recovery() {
     let dir = tempfile::tempdir().unwrap();
     let t = record(dir.path(), "llrc", "llfree", "threadtest", THREADTEST, true);
-    let s = run(&t, &Options { bound: 4, every: 4, recovery_crashes: 4, ..Options::default() });
+    let s = run(&t, &Options { bound: 4, every: 4, recovery_crashes: 4, ..every_point() });
     assert_passes(&s, 100);
     assert!(s.recovery_crashed_images > 0 && s.recovery_crash_images > s.recovery_crashed_images);
     eprintln!(
@@ -331,7 +342,7 @@ fn crashes_inside_llfree_recovery() {
 fn makalu_passes_over_10k_images() {
     let dir = tempfile::tempdir().unwrap();
     let t = record(dir.path(), "mk", "makalu", "threadtest", THREADTEST_LONG, true);
-    let s = run(&t, &Options { bound: 8, every: 1, ..Options::default() });
+    let s = run(&t, &Options { bound: 8, every: 1, ..every_point() });
     assert_passes(&s, 10_000);
     eprintln!("retained {} (at most {} in one image)", s.retained, s.max_retained);
 }
@@ -342,7 +353,7 @@ fn makalu_passes_over_10k_images() {
 fn makalu_metadata_check_catches_a_stale_mark_count() {
     let dir = tempfile::tempdir().unwrap();
     let t = record(dir.path(), "mkstale", "makalu:mutation=mark-count-stale", "threadtest", THREADTEST, true);
-    let opts = Options { bound: 16, every: 4, ..Options::default() };
+    let opts = Options::default();
     let s = run(&t, &opts);
     let v = s.violation.expect("the stale count is caught");
     assert!(v.problem.contains("metadata inconsistent") && v.problem.contains("hb_n_marks"), "{}", v.problem);
@@ -354,7 +365,72 @@ fn makalu_metadata_check_catches_a_stale_mark_count() {
 fn crashes_inside_makalu_recovery() {
     let dir = tempfile::tempdir().unwrap();
     let t = record(dir.path(), "mkrc", "makalu", "threadtest", THREADTEST, true);
-    let s = run(&t, &Options { bound: 4, every: 8, recovery_crashes: 8, ..Options::default() });
+    let s = run(&t, &Options { bound: 4, every: 8, recovery_crashes: 8, ..every_point() });
     assert_passes(&s, 100);
     assert!(s.recovery_crashed_images > 0 && s.recovery_crash_images > s.recovery_crashed_images);
+}
+
+/// Coverage by code path with the default options: every path of a traced
+/// Threadtest is explored (its first point and one more), every selected
+/// point is explored or covered by its path, and the report accounts for
+/// each path's points and images.
+#[test]
+fn coverage_by_code_path_explores_every_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = record(dir.path(), "paths", "nvalloc-log", "threadtest", THREADTEST, true);
+    let s = run(&t, &Options::default());
+    assert_passes(&s, 1);
+    assert_eq!(s.mode, "paths");
+    assert!(s.paths > 5 && s.paths_covered == s.paths, "{} of {} paths", s.paths_covered, s.paths);
+    assert!(s.points <= 2 * s.paths && s.points >= s.paths && s.points < s.selected_points / 4);
+    assert_eq!(s.points + s.covered_by_path, s.selected_points);
+    assert_eq!(s.path_coverage.iter().map(|p| p.info.points).sum::<u64>(), s.selected_points);
+    assert_eq!(s.path_coverage.iter().map(|p| p.explored).sum::<u64>(), s.points);
+    assert_eq!(s.path_coverage.iter().map(|p| p.images).sum::<u64>(), s.images);
+    assert!(s.path_coverage.iter().all(|p| p.explored == p.info.points.min(2)));
+    // Each explored point belongs to the path the plan gave it.
+    for c in &s.coverage {
+        assert!(c.point >= s.path_coverage[c.path as usize].info.first);
+    }
+}
+
+/// The signature is fine enough for a removed flush to change what is
+/// explored: each mutation's run has code paths the real run has not (the
+/// store the flush left out is pending where the real code's never is).
+#[test]
+fn a_removed_flush_adds_code_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = |s: &Summary| -> std::collections::BTreeSet<String> {
+        s.path_coverage.iter().map(|p| format!("{} | {}", p.info.at, p.info.pending.join("; "))).collect()
+    };
+    let real = record(dir.path(), "real", "nvalloc-log", "threadtest", THREADTEST, true);
+    let real = paths(&run(&real, &Options { bound: 1, ..Options::default() }));
+    for m in ["wal-entry-flush", "bitmap-flush", "dest-flush"] {
+        let t = record(dir.path(), m, &format!("nvalloc-log:mutation={m}"), "threadtest", THREADTEST, true);
+        let s = run(&t, &Options { bound: 1, ..Options::default() });
+        let mine = paths(&s);
+        let new: Vec<&String> = mine.iter().filter(|p| !real.contains(*p)).collect();
+        assert!(!new.is_empty(), "{m}: the same paths as the real code");
+        eprintln!("{m}: {} path(s) of its own, e.g. {}", new.len(), new[0]);
+    }
+}
+
+/// The report does not depend on how many workers explored: one and two
+/// workers give the same summary, on a run that passes and on one with a
+/// violation (the first one, and the points up to it).
+#[test]
+fn one_worker_and_two_report_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = record(dir.path(), "good", "nvalloc-log", "threadtest", THREADTEST, true);
+    let bad = record(dir.path(), "bad", "nvalloc-log:mutation=dest-flush", "threadtest", THREADTEST, true);
+    for t in [good, bad] {
+        let json = |jobs| {
+            let mut v = serde_json::to_value(run(&t, &Options { jobs, ..Options::default() })).unwrap();
+            for k in ["seconds", "images_per_second", "jobs"] {
+                v.as_object_mut().unwrap().remove(k);
+            }
+            v
+        };
+        assert_eq!(json(1), json(2), "{}", t.display());
+    }
 }

@@ -27,7 +27,8 @@ fn metall_passes_over_10k_images_refusing_unclean_stores() {
     let t = record(dir.path(), "mt", "metall");
     // By coverage alone: a refused store reads nothing of the heap, so each
     // point is complete after its first image (or its exhaustive set).
-    let s = run(&t, &Options::default());
+    let all = Options { all_points: true, ..Options::default() };
+    let s = run(&t, &all);
     assert!(s.violation.is_none(), "{:?}", s.violation);
     assert!(s.end_point && s.points == s.fences + 1, "every fence and the trace's end: {} points", s.points);
     assert_eq!(s.distinct_states, s.points, "one recovery-visible state per point");
@@ -37,7 +38,7 @@ fn metall_passes_over_10k_images_refusing_unclean_stores() {
     let end = s.coverage.last().unwrap();
     assert_eq!((end.point, end.images, end.refused, end.pending_lines), (s.fences, 1, 0, 0), "{end:?}");
 
-    let s = run(&t, &Options { bound: 5000, full_sample: true, ..Options::default() });
+    let s = run(&t, &Options { bound: 5000, full_sample: true, ..all });
     if let Some(v) = &s.violation {
         panic!("violation at point {} image {}: {}", v.point, v.image, v.problem);
     }
@@ -59,7 +60,8 @@ fn metall_passes_over_10k_images_refusing_unclean_stores() {
 fn metall_mark_before_sync_is_caught_and_replays() {
     let dir = tempfile::tempdir().unwrap();
     let t = record(dir.path(), "mtbad", "metall:mutation=mark-before-sync");
-    let opts = Options { bound: 64, ..Options::default() };
+    // Coverage by code path with every default.
+    let opts = Options::default();
     let s = run(&t, &opts);
     let v = s.violation.expect("the swapped order is caught");
     assert!(v.problem.contains("the completed malloc_to") && v.problem.contains("holds 0x0"), "{}", v.problem);

@@ -275,6 +275,18 @@ pub(crate) struct Mapping {
     mmap: MmapMut,
     path: PathBuf,
     _file: File,
+    kind: MapKind,
+}
+
+/// How a heap's file is mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MapKind {
+    /// Shared: the heap itself.
+    Shared,
+    /// A private copy-on-write view of a pmsim heap ([`Heap::open_copy`]).
+    Copy,
+    /// A private copy-on-write view of any file ([`Heap::open_raw_copy`]).
+    RawCopy,
 }
 
 impl Mapping {
@@ -532,7 +544,7 @@ impl Heap {
         file.set_len(size).map_err(|e| HeapError::io(path, "cannot size", e))?;
         let mut mmap = map(&file, path, size, opts.populate)?;
         let base = mmap.as_mut_ptr();
-        let m = Mapping { base, size, mmap, path: path.to_path_buf(), _file: file };
+        let m = Mapping { base, size, mmap, path: path.to_path_buf(), _file: file, kind: MapKind::Shared };
 
         // Every field but the magic first, made durable, then the magic: a crash
         // in between leaves a file that `open` rejects as "not a pmsim heap"
@@ -585,8 +597,39 @@ impl Heap {
         }
         let mut mmap = map_copy(&file, path, size)?;
         let base = mmap.as_mut_ptr();
-        let m = Mapping { base, size, mmap, path: path.to_path_buf(), _file: file };
+        let m = Mapping { base, size, mmap, path: path.to_path_buf(), _file: file, kind: MapKind::RawCopy };
         Ok(Heap { map: Arc::new(m), was_clean: false, watch: None })
+    }
+
+    /// Undoes every write made to a private copy ([`Heap::open_copy`],
+    /// [`Heap::open_raw_copy`]): each page it copied goes back to the file's
+    /// bytes as they are now (the kernel drops the private pages), and a
+    /// pmsim heap's header is read again as `open_copy` reads it. Costs what
+    /// the copy touched, not the heap's size: the crash explorer recovers
+    /// every image of a point on one copy this way instead of mapping the
+    /// heap again. Fails while a persistence handle made from it is alive,
+    /// and on a shared heap.
+    pub fn revert_copy(&mut self) -> Result<(), HeapError> {
+        let m = &self.map;
+        if m.kind == MapKind::Shared || Arc::strong_count(m) > 1 {
+            return Err(HeapError::new(
+                HeapErrorKind::InUse,
+                &m.path,
+                "cannot revert: not a private copy, or a persistence handle still uses it",
+            ));
+        }
+        // SAFETY: the whole private mapping of this heap, which nothing else
+        // uses (no handle alive); dropping its pages is what is asked for.
+        let rc = unsafe { libc::madvise(m.base as *mut libc::c_void, m.size as usize, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            return Err(HeapError::io(&m.path, "cannot revert the copy", io::Error::last_os_error()));
+        }
+        self.watch = None;
+        if m.kind == MapKind::Copy {
+            self.was_clean = m.word(OFF_CLEAN).load(Ordering::Acquire) as u32 == CLEAN as u32;
+            m.set_clean(false);
+        }
+        Ok(())
     }
 
     fn open_file(path: &Path, opts: &HeapOptions, private: bool) -> Result<Heap, HeapError> {
@@ -646,7 +689,8 @@ impl Heap {
         }
         let mut mmap = if private { map_copy(&file, path, size)? } else { map(&file, path, size, opts.populate)? };
         let base = mmap.as_mut_ptr();
-        let m = Mapping { base, size, mmap, path: path.to_path_buf(), _file: file };
+        let kind = if private { MapKind::Copy } else { MapKind::Shared };
+        let m = Mapping { base, size, mmap, path: path.to_path_buf(), _file: file, kind };
         // SAFETY: the mapping holds at least the header page (size ≥ MIN_SIZE).
         let page = unsafe { std::slice::from_raw_parts(m.base as *const u8, HEADER_SIZE as usize) };
         check_header(page, size).map_err(|e| HeapError::new(Corrupt, path, e))?;

@@ -18,7 +18,6 @@
 //! made from that heap hands it to its thread handles, whose loads and stores
 //! report to it. Unwatched handles pay one null test per access.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 /// Per watched line: the bytes read before being written, and the bytes
@@ -50,10 +49,27 @@ pub struct Recording {
 }
 
 /// The accesses to a set of watched lines (see the module documentation).
+///
+/// An access to a page that holds no watched line costs one bit test and no
+/// lock (recovery reads much more than the few lines a crash point leaves
+/// pending); one that does looks its lines up by binary search. A watch is
+/// reused for every image of a crash point: [`AccessWatch::reset`] forgets
+/// the accesses of the last one in time proportional to what it touched.
 #[derive(Debug, Default)]
 pub struct AccessWatch {
-    lines: Mutex<BTreeMap<u64, LineAccess>>,
+    /// The watched lines, by offset.
+    lines: Vec<u64>,
+    /// One bit per 4 KiB page holding a watched line.
+    pages: Vec<u64>,
+    acc: Mutex<Accesses>,
     recording: Option<Mutex<Recording>>,
+}
+
+/// The accesses so far, per watched line, and which lines have any.
+#[derive(Debug, Default)]
+struct Accesses {
+    lines: Vec<LineAccess>,
+    touched: Vec<u32>,
 }
 
 /// The bits of `[off, off + len)` within the line at `line`.
@@ -67,16 +83,40 @@ fn mask(line: u64, off: u64, len: u64) -> u64 {
     }
 }
 
+const PAGE_SHIFT: u32 = 12;
+
 impl AccessWatch {
     /// Watches the lines at the heap offsets `lines` (multiples of 64).
     pub fn new(lines: impl IntoIterator<Item = u64>) -> AccessWatch {
-        let lines = lines.into_iter().map(|l| (l & !63, LineAccess::default())).collect();
-        AccessWatch { lines: Mutex::new(lines), recording: None }
+        let mut lines: Vec<u64> = lines.into_iter().map(|l| l & !63).collect();
+        lines.sort_unstable();
+        lines.dedup();
+        let npages = lines.last().map_or(0, |&l| (l >> PAGE_SHIFT) as usize + 1);
+        let mut pages = vec![0u64; npages.div_ceil(64)];
+        for &l in &lines {
+            let p = (l >> PAGE_SHIFT) as usize;
+            pages[p / 64] |= 1 << (p % 64);
+        }
+        let acc = Accesses { lines: vec![LineAccess::default(); lines.len()], touched: Vec::new() };
+        AccessWatch { lines, pages, acc: Mutex::new(acc), recording: None }
     }
 
     /// A watch that also records every store, flush and fence.
     pub fn recording(lines: impl IntoIterator<Item = u64>) -> AccessWatch {
         AccessWatch { recording: Some(Mutex::default()), ..AccessWatch::new(lines) }
+    }
+
+    /// Forgets every access so far (and the recording), for the next run.
+    pub fn reset(&self) {
+        let mut acc = self.acc.lock().unwrap_or_else(|e| e.into_inner());
+        let Accesses { lines, touched } = &mut *acc;
+        for &i in touched.iter() {
+            lines[i as usize] = LineAccess::default();
+        }
+        touched.clear();
+        if let Some(r) = &self.recording {
+            *r.lock().unwrap_or_else(|e| e.into_inner()) = Recording::default();
+        }
     }
 
     /// A machine store of `bytes` at `off` (after [`AccessWatch::write`]).
@@ -108,15 +148,33 @@ impl AccessWatch {
         self.recording.as_ref().map(|r| r.lock().unwrap_or_else(|e| e.into_inner()).clone()).unwrap_or_default()
     }
 
+    /// Whether `[off, off + len)` touches a page holding a watched line.
+    #[inline]
+    fn near(&self, off: u64, len: u64) -> bool {
+        let first = (off >> PAGE_SHIFT) as usize;
+        let last = (((off + len - 1) >> PAGE_SHIFT) as usize).min(self.pages.len() * 64 - 1);
+        (first..=last).any(|p| self.pages[p / 64] >> (p % 64) & 1 == 1)
+    }
+
     /// Applies `f` to every watched line `[off, off + len)` touches, with
     /// the bits it covers.
+    #[inline]
     fn each(&self, off: u64, len: u64, mut f: impl FnMut(&mut LineAccess, u64)) {
-        if len == 0 {
+        if len == 0 || (off >> PAGE_SHIFT) as usize >= self.pages.len() * 64 || !self.near(off, len) {
             return;
         }
-        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
-        for (&line, a) in lines.range_mut(off & !63..off + len) {
+        let mut acc = self.acc.lock().unwrap_or_else(|e| e.into_inner());
+        let Accesses { lines, touched } = &mut *acc;
+        let from = self.lines.partition_point(|&l| l < off & !63);
+        for (i, &line) in self.lines.iter().enumerate().skip(from).take_while(|&(_, &l)| l < off + len) {
+            let a = &mut lines[i];
+            if *a == LineAccess::default() {
+                touched.push(i as u32);
+            }
             f(a, mask(line, off, len));
+            if *a == LineAccess::default() {
+                touched.pop();
+            }
         }
     }
 
@@ -142,7 +200,18 @@ impl AccessWatch {
 
     /// Every watched line with its accesses, by offset.
     pub fn lines(&self) -> Vec<(u64, LineAccess)> {
-        self.lines.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(&l, &a)| (l, a)).collect()
+        let acc = self.acc.lock().unwrap_or_else(|e| e.into_inner());
+        self.lines.iter().copied().zip(acc.lines.iter().copied()).collect()
+    }
+
+    /// The watched lines the run accessed: (index among the watched lines,
+    /// offset, accesses), by offset.
+    pub fn touched(&self) -> Vec<(usize, u64, LineAccess)> {
+        let acc = self.acc.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<(usize, u64, LineAccess)> =
+            acc.touched.iter().map(|&i| (i as usize, self.lines[i as usize], acc.lines[i as usize])).collect();
+        v.sort_unstable_by_key(|t| t.0);
+        v
     }
 }
 
@@ -164,5 +233,14 @@ mod tests {
         assert_eq!(l[1].1.read, u64::MAX);
         w.compared(64, 64);
         assert_eq!(w.lines()[0].1.read, u64::MAX);
+        let t = w.touched();
+        assert_eq!(t.iter().map(|x| (x.0, x.1)).collect::<Vec<_>>(), [(0, 64), (1, 192)]);
+        w.reset();
+        assert!(w.touched().is_empty() && w.lines().iter().all(|l| l.1 == LineAccess::default()));
+        w.read(1 << 20, 64); // past every watched page
+        w.read(8192, 64); // a page without a watched line
+        assert!(w.touched().is_empty());
+        w.write(200, 1);
+        assert_eq!(w.touched(), [(1, 192, LineAccess { read: 0, written: 1 << 8 })]);
     }
 }

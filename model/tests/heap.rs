@@ -285,3 +285,35 @@ fn pm_offsets_behave_like_typed_pointers() {
     assert_eq!(std::mem::size_of::<PmOff<[u8; 100]>>(), 8);
     assert_eq!(u64::from(p), 4096);
 }
+
+/// A private copy is reverted page by page to what the file holds now:
+/// its own writes go, the file's later changes show, its header reads as
+/// `open_copy` reads it; not while a handle uses it, never on a shared heap.
+#[test]
+fn a_private_copy_reverts_to_the_file() {
+    let d = dir();
+    let path = d.path().join("h");
+    let mut shared = Heap::create(&path, SIZE).unwrap();
+    // SAFETY: offsets inside the heaps, which this test alone uses.
+    let byte = |h: &Heap, off: u64| unsafe { *h.base().add(off as usize) };
+    // SAFETY: as above.
+    let set = |h: &Heap, off: u64, v: u8| unsafe { *h.base().add(off as usize) = v };
+    set(&shared, 8192, 1);
+    let mut copy = Heap::open_copy(&path).unwrap();
+    assert_eq!(byte(&copy, 8192), 1);
+    set(&copy, 8192, 2);
+    set(&copy, 3 * 4096, 9);
+    assert_eq!((byte(&shared, 8192), byte(&copy, 8192)), (1, 2));
+    copy.revert_copy().unwrap();
+    assert_eq!((byte(&copy, 8192), byte(&copy, 3 * 4096)), (1, 0), "the copy's writes are gone");
+    set(&shared, 8192, 3);
+    assert_eq!(byte(&copy, 8192), 3, "an untouched page shows the file as it is now");
+    assert!(!copy.was_clean(), "the file's header says unclean (the shared heap is open)");
+    let pm = Pm::native(&copy, FlushInsn::None).unwrap();
+    assert_eq!(copy.revert_copy().unwrap_err().kind, HeapErrorKind::InUse);
+    drop(pm);
+    copy.revert_copy().unwrap();
+    assert_eq!(shared.revert_copy().unwrap_err().kind, HeapErrorKind::InUse);
+    drop(copy);
+    shared.close().unwrap();
+}

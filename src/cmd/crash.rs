@@ -4,7 +4,7 @@
 use super::CmdResult;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use pmsim_crash::{explore, target_for, CrashTrace, Options, Progress, Summary};
+use pmsim_crash::{explore, target_for, CrashTrace, Options, Progress};
 use pmsim_traces::OpKind;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -24,7 +24,20 @@ libpmempool's and libpmemobj's consistency checks and the program's root object:
 
 Crash points are the moments just before a fence or a clflush (every one by default; --every N keeps every N-th,
 --during OP only those inside an operation: malloc, free, morph, log_gc; --marker LABEL only those after
-a marker). Persistency model (x86, ADR): a store is durable once its line was flushed and the flushing
+a marker).
+
+Coverage by code path: a steady-state run repeats a few code paths, so each selected point gets a
+signature from what the trace holds there: the crashing thread's operations, the code site of the fence
+it crashes before and of its last fence, the same for every other thread with an operation in flight,
+and the classes of the pending stores (region, the code site of the flush that covers each, whether that
+flush has happened). Points with one signature are one path. Every path is explored: its first point and
+--per-path N - 1 more chosen by a seeded hash (default 2 per path); the others are covered by path. A
+removed flush changes the signature wherever its store is pending, so a mutated run has paths of its
+own. --all-points explores every selected point instead. --jobs N workers explore at once (default: one
+per core); the report is the same for any N. The first line on stderr says how many points and paths
+there are, then a progress bar estimates the time left.
+
+Persistency model (x86, ADR): a store is durable once its line was flushed and the flushing
 thread fenced (clflush: at once); until then it may or may not be in PM, and the stores to one line
 persist in program order. So an image keeps, for every line, a prefix of its pending stores.
 
@@ -85,6 +98,15 @@ pub struct CrashArgs {
     /// Keep every N-th selected crash point.
     #[arg(long, default_value_t = 1)]
     every: u64,
+    /// Points explored per code path: the first and N - 1 more (seeded); the rest are covered by path.
+    #[arg(long, default_value_t = 2)]
+    per_path: u64,
+    /// Explore every selected crash point, not only some of each code path.
+    #[arg(long)]
+    all_points: bool,
+    /// Workers exploring at once [default: one per core].
+    #[arg(long)]
+    jobs: Option<usize>,
     /// Only crash points inside an operation: malloc, free, morph, log_gc, recovery, init, close.
     #[arg(long, value_parser = parse_op)]
     during: Option<OpKind>,
@@ -138,12 +160,21 @@ pub fn run(a: CrashArgs) -> CmdResult {
     if a.every == 0 {
         return Err("--every 0: keep every N-th crash point with N at least 1".into());
     }
+    if a.per_path == 0 {
+        return Err("--per-path 0: explore at least one point of each code path".into());
+    }
+    if a.jobs == Some(0) {
+        return Err("--jobs 0: at least one worker".into());
+    }
     let tr = CrashTrace::load(&a.trace, a.heap_image.as_deref())?;
     let target = target_for(&tr.header)?;
     let opts = Options {
         bound: a.bound,
         seed: a.seed,
         every: a.every,
+        all_points: a.all_points,
+        per_path: a.per_path,
+        jobs: a.jobs.unwrap_or(0),
         during: a.during,
         marker: a.marker.clone(),
         point: a.point,
@@ -154,33 +185,12 @@ pub fn run(a: CrashArgs) -> CmdResult {
         allow_stale_dest: a.allow_stale_dest,
         full_sample: a.full_sample,
     };
-    let npoints = pmsim_crash::points::select_points(&tr, &opts, target.outside_markers().is_some()).len() as u64;
     let progress = Progress::default();
-    let bar = ProgressBar::with_draw_target(Some(npoints), ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} points {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    let done = std::sync::atomic::AtomicBool::new(false);
-    let s = std::thread::scope(|sc| {
-        let ticker = sc.spawn(|| {
-            while !done.load(Ordering::Relaxed) {
-                bar.set_position(progress.points.load(Ordering::Relaxed));
-                bar.set_message(format!("{} images", progress.images.load(Ordering::Relaxed)));
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        });
-        let r = explore(&tr, target.as_ref(), &opts, &progress);
-        done.store(true, Ordering::Relaxed);
-        ticker.join().expect("progress thread");
-        r
-    })?;
-    bar.finish_and_clear();
+    let s = with_progress(&progress, || explore(&tr, target.as_ref(), &opts, &progress))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
     } else {
-        print_summary(&a, &s);
+        print!("{}", pmsim_crash::print::summary(&s, &a.trace, a.heap_image.as_deref(), &opts));
     }
     match &s.violation {
         Some(v) => Err(format!("crash point {} image {}: {}", v.point, v.image, v.problem).into()),
@@ -188,133 +198,47 @@ pub fn run(a: CrashArgs) -> CmdResult {
     }
 }
 
-fn print_summary(a: &CrashArgs, s: &Summary) {
-    println!("trace        {} ({})", a.trace.display(), s.allocator);
-    println!(
-        "crash points {} of {} fences and clflushes{} ({} exhaustive, {} sampled; at most {} images at one point)",
-        s.points,
-        s.fences,
-        if s.end_point { " and the trace's end" } else { "" },
-        s.exhaustive_points,
-        s.sampled_points,
-        s.max_images_at_point
+/// Runs `f` (an exploration reporting to `progress`) with a progress bar on
+/// stderr: once the points are planned, a line saying how many there are,
+/// then the points explored with an estimate of the time left.
+fn with_progress<T>(progress: &Progress, f: impl FnOnce() -> T) -> T {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} points, {msg} (about {eta} left)")
+            .expect("valid template")
+            .progress_chars("=> "),
     );
-    println!("images       {} checked in {:.2} s: {:.0} images/s", s.images, s.seconds, s.images_per_second);
-    let (e, m) = (s.possible_images_log10.floor(), 10f64.powf(s.possible_images_log10.fract()));
-    println!(
-        "state space  {m:.3}e{e} images allowed at these points (at most {} lines with pending stores at one point)",
-        s.max_pending_lines
-    );
-    println!(
-        "coverage     {} distinct recovery-visible states in {} images; {} of {} points complete (every such state explored)",
-        s.distinct_states, s.images, s.complete_points, s.points
-    );
-    if s.coverage.len() <= 12 {
-        for c in &s.coverage {
-            println!(
-                "    point {:>8}: {:>5} images, {:>5} distinct{}, {} of {} pending lines read",
-                c.point,
-                c.images,
-                c.distinct,
-                if c.complete { " (complete)" } else { "" },
-                c.read_lines,
-                c.pending_lines
-            );
-        }
-    } else {
-        let mut d: Vec<u64> = s.coverage.iter().map(|c| c.distinct).collect();
-        d.sort_unstable();
-        println!(
-            "    per point: distinct states min {} / median {} / max {} (--json lists every point)",
-            d[0],
-            d[d.len() / 2],
-            d[d.len() - 1]
-        );
-    }
-    if s.retained > 0 || s.max_retained > 0 {
-        println!(
-            "retained     {} live block(s) no operation accounts for, reached by the mark from the roots (at most {} in one image)",
-            s.retained, s.max_retained
-        );
-    }
-    if a.allow_stale_dest {
-        println!(
-            "stale dests  {} image(s) with an interrupted malloc_to whose destination still named its free block",
-            s.stale_dests
-        );
-    }
-    if s.lost > 0 || s.max_lost > 0 {
-        println!(
-            "lost         {} block(s) of interrupted operations allocated but not published, as the allocator allows (at most {} in one image)",
-            s.lost, s.max_lost
-        );
-    }
-    if s.refused > 0 {
-        println!(
-            "refused      {} image(s) refused by the allocator as unclean stores, as its design requires there \
-             (no check applies; a refusal reads nothing of the heap: one recovery-visible state per point)",
-            s.refused
-        );
-    }
-    if s.recovery_crashed_images > 0 {
-        println!(
-            "recovery     {} image(s) crashed inside recovery at {} fences: {} images recovered again",
-            s.recovery_crashed_images, s.recovery_fences, s.recovery_crash_images
-        );
-    }
-    let Some(v) = &s.violation else {
-        println!("result       no violation");
-        return;
-    };
-    let at = if s.end_point && v.point == s.fences {
-        "at the end of the trace".to_string()
-    } else {
-        format!("before the fence at event {}", v.event)
-    };
-    println!(
-        "VIOLATION    crash point {} ({at}), image {} of {} ({})",
-        v.point,
-        v.image,
-        v.images_at_point,
-        if v.exhaustive { "exhaustive" } else { "sampled" }
-    );
-    if let Some(rc) = &v.recovery_crash {
-        println!(
-            "             crashed inside its recovery before the recovery's fence {}, image {} of {}",
-            rc.fence, rc.image, rc.images_at_fence
-        );
-    }
-    println!("problem      {}", v.problem);
-    let show = |name: &str, list: &[pmsim_crash::StoreInfo]| {
-        println!("{name} {} pending store(s):", list.len());
-        for st in list.iter().take(24) {
-            println!("    event {:>10}  offset {:#010x} +{:<2} = {}", st.event, st.offset, st.len, st.value);
-        }
-        if list.len() > 24 {
-            println!("    … {} more (--json lists all)", list.len() - 24);
-        }
-    };
-    show("persisted   ", &v.persisted);
-    show("not persisted", &v.lost);
-    let mut cmd =
-        format!("pmsim crash {} --point {} --image {} --seed {}", a.trace.display(), v.point, v.image, a.seed);
-    if a.bound != 1024 {
-        cmd += &format!(" --bound {}", a.bound);
-    }
-    if let Some(h) = &a.heap_image {
-        cmd += &format!(" --heap-image {}", h.display());
-    }
-    if a.leak_bound > 0 {
-        cmd += &format!(" --leak-bound {}", a.leak_bound);
-    }
-    if a.allow_stale_dest {
-        cmd += " --allow-stale-dest";
-    }
-    if a.full_sample {
-        cmd += " --full-sample";
-    }
-    if v.recovery_crash.is_some() {
-        cmd += &format!(" --recovery-crashes 1 --recovery-bound {}", a.recovery_bound.max(1));
-    }
-    println!("replay       {cmd}");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let mut planned = false;
+            while !done.load(Ordering::Relaxed) {
+                let n = progress.planned.load(Ordering::Acquire);
+                if n > 0 && !planned {
+                    planned = true;
+                    let line = format!(
+                        "{} crash points on {} code paths: exploring {n} of them",
+                        progress.selected.load(Ordering::Relaxed),
+                        progress.paths.load(Ordering::Relaxed)
+                    );
+                    // The line is for logs too; the bar only where it is drawn.
+                    if bar.is_hidden() {
+                        eprintln!("{line}");
+                    } else {
+                        bar.println(line);
+                    }
+                    bar.set_length(n);
+                }
+                if planned {
+                    bar.set_position(progress.points.load(Ordering::Relaxed));
+                    bar.set_message(format!("{} images", progress.images.load(Ordering::Relaxed)));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            bar.finish_and_clear();
+        });
+        let r = f();
+        done.store(true, Ordering::Relaxed);
+        r
+    })
 }

@@ -574,9 +574,13 @@ fn mark_from_roots(
     let pinned_of: HashMap<u64, [u64; slab::MAX_BLOCKS as usize / 64]> =
         slabs.iter().map(|(&s, (_, p))| (s, *p)).collect();
     let mut scanned: HashSet<u64> = HashSet::new();
+    // Every block and extent lies in [lo, hi): most words scanned (zeros,
+    // data) are no offset there, and are dismissed before any lookup.
+    let lo = extents.values().map(|e| e.start).min().unwrap_or(0);
+    let hi = extents.values().map(|e| e.start + e.size).max().unwrap_or(0);
     // A word that is the start of a live block or extent not reached yet.
     let reach = |w: u64| -> Option<u64> {
-        if w & 63 != 0 {
+        if w & 63 != 0 || w < lo || w >= hi {
             return None;
         }
         if let Some((og, live)) = olds.get_mut(&(w & !(SLAB - 1))) {
