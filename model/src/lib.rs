@@ -29,6 +29,7 @@ pub mod mech;
 pub mod metall;
 pub mod nvalloc;
 pub mod nvmmalloc;
+pub mod pallocator;
 pub mod params;
 pub mod pm;
 pub mod pmdk;

@@ -9,6 +9,7 @@ use crate::makalu::Makalu;
 use crate::metall::Metall;
 use crate::nvalloc::NvAlloc;
 use crate::nvmmalloc::NvmMalloc;
+use crate::pallocator::PAllocator;
 use crate::pmdk::Pmdk;
 use crate::ralloc::Ralloc;
 
@@ -20,6 +21,7 @@ pub static ALLOCATORS: &[&dyn Family] = &[
     &Native::<Metall>::ENTRY,
     &Native::<Ralloc>::ENTRY,
     &Native::<NvmMalloc>::ENTRY,
+    &Native::<PAllocator>::ENTRY,
     &Native::<Pmdk>::ENTRY,
 ];
 

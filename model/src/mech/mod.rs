@@ -4,6 +4,7 @@
 //!
 //! * [`sizeclass`] — jemalloc-style size classes over a cache-line quantum.
 //! * [`stripe`] — the interleaved block → bit mapping of bit stripes.
+//! * [`bitset`] — a multi-layer bitset in DRAM (Metall's), first free slot in one word per layer.
 //! * [`pbitmap`] — a persistent bitmap through that mapping (CAS updates).
 //! * [`wal`] — a per-thread redo WAL of `{op, target, dest}` entries, with
 //!   sequential or interleaved slot order.
@@ -17,6 +18,7 @@
 //! * [`mark`] — the conservative mark from the persistent roots of a recovery-time GC.
 //! * [`dirty`] — eventual visibility: a direct-mapped table of dirty lines flushed lazily.
 
+pub mod bitset;
 pub mod bklog;
 pub mod dirty;
 pub mod exthdr;

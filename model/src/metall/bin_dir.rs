@@ -3,7 +3,7 @@
 //! chunks' multi-layer bitsets. One mutex per bin, so different sizes
 //! allocate and free concurrently.
 
-use super::bitset::MultiLayerBitset;
+use crate::mech::bitset::MultiLayerBitset;
 use std::collections::HashMap;
 
 /// A chunk of small objects: its slots and how many are in use.

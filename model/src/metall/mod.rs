@@ -7,7 +7,7 @@
 //!   large object of whole chunks.
 //! * Management data lives in DRAM while the store is open: the chunk
 //!   directory ([`chunk_dir`]), the bin directory of non-full chunks per bin
-//!   ([`bin_dir`]) and a multi-layer bitset per small chunk ([`bitset`]).
+//!   ([`bin_dir`]) and a multi-layer bitset per small chunk ([`crate::mech::bitset`]).
 //!   Allocation touches no persistent metadata at all.
 //! * Closing writes the management data to files and marks the datastore
 //!   properly closed ([`store`]); opening a datastore without that mark is
@@ -39,7 +39,6 @@
 //! out, at each crash point, the datastore a crash leaves there ([`crash`]).
 
 pub mod bin_dir;
-pub mod bitset;
 pub mod chunk_dir;
 pub mod crash;
 pub mod mutation;

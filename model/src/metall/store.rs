@@ -22,10 +22,10 @@
 //! everything before it, so a damaged file is refused with its name.
 
 use super::bin_dir::{Bin, SmallChunk};
-use super::bitset::MultiLayerBitset;
 use super::chunk_dir::{ChunkDirectory, ChunkKind};
 use super::NAME;
 use crate::error::AllocError;
+use crate::mech::bitset::MultiLayerBitset;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::io::AsRawFd;

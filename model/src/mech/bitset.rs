@@ -1,8 +1,10 @@
-//! Metall's multi-layer bitset (Metall §4.3.1): the slots of a small-object
-//! chunk, one bit each (1 = in use), with a layer above every 64 words whose
-//! bit says "that word is full". Finding a free slot reads one word per
-//! layer — three at most for the 2^18 slots of 8 B objects in a 2 MiB chunk.
-//! It lives in DRAM; only the leaf layer is written to the datastore.
+//! A multi-layer bitset in DRAM (Metall §4.3.1): slots, one bit each (1 =
+//! in use), with a layer above every 64 words whose bit says "that word is
+//! full". Finding a free slot reads one word per layer — three at most for
+//! the 2^18 slots of 8 B objects in a Metall chunk of 2 MiB. Metall keeps a
+//! small chunk's slots in it (only the leaf layer is written to the
+//! datastore); the PAllocator-style allocator a page's blocks (its
+//! persistent state is the page's 2-byte entries).
 
 /// A bitset of `len` slots with full-word summary layers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,6 +106,20 @@ impl MultiLayerBitset {
         Some(idx)
     }
 
+    /// Marks slot `i` in use; false if it was in use already.
+    pub fn set(&mut self, i: u64) -> bool {
+        assert!(i < self.len, "slot {i} of a bitset of {}", self.len);
+        let w = &mut self.layers[0][(i / 64) as usize];
+        if *w >> (i % 64) & 1 == 1 {
+            return false;
+        }
+        *w |= 1 << (i % 64);
+        if *w == !0 {
+            self.set_up(1, i / 64);
+        }
+        true
+    }
+
     /// Slots in use (the leaf bits set, padding excluded).
     pub fn count(&self) -> u64 {
         let pad = (self.layers[0].len() as u64 * 64 - self.len) as u32;
@@ -161,5 +177,19 @@ mod tests {
             assert_eq!(b.find_and_set(), Some(len - 1));
         }
         assert_eq!(MultiLayerBitset::new(1 << 18).layers.len(), 3, "64^3 slots in three layers");
+    }
+
+    #[test]
+    fn set_keeps_the_summaries() {
+        let len = 64 * 64 + 5;
+        let mut b = MultiLayerBitset::new(len);
+        for i in (0..len).filter(|i| i % 7 != 3) {
+            assert!(b.set(i));
+        }
+        assert!(!b.set(0), "a slot in use is refused");
+        assert!(b.summaries_agree());
+        let free: Vec<u64> = std::iter::from_fn(|| b.find_and_set()).collect();
+        assert_eq!(free, (0..len).filter(|i| i % 7 == 3).collect::<Vec<_>>());
+        assert_eq!(b.count(), len);
     }
 }
