@@ -86,7 +86,8 @@ fn check_report(out: &Path) {
     // Estimated throughput at every thread count, PMDK's Threadtest too, and
     // NVAlloc's speed-up over it; the calibration table with every point.
     let text = std::fs::read_to_string(out.join("results").join("scaling-threadtest.csv")).unwrap();
-    assert_eq!(text.lines().count(), 1 + 5 * 9, "{text}");
+    // Every registered allocator (`alloc = ["all"]`) at 5 thread counts.
+    assert_eq!(text.lines().count(), 1 + 5 * pmsim_model::registry::names().len(), "{text}");
     assert!(html.contains("<td>threadtest</td><td>pmdk</td><td>16</td>"), "PMDK at 16 threads missing");
     let text = std::fs::read_to_string(out.join("results").join("calibration.csv")).unwrap();
     assert!(text.lines().count() > 50 && text.contains("validation") && text.contains("fitted"), "{text}");
