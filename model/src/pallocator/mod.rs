@@ -45,7 +45,9 @@
 //! free blocks in a DRAM tree (the paper: persistent FPTrees) and huge
 //! blocks carved from the segment table (the paper: a file each); a freed
 //! block from another thread's page goes back to that thread's allocator
-//! after a fence (so its log entry is cleared durably before anyone reuses it).
+//! after a fence, and so does a freed big or huge block to the shared
+//! allocator (its log entry cleared durably before another thread can
+//! reuse it, whose allocation a redo of the free would otherwise undo).
 //!
 //! Internal work at create, open and close runs on thread id 0.
 
@@ -257,15 +259,20 @@ impl PAllocator {
         Some(first)
     }
 
-    /// Frees the huge block at segment `first`: its table words cleared and persisted.
-    fn release_segments(&self, t: &mut PmThread, first: u64) {
-        let mut segs = self.segs.lock().unwrap();
-        let n = segs[first as usize] >> 8;
+    /// Frees the huge block of `n` segments at segment `first` durably: its
+    /// table words cleared and persisted. The DRAM copy still holds them
+    /// ([`PAllocator::forget_segments`] gives them back).
+    fn release_segments(&self, t: &mut PmThread, first: u64, n: u64) {
         for i in first..first + n {
-            segs[i as usize] = seg::FREE;
             t.store_u64(self.lay.segword(i), seg::FREE);
         }
         t.persist(self.lay.segword(first), 8 * n);
+    }
+
+    /// Gives segments `first..first + n` back to the DRAM copy of the table.
+    fn forget_segments(&self, first: u64, n: u64) {
+        let mut segs = self.segs.lock().unwrap();
+        segs[first as usize..(first + n) as usize].fill(seg::FREE);
     }
 
     /// One failure-atomic operation: the micro-log entry `(op, target,
@@ -356,14 +363,20 @@ impl PAllocator {
                     PAllocator::publish(t, dest, 0);
                     self.big_free(t, &mut b, at);
                 });
+                // The entry's clearing durable before the lock lets another
+                // thread take the block (its redo would free that allocation).
+                t.fence();
                 bytes - HDR
             }
             seg::HUGE => {
                 let n = w >> 8;
                 self.logged(t, log, OP_FREE, self.lay.seg_off(i), dest, |t| {
                     PAllocator::publish(t, dest, 0);
-                    self.release_segments(t, i);
+                    self.release_segments(t, i, n);
                 });
+                // As for a big block: durably cleared before anyone can take them.
+                t.fence();
+                self.forget_segments(i, n);
                 n * self.lay.seg - HDR
             }
             k => panic!("free of {off:#x}: segment {i} is of kind {k}"),
