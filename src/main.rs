@@ -60,7 +60,10 @@ enum Command {
 fn main() -> ExitCode {
     pmsim_model::pmdk::serve_recovery_if_asked();
     pmsim_traces::interrupt::clean_after_if_asked();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return usage_error(e),
+    };
     pmsim_traces::interrupt::install();
     // Output piped into a reader that stops early (`pmsim crash … | head`):
     // Rust ignores SIGPIPE, so `println!` panics on the closed pipe. That
@@ -74,12 +77,47 @@ fn main() -> ExitCode {
         }
     }));
     let result = std::panic::catch_unwind(move || dispatch(cli.command));
+    if pmsim_traces::interrupt::interrupted() {
+        // The signal handler's thread is cleaning up and ends the process by
+        // the signal: nothing more to say or do here.
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    }
     // The scratch directories live as long as the process; they go now.
     pmsim_traces::owned::remove_own_scratch();
     match result {
         Ok(code) => code,
         Err(p) if is_broken_pipe(&*p) => ExitCode::from(141),
         Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+/// A command line clap refuses: one error line (what is wrong, without the
+/// usage text) and exit status 1, as every other bad input; `--help` and
+/// `--version` print as usual.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => e.exit(),
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            eprintln!(
+                "pmsim: error: 'pmsim {}' needs a subcommand (pmsim {} --help lists them)",
+                args.join(" "),
+                args.join(" ")
+            );
+            ExitCode::FAILURE
+        }
+        _ => {
+            let text = e.render().to_string();
+            let what = text.split("\n\nUsage:").next().unwrap_or("");
+            let what = what.split("\n\nFor more information").next().unwrap_or("");
+            let line = what.split_whitespace().collect::<Vec<_>>().join(" ");
+            let line = line.strip_prefix("error: ").unwrap_or(&line);
+            eprintln!("pmsim: error: {} (see --help)", pmsim_traces::input::one_line(line));
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -111,8 +149,10 @@ fn dispatch(command: Command) -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(_) if pmsim_traces::interrupt::interrupted() => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("pmsim: error: {e}");
+            // One line whatever the error quotes (a name or a damaged file's bytes).
+            eprintln!("pmsim: error: {}", pmsim_traces::input::one_line(&e.to_string()));
             ExitCode::FAILURE
         }
     }

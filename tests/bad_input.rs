@@ -267,8 +267,8 @@ fn cases() -> Vec<Case> {
         c!("an empty experiment file", "sweep empty.toml --out d", "empty.toml", "[sweep]"),
         c!("a TOML without [sweep]", "sweep nosweep.toml --out d", "nosweep.toml", "[sweep]"),
         c!("--resume after editing experiment.json", "sweep --resume sw-edited", "experiment.json", "edited by hand"),
-        c!("crash --every 0", "crash v.pmt --every 0", "--every 0"),
-        c!("crash --bound 0", "crash v.pmt --bound 0", "--bound 0"),
+        c!("crash --every 0", "crash v.pmt --every 0", "--every", "out of range"),
+        c!("crash --bound 0", "crash v.pmt --bound 0", "--bound", "out of range"),
         c!("run --threads 100000", "run --alloc makalu --workload threadtest --threads 100000", "100000 threads"),
         c!("run --threads 0", "RUN --threads 0", "at least 1"),
         // Inputs of the wrong kind, refused at once.
@@ -363,7 +363,9 @@ fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
 fn exactly_one_writer(dir: &Path, args: [&[&str]; 2], lock: &Path) {
     let a = spawn_in(dir, args[0]);
     let pid = a.id();
-    wait_for("the first writer's lock", || std::fs::read_to_string(lock).is_ok_and(|s| s.trim() == pid.to_string()));
+    wait_for("the first writer's lock", || {
+        std::fs::read_to_string(lock).is_ok_and(|s| s.lines().next() == Some(pid.to_string().as_str()))
+    });
     let b = run_in(dir, &args[1].iter().map(|s| s.to_string()).collect::<Vec<_>>(), Duration::from_secs(120));
     let a = wait_limited(a, Duration::from_secs(300), &[]);
     assert!(a.status.success(), "first writer: {}", stderr(&a));

@@ -64,7 +64,7 @@ pub fn profile(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, heap_size: u
 
 fn in_process(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, size: u64, id: &str) -> Result<CpuProfile, String> {
     let scratch = ScratchHeap::new(&format!("sweep-{id}"))?;
-    let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true };
+    let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true, shown: None };
     let opts = RunOptions { cpu_profile: true, ..opts.clone() };
     let progress = Progress::default();
     let spec = RunSpec { alloc, workload: wl, opts: &opts, heap: &hs, flush: FlushInsn::None, progress: &progress };

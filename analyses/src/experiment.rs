@@ -120,7 +120,7 @@ impl Experiment {
     /// Reads an experiment file; errors name the file.
     pub fn from_file(path: &Path) -> Result<Experiment, ExpError> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
+        let text = pmsim_traces::input::read_text(path, "experiment file")?;
         Self::from_toml(&text, &name)
     }
 
@@ -138,11 +138,17 @@ impl Experiment {
         })?;
         let mut axes = BTreeMap::new();
         flatten("", &f.sweep, &mut axes).map_err(|e| format!("{name}: {e}"))?;
+        for (k, vs) in &axes {
+            no_repeats(k, vs).map_err(|e| format!("{name}: [sweep]: {e}"))?;
+        }
         let mut at_scale = BTreeMap::new();
         for (scale, t) in &f.scale {
             scale.parse::<Scale>().map_err(|e| format!("{name}: [scale.{scale}]: {e}"))?;
             let mut over = BTreeMap::new();
             flatten("", t, &mut over).map_err(|e| format!("{name}: [scale.{scale}]: {e}"))?;
+            for (k, vs) in &over {
+                no_repeats(k, vs).map_err(|e| format!("{name}: [scale.{scale}]: {e}"))?;
+            }
             if let Some(k) = over.keys().find(|k| matches!(k.as_str(), "scale" | "mode")) {
                 return Err(format!("{name}: [scale.{scale}]: '{k}' cannot change with the scale"));
             }
@@ -204,6 +210,7 @@ impl Experiment {
                 s => Ok(serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.to_string()))),
             })
             .collect::<Result<Vec<Value>, _>>()?;
+        no_repeats(k, &vals).map_err(|e| format!("--set '{kv}': {e}"))?;
         self.axes.insert(k.to_string(), vals);
         // The command line wins at every scale.
         for over in self.at_scale.values_mut() {
@@ -265,6 +272,17 @@ impl Experiment {
                 })?;
             }
         }
+        // Values that differ as written may still make one point (a
+        // parameter set to its default beside the default).
+        let mut seen = std::collections::HashMap::new();
+        for (i, p) in out.iter().enumerate() {
+            if let Some(j) = seen.insert(p.id(), i) {
+                return Err(format!(
+                    "points {j} and {i} are the same point ({}): a value repeats in an axis",
+                    p.label()
+                ));
+            }
+        }
         Ok(out)
     }
 }
@@ -294,22 +312,28 @@ fn numbers(axes: &BTreeMap<String, Vec<Value>>, key: &str, default: u64) -> Resu
 
 /// The points of one mode and scale, from that scale's axes, appended to `out`.
 fn cross(axes: &BTreeMap<String, Vec<Value>>, mode: Mode, scale: &str, out: &mut Vec<Point>) -> Result<(), ExpError> {
-    let mut workloads = Vec::new();
+    let mut workloads: Vec<String> = Vec::new();
     for w in strings(axes, "workload", &["threadtest"])? {
         for n in Workload::expand(&w).map_err(|e| format!("'workload': {e}"))? {
-            if !workloads.iter().any(|x: &String| x == n) {
-                workloads.push(n.to_string());
+            if workloads.iter().any(|x| x == n) {
+                return Err(format!("'workload': {n} is listed twice (once as part of {w})"));
             }
+            workloads.push(n.to_string());
         }
     }
     let threads = numbers(axes, "threads", 1)?;
     let seeds = numbers(axes, "seed", 42)?;
     let mut allocs = Vec::new();
     for a in strings(axes, "alloc", &["nvalloc-log"])? {
-        if a == "all" {
-            allocs.extend(AllocSpec::names().into_iter().map(String::from));
-        } else {
-            allocs.push(a);
+        let names: Vec<String> = match a.as_str() {
+            "all" => AllocSpec::names().into_iter().map(String::from).collect(),
+            _ => vec![a.clone()],
+        };
+        for n in names {
+            if allocs.contains(&n) {
+                return Err(format!("'alloc': {n} is listed twice (once as part of {a})"));
+            }
+            allocs.push(n);
         }
     }
     let mut wl_keys = Vec::new();
@@ -322,7 +346,12 @@ fn cross(axes: &BTreeMap<String, Vec<Value>>, mode: Mode, scale: &str, out: &mut
         match key_kind(k) {
             KeyKind::Core(_) => {}
             KeyKind::Workload(p) => wl_keys.push((p, vs)),
-            KeyKind::Alloc(p) => alloc_keys.push((p, vs)),
+            KeyKind::Alloc(p) => {
+                if alloc_keys.iter().any(|(q, _)| *q == p) {
+                    return Err(format!("'{p}' is given twice (as {p} and alloc.{p}): give it once"));
+                }
+                alloc_keys.push((p, vs))
+            }
             KeyKind::Sim(p) => sim_keys.push((p, vs)),
         }
     }
@@ -383,6 +412,20 @@ fn cross(axes: &BTreeMap<String, Vec<Value>>, mode: Mode, scale: &str, out: &mut
     Ok(())
 }
 
+/// Refuses an axis that lists a value twice (its points would run twice).
+fn no_repeats(key: &str, vals: &[Value]) -> Result<(), String> {
+    let same = |a: &Value, b: &Value| match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    };
+    for (i, v) in vals.iter().enumerate() {
+        if vals[..i].iter().any(|w| same(v, w)) {
+            return Err(format!("'{key}': {v} is listed twice (a sweep runs each value once)"));
+        }
+    }
+    Ok(())
+}
+
 /// Every combination of the keys' values (keys in name order, values as listed).
 fn combos(keys: &[(&str, &Vec<Value>)]) -> Vec<BTreeMap<String, Value>> {
     let mut out = vec![BTreeMap::new()];
@@ -406,6 +449,9 @@ fn flatten(prefix: &str, t: &toml::Table, out: &mut BTreeMap<String, Vec<Value>>
         let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
         match v {
             toml::Value::Table(sub) => flatten(&key, sub, out)?,
+            _ if out.contains_key(&key) => {
+                return Err(format!("'{key}' is given twice (as \"{key}\" and as a sub-table key): give it once"))
+            }
             toml::Value::Array(items) => {
                 let vals = items.iter().map(|i| scalar(&key, i)).collect::<Result<Vec<_>, _>>()?;
                 out.insert(key, vals);

@@ -8,6 +8,7 @@
 use crate::table::Table;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use pmsim_traces::output::Staged;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -202,8 +203,15 @@ pub fn render(fig: &Figure, dir: &Path) -> Result<Vec<PathBuf>, String> {
     let svg = dir.join(format!("{}.svg", fig.id));
     let png = dir.join(format!("{}.png", fig.id));
     let err = |p: &Path, e: String| format!("{}: {e}", p.display());
-    draw(SVGBackend::new(&svg, size).into_drawing_area(), fig, (rows, cols)).map_err(|e| err(&svg, e))?;
-    draw(BitMapBackend::new(&png, size).into_drawing_area(), fig, (rows, cols)).map_err(|e| err(&png, e))?;
+    // Drawn under temporary names and renamed into place (a link of that
+    // name is replaced, never written through).
+    let stage = |p: &Path| Staged::new(p, true).map_err(|e| err(p, format!("cannot create: {e}")));
+    let (s, b) = (stage(&svg)?, stage(&png)?);
+    draw(SVGBackend::new(&s.tmp_path(), size).into_drawing_area(), fig, (rows, cols)).map_err(|e| err(&svg, e))?;
+    draw(BitMapBackend::new(&b.tmp_path(), size).into_drawing_area(), fig, (rows, cols)).map_err(|e| err(&png, e))?;
+    for (st, p) in [(s, &svg), (b, &png)] {
+        st.commit().map_err(|e| err(p, format!("cannot write: {e}")))?;
+    }
     Ok(vec![svg, png])
 }
 

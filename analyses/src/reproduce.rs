@@ -77,7 +77,7 @@ impl Traced {
     /// The row: a simulated point labelled with the allocator, the report as its result.
     fn row(&self, index: usize, scale: &str) -> Result<Row, String> {
         let name = self.report.display().to_string();
-        let text = std::fs::read_to_string(&self.report).map_err(|e| format!("{name}: cannot read: {e}"))?;
+        let text = pmsim_traces::input::read_text(&self.report, "report")?;
         let mut v: Value = serde_json::from_str(&text).map_err(|e| format!("{name}: not JSON: {e}"))?;
         // `pmsim run --sim --json` wraps the report; `pmsim sim --json` is the report.
         if let Some(inner) = v.pointer("/runs/0/sim").cloned() {
@@ -86,6 +86,7 @@ impl Traced {
         if v.pointer("/overall/flushes").is_none() {
             return Err(format!("{name}: not a pmsim simulator report (no overall.flushes)"));
         }
+        pmsim_sim::diff::check_report(&v).map_err(|e| format!("{name}: not a pmsim simulator report: {e}"))?;
         fields::check(&v, fields::Source::Sim).map_err(|e| format!("{name}: {e}"))?;
         let threads = v.get("threads").and_then(Value::as_array).map_or(1, |t| t.len().max(1)) as u32;
         let dimms = v.as_object_mut().and_then(|o| o.remove("dimms"));
@@ -167,7 +168,7 @@ pub fn experiment_files(dir: Option<&Path>) -> Result<Vec<(String, String)>, Str
             for e in rd {
                 let p = e.map_err(|e| format!("{}: {e}", d.display()))?.path();
                 if p.extension().is_some_and(|x| x == "toml") {
-                    let t = std::fs::read_to_string(&p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
+                    let t = pmsim_traces::input::read_text(&p, "experiment file")?;
                     v.push((p.display().to_string(), t));
                 }
             }
@@ -178,6 +179,75 @@ pub fn experiment_files(dir: Option<&Path>) -> Result<Vec<(String, String)>, Str
             Ok(v)
         }
     }
+}
+
+/// Makes `out` the report directory of this run, or checks that it is one
+/// of pmsim's ([`pmsim_traces::output::own_dir`]): a new or empty
+/// directory, or one a `pmsim reproduce` wrote (its marker, or from before
+/// markers its sweeps); never a directory of the user's, a sweep's, or one
+/// inside another run's directory.
+pub fn claim_out(out: &Path) -> Result<(), String> {
+    if std::fs::symlink_metadata(out).is_err() {
+        if let Some((d, kind)) = pmsim_traces::output::inside_own_dir(out) {
+            return Err(format!(
+                "{}: inside the pmsim {kind} directory {}: the report goes elsewhere",
+                out.display(),
+                d.display()
+            ));
+        }
+        if let Some(p) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(p).map_err(|e| format!("{}: cannot create: {e}", p.display()))?;
+        }
+    }
+    let legacy = |d: &Path| {
+        std::fs::read_dir(d.join("sweeps"))
+            .map(|rd| rd.flatten().any(|e| SweepDir::new(e.path()).load().is_ok_and(|r| r.is_some())))
+            .unwrap_or(false)
+    };
+    pmsim_traces::output::own_dir(out, "report", "pmsim report directory\n", legacy).map(drop)
+}
+
+/// Makes `out` the directory of a report of the sweep `dir` (`pmsim sweep
+/// merge --report`), or checks that it may be: never the sweep directory
+/// or its shards, never inside another run's directory except as the
+/// sweep's own `DIR/report` (the Slurm merge job's), never a directory of
+/// the user's; a report directory that is not empty only with `force`.
+pub fn claim_report_dir(out: &Path, dir: &SweepDir, force: bool) -> Result<(), String> {
+    let canon = |p: &Path| std::fs::canonicalize(p).ok();
+    let root = canon(&dir.root);
+    if let (Some(o), Some(d)) = (canon(out), &root) {
+        if o == *d || o.starts_with(d.join("shards")) {
+            return Err(format!(
+                "{}: is the sweep directory {} or its shards: write the report elsewhere",
+                out.display(),
+                dir.root.display()
+            ));
+        }
+    }
+    match std::fs::symlink_metadata(out) {
+        Err(_) => {
+            if let Some((d, kind)) = pmsim_traces::output::inside_own_dir(out) {
+                let own = Some(&d) == root.as_ref() && out.parent().and_then(canon) == root;
+                if !own {
+                    return Err(format!(
+                        "{}: inside the pmsim {kind} directory {}: write the report elsewhere",
+                        out.display(),
+                        d.display()
+                    ));
+                }
+            }
+        }
+        Ok(m) if m.is_dir() && !force => {
+            if std::fs::read_dir(out).map_err(|e| format!("{}: {e}", out.display()))?.next().is_some() {
+                return Err(format!(
+                    "{}: a directory that is not empty (--force writes the report over one pmsim wrote)",
+                    out.display()
+                ));
+            }
+        }
+        Ok(_) => {}
+    }
+    pmsim_traces::output::own_dir(out, "report", "pmsim report directory\n", |_| false).map(drop)
 }
 
 /// The experiments to run, each with its scale set, checked before anything runs.
@@ -195,6 +265,19 @@ pub fn load(opts: &Options) -> Result<Vec<(String, String, Experiment)>, String>
     }
     if let Some(n) = opts.only.iter().find(|n| !out.iter().any(|(_, _, e)| &e.meta.name == *n)) {
         return Err(format!("--only: no experiment named '{n}'"));
+    }
+    if let Some(n) = opts.only.iter().enumerate().find_map(|(i, n)| opts.only[..i].contains(n).then_some(n)) {
+        return Err(format!("--only: '{n}' is named twice"));
+    }
+    // The reports added to the comparison are read now, not after the sweeps.
+    if !opts.traced.is_empty() && !out.iter().any(|(_, _, e)| e.meta.figures.iter().any(|f| f == "compare")) {
+        return Err("--traced: no experiment of this run draws the allocator comparison it joins".into());
+    }
+    for (i, t) in opts.traced.iter().enumerate() {
+        if opts.traced[..i].iter().any(|o| o.alloc == t.alloc && o.workload == t.workload) {
+            return Err(format!("--traced {}@{}: given twice", t.alloc, t.workload));
+        }
+        t.row(0, &opts.scale)?;
     }
     Ok(out)
 }

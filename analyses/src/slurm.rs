@@ -115,12 +115,86 @@ fn which(cmd: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(cmd)).find(|p| p.is_file())
 }
 
-/// Refuses an array of no tasks (checked before the sweep directory is made).
+/// The most array tasks pmsim submits (Slurm's default MaxArraySize is 1001).
+pub const MAX_TASKS: usize = 1000;
+
+/// Refuses an array of no tasks, or of more than Slurm takes (checked
+/// before the sweep directory is made).
 pub fn check_tasks(tasks: usize) -> Result<(), String> {
     if tasks == 0 {
         return Err("--tasks must be at least 1".into());
     }
+    if tasks > MAX_TASKS {
+        return Err(format!("--tasks {tasks}: more than {MAX_TASKS} (Slurm's default MaxArraySize is 1001)"));
+    }
     Ok(())
+}
+
+/// Checks the options sbatch would otherwise refuse only after the scripts
+/// are written: `--time` in one of Slurm's formats (`MINUTES`, `MM:SS`,
+/// `HH:MM:SS`, `DAYS-HH`, `DAYS-HH:MM`, `DAYS-HH:MM:SS`, or `infinite`), a
+/// `--partition` that is a name (or a comma list of names), and
+/// `--sbatch-arg`s that are options.
+pub fn check_options(o: &SlurmOptions) -> Result<(), String> {
+    check_tasks(o.tasks.max(1))?;
+    if let Some(t) = &o.time {
+        check_time(t).map_err(|why| {
+            format!(
+                "--time {t:?}: {why} (Slurm's formats: MINUTES, MM:SS, HH:MM:SS, DAYS-HH, DAYS-HH:MM, \
+                 DAYS-HH:MM:SS)"
+            )
+        })?;
+    }
+    if let Some(p) = &o.partition {
+        let name_ok = |n: &str| {
+            !n.is_empty() && n.len() <= 64 && n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        };
+        if !p.split(',').all(name_ok) {
+            return Err(format!(
+                "--partition {p:?}: not a partition name (letters, digits, '-', '_', '.'; several joined by ',')"
+            ));
+        }
+    }
+    for a in &o.sbatch_args {
+        if !a.starts_with('-') || a.chars().any(char::is_control) {
+            return Err(format!("--sbatch-arg {a:?}: not an sbatch option (e.g. --sbatch-arg=--account=lab)"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a Slurm time limit.
+fn check_time(t: &str) -> Result<(), String> {
+    if matches!(t, "infinite" | "UNLIMITED" | "unlimited") {
+        return Ok(());
+    }
+    let num = |s: &str, max: u64, what: &str| -> Result<u64, String> {
+        if s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) || s.len() > 9 {
+            return Err(format!("{s:?} is not a number of {what}"));
+        }
+        let n: u64 = s.parse().map_err(|_| format!("{s:?} is not a number of {what}"))?;
+        if n > max {
+            return Err(format!("{n} {what}: at most {max}"));
+        }
+        Ok(n)
+    };
+    let (days, rest) = match t.split_once('-') {
+        Some((d, r)) => (Some(num(d, 365_000, "days")?), r),
+        None => (None, t),
+    };
+    let parts: Vec<&str> = rest.split(':').collect();
+    // (A limit of zero is Slurm's "no limit".)
+    match (days, parts.as_slice()) {
+        (None, [m]) => num(m, u64::from(u32::MAX), "minutes").map(drop),
+        (None, [m, s]) => num(m, u64::from(u32::MAX), "minutes").and(num(s, 59, "seconds")).map(drop),
+        (None, [h, m, s]) => {
+            num(h, u64::from(u32::MAX), "hours").and(num(m, 59, "minutes")).and(num(s, 59, "seconds")).map(drop)
+        }
+        (Some(_), [h]) => num(h, 23, "hours").map(drop),
+        (Some(_), [h, m]) => num(h, 23, "hours").and(num(m, 59, "minutes")).map(drop),
+        (Some(_), [h, m, s]) => num(h, 23, "hours").and(num(m, 59, "minutes")).and(num(s, 59, "seconds")).map(drop),
+        _ => Err("not a time limit".into()),
+    }
 }
 
 /// Writes the array and merge scripts for sweep directory `dir` (which must
@@ -128,6 +202,7 @@ pub fn check_tasks(tasks: usize) -> Result<(), String> {
 /// binary the tasks run: an absolute path every node can execute.
 pub fn plan(dir: &SweepDir, name: &str, pmsim: &Path, o: &SlurmOptions) -> Result<Plan, String> {
     check_tasks(o.tasks)?;
+    check_options(o)?;
     let root = std::path::absolute(&dir.root).map_err(|e| format!("{}: {e}", dir.root.display()))?;
     let sdir = root.join("slurm");
     let logs = sdir.join("logs");

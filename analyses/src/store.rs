@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -89,11 +90,10 @@ impl SweepDir {
     /// The resolved experiment stored here, if any.
     pub fn load(&self) -> Result<Option<Resolved>, StoreError> {
         let p = self.experiment_path();
-        let text = match fs::read_to_string(&p) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("{}: cannot read: {e}", p.display())),
-        };
+        if fs::symlink_metadata(&p).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            return Ok(None);
+        }
+        let text = pmsim_traces::input::read_text(&p, "sweep's experiment file")?;
         let r: Resolved = serde_json::from_str(&text)
             .map_err(|e| format!("{}: not a pmsim sweep's experiment file: {e}", p.display()))?;
         // Rows are matched to points by id: a list edited by hand would make
@@ -122,19 +122,52 @@ impl SweepDir {
         Ok(Some(r))
     }
 
-    /// Locks shard `index` of the directory (creating it) for one writer: a
-    /// second sweep writing the same shard is refused with the holder's pid
-    /// until this one ends, while the other shards of a job array run at once.
-    /// Shard 0, which an unsharded sweep writes, is locked by `DIR/.lock`.
+    /// Makes the directory a sweep's, or checks that it is one
+    /// ([`pmsim_traces::output::own_dir`]: a new or empty directory, or one
+    /// with a sweep's marker or, from before markers, its experiment file),
+    /// and that its points are split into `shards` shards: the scheme is
+    /// fixed when the directory is made (its marker says it), and a run with
+    /// another is refused, since rows would land in shard files the merge
+    /// and `--resume` read with the first.
+    pub fn claim(&self, shards: usize) -> Result<(), StoreError> {
+        let legacy = |d: &Path| SweepDir::new(d).load().is_ok_and(|r| r.is_some());
+        let content = pmsim_traces::output::own_dir(&self.root, "sweep", &marker_text(shards), legacy)?;
+        match scheme_of(&content) {
+            Some(n) if n == shards => Ok(()),
+            Some(n) => Err(format!(
+                "{}: its points are split into {n} shard(s) (--shard i/{n}); this run asks for {shards}: run it \
+                 with --shard i/{n}, or into a new directory",
+                self.root.display()
+            )),
+            // A marker without a scheme (a sweep from before schemes): this one's.
+            None => {
+                let mark = pmsim_traces::output::marker(&self.root, "sweep");
+                let mut p = Policy::new(true);
+                p.input(&self.experiment_path());
+                p.write(&mark, marker_text(shards).as_bytes())
+            }
+        }
+    }
+
+    /// The shard scheme fixed when the directory was made (`None` for a
+    /// directory that is not a sweep's, or one from before schemes).
+    pub fn scheme(&self) -> Option<usize> {
+        let text = pmsim_traces::input::read_text(&pmsim_traces::output::marker(&self.root, "sweep"), "marker").ok()?;
+        scheme_of(&text)
+    }
+
+    /// Locks shard `index` of the directory (which [`SweepDir::claim`] made)
+    /// for one writer: a second sweep writing the same shard is refused with
+    /// the holder's pid until this one ends, while the other shards of a job
+    /// array run at once. Shard 0, which an unsharded sweep writes, is locked
+    /// by `DIR/.lock`.
     pub fn lock_shard(&self, index: usize) -> Result<Lock, StoreError> {
-        fs::create_dir_all(&self.root).map_err(|e| format!("{}: cannot create: {e}", self.root.display()))?;
         Lock::dir_part(&self.root, &Self::shard_lock_name(index))
     }
 
     /// Locks the directory for one cluster submission (`DIR/.lock.submit`):
     /// the submitting process waits while the array tasks lock their shards.
     pub fn lock_submit(&self) -> Result<Lock, StoreError> {
-        fs::create_dir_all(&self.root).map_err(|e| format!("{}: cannot create: {e}", self.root.display()))?;
         Lock::dir_part(&self.root, ".lock.submit")
     }
 
@@ -152,13 +185,21 @@ impl SweepDir {
         policy.input(&self.experiment_path());
         policy.input(&self.root.join(".lock"));
         policy.input(&self.root.join(".lock.submit"));
+        policy.input(&pmsim_traces::output::marker(&self.root, "sweep"));
         policy.guard_dir(&self.shards_dir(), "a sweep's shard directory");
     }
 
     /// Stores `r` here, or checks that the experiment already stored is the
     /// same one (a shard or a `--resume` must run exactly the same points).
     pub fn init(&self, r: &Resolved) -> Result<(), StoreError> {
-        fs::create_dir_all(self.shards_dir()).map_err(|e| format!("{}: cannot create: {e}", self.root.display()))?;
+        let shards = self.shards_dir();
+        match fs::symlink_metadata(&shards) {
+            Ok(m) if !m.is_dir() => {
+                return Err(format!("{}: not a directory; a sweep's shards are its own", shards.display()))
+            }
+            Ok(_) => {}
+            Err(_) => fs::create_dir(&shards).map_err(|e| format!("{}: cannot create: {e}", shards.display()))?,
+        }
         if let Some(old) = self.load()? {
             if old.fingerprint != r.fingerprint {
                 return Err(format!(
@@ -204,10 +245,7 @@ impl SweepDir {
         let mut rows = Vec::new();
         let mut torn = Vec::new();
         for f in files {
-            let mut text = Vec::new();
-            File::open(&f)
-                .and_then(|mut h| h.read_to_end(&mut text))
-                .map_err(|e| format!("{}: cannot read: {e}", f.display()))?;
+            let text = pmsim_traces::input::read_limited(&f, "shard file", SHARD_LIMIT)?;
             let ends_clean = text.last().is_none_or(|&b| b == b'\n');
             let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
             let n = lines.len();
@@ -228,6 +266,15 @@ impl SweepDir {
         }
         Ok((rows, torn))
     }
+}
+
+/// A sweep directory's marker: what it is and its shard scheme.
+fn marker_text(shards: usize) -> String {
+    format!("pmsim sweep directory\nshards {shards}\n")
+}
+
+fn scheme_of(marker: &str) -> Option<usize> {
+    marker.lines().find_map(|l| l.strip_prefix("shards ")?.trim().parse().ok())
 }
 
 /// The line of a row (with its newline).
@@ -258,6 +305,9 @@ pub fn decode_line(line: &[u8]) -> Result<Row, String> {
     serde_json::from_slice(body).map_err(|e| format!("row does not parse: {e}"))
 }
 
+/// The largest shard file read (rows are kilobytes each).
+const SHARD_LIMIT: u64 = 1 << 30;
+
 /// Appends rows to one shard file, each durable before `append` returns.
 pub struct ShardWriter {
     path: PathBuf,
@@ -269,8 +319,18 @@ impl ShardWriter {
     /// killed writer is cut off first.
     pub fn open(path: &Path) -> Result<ShardWriter, StoreError> {
         let err = |e: std::io::Error| format!("{}: {e}", path.display());
-        let mut f = OpenOptions::new().read(true).append(true).create(true).open(path).map_err(err)?;
-        let len = f.metadata().map_err(err)?.len();
+        let mut f = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(err)?;
+        let meta = f.metadata().map_err(err)?;
+        if !meta.is_file() {
+            return Err(format!("{}: not a regular file; a shard file is pmsim's own", path.display()));
+        }
+        let len = meta.len();
         if len > 0 {
             let mut text = Vec::new();
             f.seek(SeekFrom::Start(0)).map_err(err)?;
@@ -299,9 +359,50 @@ impl ShardWriter {
 pub fn merge(dir: &SweepDir) -> Result<(Resolved, Vec<Row>, Vec<String>), StoreError> {
     let r = dir.load()?.ok_or_else(|| format!("{}: no experiment.json: not a sweep directory", dir.root.display()))?;
     let (rows, warnings) = dir.read_rows()?;
+    let slots = place_rows(dir, &r, rows)?;
+    let missing: Vec<&Listed> = r.points.iter().filter(|l| slots[l.index].is_none()).collect();
+    if !missing.is_empty() {
+        let some: Vec<String> = missing.iter().take(3).map(|l| l.point.label()).collect();
+        return Err(format!(
+            "{}: {} of {} points have no row (e.g. {}): run `pmsim sweep --resume {}` to run them",
+            dir.root.display(),
+            missing.len(),
+            r.points.len(),
+            some.join("; "),
+            dir.root.display()
+        ));
+    }
+    let rows = slots.into_iter().map(|s| s.expect("all present").1).collect();
+    Ok((r, rows, warnings))
+}
+
+/// The rows of a sweep at their points, checked: each belongs to a point of
+/// the experiment, with its parameters, in the shard file of its shard (by
+/// the directory's scheme), with every figure the figures read, and no point
+/// has two. `--resume` checks them as the merge does, so that a directory
+/// whose rows are another sweep's (or copied twice) is refused, not "done".
+pub fn place_rows(
+    dir: &SweepDir,
+    r: &Resolved,
+    rows: Vec<(PathBuf, Row)>,
+) -> Result<Vec<Option<(PathBuf, Row)>>, StoreError> {
     let by_id: HashMap<&str, usize> = r.points.iter().map(|l| (l.id.as_str(), l.index)).collect();
+    let scheme = dir.scheme();
     let mut slots: Vec<Option<(PathBuf, Row)>> = vec![None; r.points.len()];
     for (file, row) in rows {
+        if let (Some(n), Some(k)) =
+            (scheme, file.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<usize>().ok()))
+        {
+            if row.index % n != k {
+                return Err(format!(
+                    "{}: row of point {} (index {}), which belongs to shard {} of {n}, not {k}",
+                    file.display(),
+                    row.id,
+                    row.index,
+                    row.index % n
+                ));
+            }
+        }
         let Some(&i) = by_id.get(row.id.as_str()) else {
             return Err(format!("{}: row of point {} which is not in this experiment", file.display(), row.id));
         };
@@ -326,18 +427,5 @@ pub fn merge(dir: &SweepDir) -> Result<(Resolved, Vec<Row>, Vec<String>), StoreE
         }
         slots[i] = Some((file, row));
     }
-    let missing: Vec<&Listed> = r.points.iter().filter(|l| slots[l.index].is_none()).collect();
-    if !missing.is_empty() {
-        let some: Vec<String> = missing.iter().take(3).map(|l| l.point.label()).collect();
-        return Err(format!(
-            "{}: {} of {} points have no row (e.g. {}): run `pmsim sweep --resume {}` to run them",
-            dir.root.display(),
-            missing.len(),
-            r.points.len(),
-            some.join("; "),
-            dir.root.display()
-        ));
-    }
-    let rows = slots.into_iter().map(|s| s.expect("all present").1).collect();
-    Ok((r, rows, warnings))
+    Ok(slots)
 }

@@ -48,16 +48,19 @@ impl Default for Shard {
 impl std::str::FromStr for Shard {
     type Err = String;
     fn from_str(s: &str) -> Result<Shard, String> {
-        let bad = || format!("--shard '{s}': expected i/n with 0 ≤ i < n, e.g. 0/4");
+        let bad = || format!("--shard '{s}': expected i/n with 0 ≤ i < n ≤ {MAX_SHARDS}, e.g. 0/4");
         let (i, n) = s.split_once('/').ok_or_else(bad)?;
         let index: usize = i.trim().parse().map_err(|_| bad())?;
         let count: usize = n.trim().parse().map_err(|_| bad())?;
-        if count == 0 || index >= count {
+        if count == 0 || index >= count || count > MAX_SHARDS {
             return Err(bad());
         }
         Ok(Shard { index, count })
     }
 }
+
+/// The most shards a sweep is split into.
+pub const MAX_SHARDS: usize = 100_000;
 
 impl Shard {
     pub fn contains(&self, point_index: usize) -> bool {
@@ -108,9 +111,13 @@ pub fn run_resolved(dir: &SweepDir, r: &Resolved, opts: &Options) -> Result<Summ
     let start = Instant::now();
     let points: Vec<Point> = r.points.iter().map(|l| l.point.clone()).collect();
     check_jobs(opts.jobs, &points)?;
+    dir.claim(opts.shard.count)?;
     let _one_writer = dir.lock_shard(opts.shard.index)?;
     dir.init(r)?;
     let (rows, _torn) = dir.read_rows()?;
+    // Rows of another sweep, or copied twice, are refused here as the merge
+    // would refuse them, not counted as done.
+    crate::store::place_rows(dir, r, rows.clone())?;
     let shard_path = dir.shard_path(opts.shard.index);
     let own_rows = rows.iter().filter(|(f, _)| *f == shard_path).count();
     if own_rows > 0 && !opts.resume {
@@ -324,7 +331,7 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
             let cfg = p.sim_config()?;
             let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
             let scratch = ScratchHeap::new(&format!("sweep-{id}-sim"))?;
-            let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true };
+            let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true, shown: None };
             let spec = RunSpec { alloc: &alloc, workload: &wl, opts: &opts, heap: &hs, flush, progress: &progress };
             let (outcome, mut finished) = runner::run_traced(&spec, &TraceConfig::default(), |h| {
                 Timed::with_cpu(cfg.clone(), &h, costs.as_ref()).map_err(std::io::Error::other)
@@ -359,7 +366,7 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
     if p.mode.native() {
         let _exclusive = MACHINE.write().unwrap_or_else(|e| e.into_inner());
         let scratch = ScratchHeap::new(&format!("sweep-{id}-native"))?;
-        let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true };
+        let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true, shown: None };
         let spec = RunSpec { alloc: &alloc, workload: &wl, opts: &opts, heap: &hs, flush, progress: &progress };
         let outcome = runner::run_native(&spec).map_err(|e| fail("native", &e))?;
         let Value::Object(mut rep) = serde_json::to_value(&outcome.run).expect("serializes") else {

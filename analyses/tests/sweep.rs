@@ -78,13 +78,19 @@ fn shards_merge_to_the_unsharded_result_and_resume_completes_a_killed_run() {
     assert_eq!(rows(&parts), want, "resumed run differs");
     assert!(fs::read_to_string(&f1).unwrap().ends_with('\n'));
     // Nothing left to do.
-    let s = sweep::run(&parts, exp(), &opts(Shard::default(), true)).unwrap();
-    assert_eq!((s.already_done, s.ran), (4, 0));
+    for i in 0..3 {
+        let s = sweep::run(&parts, exp(), &opts(Shard { index: i, count: 3 }, true)).unwrap();
+        assert_eq!(s.ran, 0);
+    }
+    // The directory's shard scheme is fixed when it is made: another one is
+    // refused (its rows would land in shard files of the first scheme).
+    let e = sweep::run(&parts, exp(), &opts(Shard::default(), true)).unwrap_err();
+    assert!(e.contains("split into 3 shard(s)"), "{e}");
 
     // Another experiment in the same directory is refused.
     let mut other = exp();
     other.set_axis("stripes=2").unwrap();
-    let e = sweep::run(&parts, other, &opts(Shard::default(), true)).unwrap_err();
+    let e = sweep::run(&parts, other, &opts(Shard { index: 0, count: 3 }, true)).unwrap_err();
     assert!(e.contains("holds another experiment"), "{e}");
 
     // A flipped byte inside a complete row is corruption, not a torn row.

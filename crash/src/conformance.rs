@@ -265,7 +265,8 @@ pub fn sigkill_recovery(family: &'static dyn Family, spec: &str, test: &str) {
 /// The victim: the workload on a fresh heap at `path`; says "victim ready"
 /// once operations are under way, and exits with an error if it finishes.
 fn victim(alloc: &AllocSpec, wl: &Workload, path: &Path) {
-    let hs = HeapSpec { path: path.to_path_buf(), size: alloc.heap_size(wl, VICTIM_THREADS), overwrite: true };
+    let hs =
+        HeapSpec { path: path.to_path_buf(), size: alloc.heap_size(wl, VICTIM_THREADS), overwrite: true, shown: None };
     let opts = RunOptions { threads: VICTIM_THREADS, seed: 11, ..Default::default() };
     let progress = RunProgress::default();
     std::thread::scope(|s| {
@@ -289,7 +290,7 @@ fn victim(alloc: &AllocSpec, wl: &Workload, path: &Path) {
 pub fn record(dir: &Path, name: &str, alloc: &AllocSpec, workload: &str, params: &[&str], values: bool) -> PathBuf {
     let trace = dir.join(format!("{name}.pmt"));
     let wl = Workload::preset(workload, Scale::Tiny).unwrap().with_overrides(params.iter().copied()).unwrap();
-    let heap = HeapSpec { path: dir.join(format!("{name}.heap")), size: 8 << 20, overwrite: true };
+    let heap = HeapSpec { path: dir.join(format!("{name}.heap")), size: 8 << 20, overwrite: true, shown: None };
     let progress = RunProgress::default();
     let rs = RunSpec {
         alloc,
@@ -305,6 +306,7 @@ pub fn record(dir: &Path, name: &str, alloc: &AllocSpec, workload: &str, params:
     let (_, finished) = runner::run_traced(&rs, &tcfg, |h| TraceFile::create(&trace, &h, &wopts))
         .unwrap_or_else(|e| panic!("{}: traced run: {e}", alloc.label()));
     finished.sink.finish().unwrap();
+    finished.outputs.commit().unwrap();
     trace
 }
 

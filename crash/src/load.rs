@@ -298,7 +298,12 @@ fn check_image(image: &Path, header: &TraceHeader, recorded: Option<&serde_json:
             header.heap.size
         )));
     }
-    let bytes = std::fs::read(image).map_err(|e| err(format!("cannot read the heap image: {e}")))?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(pmsim_traces::input::open_unnamed(image, "heap image").map_err(err)?, meta.len() + 1),
+        &mut bytes,
+    )
+    .map_err(|e| err(format!("cannot read the heap image: {e}")))?;
     // Its format (a pmsim heap's header) is checked by the explorer, which
     // knows the allocator's (`Layout::of`).
     if bytes.len() as u64 != header.heap.size {

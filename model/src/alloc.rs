@@ -145,6 +145,13 @@ pub trait Allocator: Send + Sync + Sized + 'static {
         need.hint
     }
 
+    /// What it keeps beside its heap file `heap` (Metall's management
+    /// directory): outputs too of a run whose heap is kept.
+    fn beside_heap(heap: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let _ = heap;
+        Vec::new()
+    }
+
     /// Slab utilization, for allocators that have slabs.
     fn slab_utilization(&self) -> Option<SlabUtilization> {
         None

@@ -5,7 +5,7 @@
 //! runs.
 
 use crate::error::AllocError;
-use crate::params::{set_field, split_override};
+use crate::params::{set_field, split_overrides};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -36,8 +36,7 @@ pub trait AllocConfig:
     /// Applies `key=value` overrides in order and validates the result once
     /// (so two parameters bounded by each other can be changed together).
     fn with_overrides<'a>(mut self, kvs: impl IntoIterator<Item = &'a str>) -> Result<Self, AllocError> {
-        for kv in kvs {
-            let (k, v) = split_override(kv).map_err(|m| AllocError::config(Self::ALLOC, m))?;
+        for (k, v) in split_overrides(kvs).map_err(|m| AllocError::config(Self::ALLOC, m))? {
             set_field(&mut self, &format!("{} parameter", Self::ALLOC), k, v)
                 .map_err(|m| AllocError::config(Self::ALLOC, m))?;
         }

@@ -161,6 +161,9 @@ pub trait Family: Sync {
     /// See [`Allocator::crash_rules`], with the configuration `params`.
     fn crash_rules(&self, params: &Params) -> Result<CrashRules, String>;
 
+    /// See [`Allocator::beside_heap`].
+    fn beside_heap(&self, heap: &Path) -> Vec<std::path::PathBuf>;
+
     /// The crash explorer's view of it, with the configuration a trace
     /// header recorded; an error when it has no crash recovery.
     fn crash_target(&self, params: &Params) -> Result<Box<dyn CrashTarget>, String>;
@@ -256,6 +259,10 @@ impl<A: Allocator> Family for Native<A> {
     fn crash_rules(&self, params: &Params) -> Result<CrashRules, String> {
         let cfg = typed::<A>(params).map_err(|e| format!("the allocator's parameters: {e}"))?;
         A::crash_rules(&cfg)
+    }
+
+    fn beside_heap(&self, heap: &Path) -> Vec<std::path::PathBuf> {
+        A::beside_heap(heap)
     }
 
     fn crash_target(&self, params: &Params) -> Result<Box<dyn CrashTarget>, String> {

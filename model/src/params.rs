@@ -16,7 +16,27 @@ pub fn as_map<T: Serialize>(params: &T) -> serde_json::Map<String, serde_json::V
 /// Splits `key=value` (both trimmed).
 pub fn split_override(kv: &str) -> Result<(&str, &str), String> {
     let (k, v) = kv.split_once('=').ok_or_else(|| format!("override '{kv}' is not of the form key=value"))?;
-    Ok((k.trim(), v.trim()))
+    let (k, v) = (k.trim(), v.trim());
+    if k.is_empty() {
+        return Err(format!("override '{kv}' names no parameter"));
+    }
+    Ok((k, v))
+}
+
+/// Splits every `key=value` of `kvs`, refusing a key given twice (one of
+/// the two would silently win): the error names both.
+pub fn split_overrides<'a>(kvs: impl IntoIterator<Item = &'a str>) -> Result<Vec<(&'a str, &'a str)>, String> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    let mut written: Vec<&str> = Vec::new();
+    for kv in kvs {
+        let (k, v) = split_override(kv)?;
+        if let Some(i) = out.iter().position(|(o, _)| *o == k) {
+            return Err(format!("'{k}' is given twice ({} and {}): give it once", written[i].trim(), kv.trim()));
+        }
+        out.push((k, v));
+        written.push(kv);
+    }
+    Ok(out)
 }
 
 /// Sets field `key` of `params` to `value`, read as JSON or else as a bare

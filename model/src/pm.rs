@@ -39,7 +39,7 @@ use crate::heap::{bytes_of, Heap, HeapError, Mapping, PmOff, Pod, HEADER_SIZE};
 use crate::tracing::Finished;
 use crate::tracing::{ThreadTrace, TraceCollector, TraceConfig, TraceShared};
 use crate::watch::AccessWatch;
-use pmsim_traces::output::{Output, OutputDir};
+use pmsim_traces::output::{Output, OutputDir, Pending};
 use pmsim_traces::EventSink;
 use pmsim_traces::{line_of, Category, FenceKind, HeapInfo, OpKind, Region, TraceHeader, Tracer};
 use std::collections::HashSet;
@@ -67,8 +67,9 @@ const PAGE: u64 = 4096;
 /// Writes the heap's bytes beside `path` (no traced event has happened yet,
 /// so this is the state every event of the trace applies to) and returns
 /// what the trace header records about it, with the image not yet in place:
-/// [`TraceCollector::finish`] renames it once every event reached the trace,
-/// so a run that fails (a full disk) leaves an earlier image as it was.
+/// [`TraceCollector::finish`] hands it to the caller, who renames it with
+/// the trace once the run succeeded, so a run that fails (a full disk, a
+/// workload out of heap) leaves an earlier image as it was.
 fn save_heap_image(heap: &Heap, path: &std::path::Path) -> io::Result<(serde_json::Value, Output)> {
     // SAFETY: the heap maps `size` bytes at `base`, and no thread writes to
     // it while tracing has not started.
@@ -914,15 +915,18 @@ impl<S: EventSink + 'static> TraceCollector<S> {
         drop(self.shared);
         match self.handle.join() {
             Ok((sink, Ok(stats))) => {
+                // The image and the files saved with it are renamed into
+                // place by the caller, with its own outputs, once the whole
+                // run succeeded (`Finished::outputs`).
+                let mut outputs = Pending::default();
                 if let Some(img) = self.heap_image {
                     let path = img.path().display().to_string();
-                    img.commit().map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+                    outputs.push(img.finish().map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?);
                 }
                 if let Some(dir) = files {
-                    let path = dir.path().display().to_string();
-                    dir.commit().map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+                    outputs.push(dir.into_staged());
                 }
-                Ok(Finished { sink, stats })
+                Ok(Finished { sink, stats, outputs })
             }
             Ok((_, Err(e))) => Err(io::Error::new(e.kind(), format!("trace sink: {e}"))),
             Err(_) => Err(io::Error::other("the trace collector thread panicked")),

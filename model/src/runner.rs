@@ -66,8 +66,17 @@ impl AllocSpec {
         let family = registry::find(name, extra).filter(|f| f.presets().contains(&name)).ok_or_else(|| {
             format!("unknown allocator '{name}' in '{spec}' (expected one of: {})", Self::names().join(", "))
         })?;
-        let mut all: Vec<&str> = overrides.into_iter().collect();
-        all.extend(parts);
+        // A key given twice among the shared overrides, or twice in the spec,
+        // is an error; the spec's own `key=value` wins over a shared one.
+        let shared: Vec<&str> = overrides.into_iter().collect();
+        let own: Vec<&str> = parts.collect();
+        let own_keys = crate::params::split_overrides(own.iter().copied()).map_err(|e| format!("'{spec}': {e}"))?;
+        crate::params::split_overrides(shared.iter().copied())?;
+        let mut all: Vec<&str> = shared
+            .into_iter()
+            .filter(|kv| !own_keys.iter().any(|(k, _)| kv.split_once('=').is_some_and(|(s, _)| s.trim() == *k)))
+            .collect();
+        all.extend(own);
         let params = family.configure(name, &all)?;
         Ok(AllocSpec { label: spec.to_string(), family, params })
     }
@@ -124,7 +133,14 @@ impl AllocSpec {
     /// and validates the result; a key the allocator lacks is an error.
     pub fn with_overrides(&mut self, kvs: &[String]) -> Result<(), RunError> {
         let name = self.label.split(':').next().unwrap_or("");
-        let mut all: Vec<String> = self.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        // The overrides replace the parameters they name (each named once).
+        let new = crate::params::split_overrides(kvs.iter().map(String::as_str))?;
+        let mut all: Vec<String> = self
+            .params
+            .iter()
+            .filter(|(k, _)| !new.iter().any(|(n, _)| n == k))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         all.extend(kvs.iter().cloned());
         let refs: Vec<&str> = all.iter().map(String::as_str).collect();
         self.params = self.family.configure(name, &refs)?;
@@ -159,6 +175,10 @@ pub struct HeapSpec {
     pub size: u64,
     /// Replace an existing file.
     pub overwrite: bool,
+    /// The path the user knows the heap by, when `path` is a temporary name
+    /// for it (a kept heap is renamed into place once its run succeeded):
+    /// the trace header records this one.
+    pub shown: Option<PathBuf>,
 }
 
 /// Everything that defines one run.
@@ -195,7 +215,7 @@ pub fn check_every_workload(alloc: &AllocSpec, dir: &Path) -> Result<(), String>
             // A heap file per run: a fresh inode is never locked by a copy of
             // an earlier run's descriptor (see `heap::lock`).
             let path = dir.join(format!("heap-{name}-{threads}"));
-            let hs = HeapSpec { path, size: alloc.heap_size(&wl, threads), overwrite: true };
+            let hs = HeapSpec { path, size: alloc.heap_size(&wl, threads), overwrite: true, shown: None };
             let opts = RunOptions { threads, seed: 7, ..Default::default() };
             let progress = Progress::default();
             let rs =
@@ -256,6 +276,9 @@ where
     let (variant, params) = family.header(&spec.alloc.params, spec.opts.threads)?;
     let (pm, collector) = Pm::traced(&heap, spec.flush, tcfg, |mut h| {
         fill_header(&mut h, (family.family(), &variant, params), spec.workload, spec.opts);
+        if let Some(shown) = &spec.heap.shown {
+            h.heap.path = shown.display().to_string();
+        }
         make_sink(h)
     })?;
     let d = Drive { workload: spec.workload, opts: spec.opts, progress: spec.progress };

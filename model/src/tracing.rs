@@ -115,6 +115,10 @@ pub struct CollectorStats {
 pub struct Finished<S> {
     pub sink: S,
     pub stats: CollectorStats,
+    /// The heap image and the files saved with it ([`TraceConfig::heap_image`]),
+    /// written and synced, not yet in place: the caller commits them with
+    /// the trace once the run succeeded (dropped, they are removed).
+    pub outputs: pmsim_traces::output::Pending,
 }
 
 /// One buffered event; `value` and `label` index the buffer's byte arena.

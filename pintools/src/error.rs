@@ -24,9 +24,9 @@ pub enum PintoolsError {
     /// The program was killed (by a signal, or Valgrind itself died): the trace
     /// holds what happened until then and is marked partial in its header (or,
     /// if Valgrind could not finish it, reads as truncated).
-    Killed { program: String, signal: Option<i32>, out: PathBuf, events: Option<u64>, hint: &'static str },
+    Killed { program: String, signal: Option<i32>, out: PathBuf, events: Option<u64>, hint: &'static str, kept: bool },
     /// The program exited with a non-zero status; its trace is complete.
-    Exited { program: String, status: i32, out: PathBuf, events: u64 },
+    Exited { program: String, status: i32, out: PathBuf, events: u64, kept: bool },
     /// Valgrind failed before or around the program (bad tool, bad option).
     Valgrind { status: String, log: String },
     /// The trace written cannot be read back.
@@ -72,10 +72,14 @@ impl fmt::Display for PintoolsError {
                  written (is --pm-dir right?)",
                 pm_dir.display()
             ),
-            PintoolsError::Killed { program, signal, out, events, hint } => {
+            PintoolsError::Killed { program, signal, out, events, hint, kept } => {
                 match signal {
                     Some(s) => write!(f, "{program} was killed by signal {s} ({})", signal_name(*s))?,
                     None => write!(f, "{program} did not exit")?,
+                }
+                if !kept {
+                    write!(f, ": its partial trace was not written over the existing {}", out.display())?;
+                    return f.write_str(hint);
                 }
                 match events {
                     Some(n) => write!(
@@ -89,9 +93,15 @@ impl fmt::Display for PintoolsError {
                 }
                 f.write_str(hint)
             }
-            PintoolsError::Exited { program, status, out, events } => write!(
+            PintoolsError::Exited { program, status, out, events, kept: true } => write!(
                 f,
                 "{program} exited with status {status} (its trace {} is complete: {events} events)",
+                out.display()
+            ),
+            PintoolsError::Exited { program, status, out, events, kept: false } => write!(
+                f,
+                "{program} exited with status {status} (its trace of {events} events was not written over the \
+                 existing {})",
                 out.display()
             ),
             PintoolsError::Valgrind { status, log } => {

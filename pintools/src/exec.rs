@@ -2,7 +2,7 @@
 
 use crate::error::PintoolsError;
 use crate::tool::{cache_dir, is_executable, which, ValgrindTool};
-use pmsim_traces::output::{Lock, Policy};
+use pmsim_traces::output::{Pending, Policy};
 use pmsim_traces::{ErrorKind, TraceError, TraceHeader, TraceReader, TraceStats};
 use std::ffi::OsString;
 use std::fs;
@@ -113,9 +113,10 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
     let mut policy = Policy::new(opts.force);
     policy.input(&program);
     policy.check(&opts.out).map_err(PintoolsError::BadInput)?;
-    let _lock = Lock::output(&opts.out).map_err(PintoolsError::BadInput)?;
-    let mut out = policy.create(&opts.out).map_err(PintoolsError::BadInput)?;
-    let tmp = out.tmp_path().to_path_buf();
+    // A failed program's trace is kept only where it replaces nothing.
+    let replaces = fs::symlink_metadata(&opts.out).is_ok();
+    let out = policy.create(&opts.out).map_err(PintoolsError::BadInput)?;
+    let tmp = out.tmp_path();
     // With values, the heap image beside it (`OUT.img`, as `pmsim run
     // --values` names it), under the same policy and committed with it.
     let image = if opts.values {
@@ -185,19 +186,22 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
     let scanned = TraceStats::scan(&mut reader);
     drop(reader);
     // What the run left is kept (a partial or failed program's trace says so
-    // in its header) unless it cannot be read at all.
+    // in its header) unless it cannot be read at all, or the program failed
+    // and it would replace an existing file (nothing the user had is lost).
+    let partial = header.extra.get("partial").and_then(|v| v.as_bool()).unwrap_or(false);
+    let succeeded = scanned.is_ok() && !partial && status.success();
     let keep = match &scanned {
-        Ok(_) => true,
-        Err(e) => e.kind == ErrorKind::Truncated,
+        Ok(_) => succeeded || !replaces,
+        Err(e) => e.kind == ErrorKind::Truncated && !replaces,
     };
     if keep {
-        if let Some(mut img) = image.filter(|_| header.extra.contains_key("heap_image")) {
-            let f = img.take_file();
+        let mut pending = Pending::default();
+        if let Some(img) = image.filter(|_| header.extra.contains_key("heap_image")) {
             let path = img.path().to_path_buf();
-            img.commit_file(f).map_err(|e| PintoolsError::io(format!("writing {}", path.display()), e))?;
+            pending.push(img.finish().map_err(|e| PintoolsError::io(format!("writing {}", path.display()), e))?);
         }
-        let f = out.take_file();
-        out.commit_file(f).map_err(|e| PintoolsError::io(format!("writing {}", opts.out.display()), e))?;
+        pending.push(out.finish().map_err(|e| PintoolsError::io(format!("writing {}", opts.out.display()), e))?);
+        pending.commit().map_err(PintoolsError::BadInput)?;
     }
     let stats = match scanned {
         Ok(s) => s,
@@ -208,11 +212,11 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
                 out: opts.out.clone(),
                 events: None,
                 hint,
+                kept: keep,
             })
         }
         Err(e) => return Err(named(e, &tmp, &opts.out)),
     };
-    let partial = header.extra.get("partial").and_then(|v| v.as_bool()).unwrap_or(false);
     if partial || status.signal().is_some() {
         return Err(PintoolsError::Killed {
             program: name,
@@ -220,6 +224,7 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
             out: opts.out.clone(),
             events: Some(stats.events),
             hint,
+            kept: keep,
         });
     }
     match status.code() {
@@ -230,9 +235,13 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
                 .collect();
             Ok(Traced { out: opts.out.clone(), header, stats, elapsed, warnings })
         }
-        Some(code) => {
-            Err(PintoolsError::Exited { program: name, status: code, out: opts.out.clone(), events: stats.events })
-        }
+        Some(code) => Err(PintoolsError::Exited {
+            program: name,
+            status: code,
+            out: opts.out.clone(),
+            events: stats.events,
+            kept: keep,
+        }),
         None => Err(PintoolsError::Valgrind { status: status.to_string(), log: log_tail(&log_text) }),
     }
 }

@@ -124,8 +124,13 @@ impl std::str::FromStr for Point {
             dimms: 6,
         };
         let mut family = false;
+        let mut seen: Vec<&str> = Vec::new();
         for kv in s.split(',').filter(|kv| !kv.is_empty()) {
             let (k, v) = kv.split_once('=').ok_or_else(|| format!("point: {kv:?} is not key=value"))?;
+            if let Some(first) = seen.iter().find(|f| f.split_once('=').is_some_and(|(fk, _)| fk == k)) {
+                return Err(format!("point: {k} is given twice ({first} and {kv}): give it once"));
+            }
+            seen.push(kv);
             let num = |max: u64| -> Result<u64, String> {
                 match v.parse::<u64>() {
                     Ok(n) if (1..=max).contains(&n) => Ok(n),

@@ -272,12 +272,13 @@ impl Config {
         Ok(c)
     }
 
-    /// Reads, parses and validates a TOML file.
+    /// Reads, parses and validates a TOML file (a regular file of text, see
+    /// [`pmsim_traces::input`]).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError { source_name: name.clone(), problem: format!("cannot read: {e}") })?;
+        let text = pmsim_traces::input::read_text(path, "configuration")
+            .map_err(|e| ConfigError { source_name: name.clone(), problem: strip_name(&e, &name) })?;
         Self::from_toml(&text, &name)
     }
 
@@ -365,6 +366,12 @@ fn span_note(text: &str, span: Option<std::ops::Range<usize>>) -> String {
     let line = before.matches('\n').count() + 1;
     let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
     format!(" (line {line}, column {col})")
+}
+
+/// An input error without the file name it starts with (a [`ConfigError`]
+/// names its file itself).
+fn strip_name(e: &str, name: &str) -> String {
+    e.strip_prefix(name).and_then(|r| r.strip_prefix(": ")).unwrap_or(e).to_string()
 }
 
 #[cfg(test)]

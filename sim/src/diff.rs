@@ -56,6 +56,46 @@ pub const METRICS: &[Metric] = &[
     },
 ];
 
+/// Checks that a saved report's figures are what `pmsim sim --json` writes:
+/// every figure compared (the overall ones, those of each region and
+/// operation type) a finite number, none negative, ratios at most 1. A
+/// report edited by hand or of another tool is refused naming the figure,
+/// rather than compared as if it were pmsim's.
+pub fn check_report(report: &Value) -> Result<(), String> {
+    let figure = |path: &str, v: &Value| -> Result<(), String> {
+        let n = v.as_f64().ok_or_else(|| format!("{path} is {v}, not a number"))?;
+        if !n.is_finite() || n < 0.0 {
+            return Err(format!("{path} is {v}: a figure is a number of at least 0"));
+        }
+        if path.ends_with("ratio") && n > 1.0 {
+            return Err(format!("{path} is {v}: a ratio is at most 1"));
+        }
+        Ok(())
+    };
+    for required in ["/events", "/overall/ops", "/overall/flushes"] {
+        let v = report.pointer(required).ok_or_else(|| format!("no figure {required}"))?;
+        figure(required, v)?;
+    }
+    for m in METRICS {
+        if let Some(v) = report.pointer(m.pointer) {
+            figure(m.pointer, v)?;
+        }
+    }
+    for (array, key) in [("regions", "name"), ("ops", "op")] {
+        let Some(items) = report.get(array) else { continue };
+        let items = items.as_array().ok_or_else(|| format!("/{array} is not a list"))?;
+        for (i, item) in items.iter().enumerate() {
+            let label = item.get(key).map_or(i.to_string(), |n| n.to_string());
+            for f in ROW_FIELDS {
+                if let Some(v) = item.pointer(&format!("/{f}")) {
+                    figure(&format!("/{array}/{label}/{f}"), v)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The figures compared per region and per operation type.
 const ROW_FIELDS: [&str; 4] = ["flushes", "reflush_ratio", "fences", "persist_ns/total"];
 

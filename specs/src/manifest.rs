@@ -60,7 +60,7 @@ struct Manifest {
 /// Reads and checks the manifest of the specs directory `root`.
 pub fn load(root: &Path) -> Result<Vec<Model>, String> {
     let path = root.join(MANIFEST);
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = pmsim_traces::input::read_text(&path, "model manifest")?;
     let m: Manifest = toml::from_str(&text).map_err(|e| format!("{}: {}", path.display(), one_line(&e.to_string())))?;
     let mut seen = std::collections::HashSet::new();
     for model in &m.model {

@@ -14,11 +14,11 @@ use std::time::Instant;
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// Events in the synthetic stream.
-    #[arg(long, default_value_t = 4_000_000)]
+    /// Events in the synthetic stream (1 to 100,000,000: it is held in memory).
+    #[arg(long, default_value_t = 4_000_000, value_parser = pmsim_traces::input::count_in(1, 100_000_000))]
     events: usize,
-    /// Runs per figure; the median is printed.
-    #[arg(long, default_value_t = 5)]
+    /// Runs per figure; the median is printed (1 to 1000).
+    #[arg(long, default_value_t = 5, value_parser = pmsim_traces::input::count_in(1, 1000))]
     runs: usize,
     /// Also time reading this trace file (a real trace, from disk or page cache),
     /// writing its events, and replaying it through the simulator (full model

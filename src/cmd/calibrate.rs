@@ -35,6 +35,11 @@ pub struct CalibrateArgs {
 }
 
 pub fn run(a: CalibrateArgs) -> CmdResult {
+    if let Some(m) = a.max_fitted_error {
+        if !(m.is_finite() && m > 0.0) {
+            return Err(format!("--max-fitted-error {m}: a fraction above 0 (e.g. 0.15)").into());
+        }
+    }
     let cfg = match &a.config {
         Some(p) => Config::from_file(p)?,
         None => Config::default(),

@@ -89,24 +89,24 @@ pub struct CrashArgs {
     /// The heap image at trace start [default: the file the trace header names, next to the trace].
     #[arg(long)]
     heap_image: Option<PathBuf>,
-    /// Images per crash point: exhaustive up to this many, else this many sampled.
-    #[arg(long, default_value_t = 1024)]
+    /// Images per crash point: exhaustive up to this many, else this many sampled (1 to 100,000,000).
+    #[arg(long, default_value_t = 1024, value_parser = bound_in(1, MAX_BOUND, "images per crash point"))]
     bound: u64,
     /// Seed of the image sampler.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Keep every N-th selected crash point.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = bound_in(1, u64::MAX, "every N-th crash point"))]
     every: u64,
     /// Points explored per code path: the first and N - 1 more (seeded); the rest are covered by path.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = bound_in(1, u64::MAX, "points per code path"))]
     per_path: u64,
     /// Explore every selected crash point, not only some of each code path.
     #[arg(long)]
     all_points: bool,
-    /// Workers exploring at once [default: one per core].
-    #[arg(long)]
-    jobs: Option<usize>,
+    /// Workers exploring at once, 1 to 1024 [default: one per core].
+    #[arg(long, value_parser = bound_in(1, MAX_JOBS, "workers"))]
+    jobs: Option<u64>,
     /// Only crash points inside an operation: malloc, free, morph, log_gc, recovery, init, close.
     #[arg(long, value_parser = parse_op)]
     during: Option<OpKind>,
@@ -126,9 +126,9 @@ pub struct CrashArgs {
     /// Crash the recovery of every N-th image at each of its fences and recover again (0: never).
     #[arg(long, default_value_t = 0)]
     recovery_crashes: u64,
-    /// Images per fence of a crashed recovery.
-    #[arg(long, default_value_t = 4)]
-    recovery_bound: u64,
+    /// With --recovery-crashes: images per fence of a crashed recovery (1 to 100,000,000) [default: 4].
+    #[arg(long, value_parser = bound_in(1, MAX_BOUND, "images per fence of a crashed recovery"))]
+    recovery_bound: Option<u64>,
     /// Count, instead of reporting, an interrupted malloc_to whose destination
     /// still names its own (free) block because an earlier free_from of it left
     /// the destination as it was (only where the allocator's free_from does:
@@ -152,19 +152,27 @@ fn parse_op(s: &str) -> Result<OpKind, String> {
         .ok_or_else(|| format!("unknown operation '{s}' (malloc, free, realloc, morph, log_gc, recovery, init, close)"))
 }
 
+/// The most images a crash point may have explored (more would take days
+/// at the explorer's rate of thousands of images a second).
+const MAX_BOUND: u64 = 100_000_000;
+
+/// The most workers: each holds an image and a recovered heap.
+const MAX_JOBS: u64 = 1024;
+
+/// A parser of a count from `min` to `max`, its error naming the option's
+/// meaning and range.
+fn bound_in(min: u64, max: u64, what: &'static str) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync {
+    move |s: &str| match s.trim().parse::<u128>() {
+        Ok(n) if (min as u128..=max as u128).contains(&n) => Ok(n as u64),
+        Ok(n) => Err(format!("{n} {what}: out of range (from {min} to {max})")),
+        Err(_) => Err(format!("{s:?} is not a whole number of {what}")),
+    }
+}
+
 pub fn run(a: CrashArgs) -> CmdResult {
-    // Options first, before the trace is read.
-    if a.bound == 0 {
-        return Err("--bound 0: at least one image per crash point".into());
-    }
-    if a.every == 0 {
-        return Err("--every 0: keep every N-th crash point with N at least 1".into());
-    }
-    if a.per_path == 0 {
-        return Err("--per-path 0: explore at least one point of each code path".into());
-    }
-    if a.jobs == Some(0) {
-        return Err("--jobs 0: at least one worker".into());
+    // Options first, before the trace is read (counts are checked by their parsers).
+    if a.recovery_bound.is_some() && a.recovery_crashes == 0 {
+        return Err("--recovery-bound applies to crashed recoveries: give --recovery-crashes N too".into());
     }
     let tr = CrashTrace::load(&a.trace, a.heap_image.as_deref())?;
     let target = target_for(&tr.header)?;
@@ -174,14 +182,14 @@ pub fn run(a: CrashArgs) -> CmdResult {
         every: a.every,
         all_points: a.all_points,
         per_path: a.per_path,
-        jobs: a.jobs.unwrap_or(0),
+        jobs: a.jobs.map_or(0, |j| j as usize),
         during: a.during,
         marker: a.marker.clone(),
         point: a.point,
         image: a.image,
         leak_bound: a.leak_bound,
         recovery_crashes: a.recovery_crashes,
-        recovery_bound: a.recovery_bound.max(1),
+        recovery_bound: a.recovery_bound.unwrap_or(4),
         allow_stale_dest: a.allow_stale_dest,
         full_sample: a.full_sample,
     };

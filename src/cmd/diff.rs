@@ -128,15 +128,15 @@ fn sweeps(a: &DiffArgs, thresholds: &[Threshold]) -> CmdResult {
 /// `--contention` output), or a trace replayed with `cfg`.
 fn load(path: &Path, cfg: &pmsim_sim::Config) -> Result<Value, Box<dyn std::error::Error>> {
     let mut first = [0u8; 1];
-    let n = std::fs::File::open(path)
-        .and_then(|mut f| f.read(&mut first))
+    let n = pmsim_traces::input::open(path, "trace or report")?
+        .read(&mut first)
         .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let looks_json = n == 1 && (first[0] == b'{' || first[0].is_ascii_whitespace());
     if !looks_json {
         let (_, report) = replay(path, cfg.clone())?;
         return Ok(serde_json::to_value(report)?);
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let text = pmsim_traces::input::read_text(path, "report")?;
     let v: Value = serde_json::from_str(&text).map_err(|e| {
         format!("{}: line {}, column {}: not a pmsim report: {e}", path.display(), e.line(), e.column())
     })?;
@@ -151,5 +151,7 @@ fn load(path: &Path, cfg: &pmsim_sim::Config) -> Result<Value, Box<dyn std::erro
         )
         .into());
     }
+    pmsim_sim::diff::check_report(&v)
+        .map_err(|e| format!("{}: not a `pmsim sim --json` report: {e}", path.display()))?;
     Ok(v)
 }

@@ -7,7 +7,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmsim_sim::export::{self, gem5, FileOptions, Format, Mode, Options, Summary, Timing};
 use pmsim_sim::{Config, Simulator};
-use pmsim_traces::output::Policy;
+use pmsim_traces::output::{Pending, Policy};
 use pmsim_traces::{Category, TraceReader};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -56,12 +56,12 @@ pub struct ExportArgs {
     /// gem5: also write a replay script for build/NULL/gem5.opt to this file.
     #[arg(long, value_name = "OUT.py")]
     gem5_config: Option<PathBuf>,
-    /// gem5: memory behind the controller in the script: nvm (NVM_2400_1x64) or dram (DDR4_2400_8x8).
-    #[arg(long, default_value = "nvm")]
-    gem5_mem: String,
-    /// gem5: ticks the replay runs past the last packet, for queued writes to finish.
-    #[arg(long, default_value_t = 10_000_000)]
-    gem5_drain_ps: u64,
+    /// gem5 script: memory behind the controller: nvm (NVM_2400_1x64) or dram (DDR4_2400_8x8) [default: nvm].
+    #[arg(long)]
+    gem5_mem: Option<String>,
+    /// gem5 script: ticks the replay runs past the last packet, for queued writes to finish [default: 10000000].
+    #[arg(long)]
+    gem5_drain_ps: Option<u64>,
     /// gem5: run the script with the gem5 binary named by the GEM5 environment variable
     /// and print its statistics next to pmsim's own latency estimate.
     #[arg(long)]
@@ -80,7 +80,11 @@ pub fn run(a: ExportArgs) -> CmdResult {
     let mode: Mode = a.mode.parse()?;
     let categories = a.region.as_deref().map(parse_categories).transpose()?;
     let base = parse_u64(&a.base).ok_or_else(|| format!("--base {:?}: not a number", a.base))?;
-    let memory: gem5::Memory = a.gem5_mem.parse()?;
+    let memory: gem5::Memory = a.gem5_mem.as_deref().unwrap_or("nvm").parse()?;
+    if (a.gem5_mem.is_some() || a.gem5_drain_ps.is_some()) && a.gem5_config.is_none() && !a.run_gem5 {
+        return Err("--gem5-mem and --gem5-drain-ps shape the gem5 script: give --gem5-config or --run-gem5".into());
+    }
+    let drain_ps = a.gem5_drain_ps.unwrap_or(10_000_000);
     if format != Format::Gem5 && (a.gzip || a.gem5_config.is_some() || a.run_gem5) {
         return Err("--gzip, --gem5-config and --run-gem5 need --format gem5".into());
     }
@@ -148,28 +152,44 @@ pub fn run(a: ExportArgs) -> CmdResult {
         .expect("valid template"),
     );
     let started = std::time::Instant::now();
-    let result = export::export_file(&mut reader, &opts, format, &file_opts, &a.out, |b| bar.set_position(b));
+    let result = export::export_staged(&mut reader, &opts, format, &file_opts, &a.out, |b| bar.set_position(b));
     bar.finish_and_clear();
-    let summary = result?;
+    let (summary, staged) = result?;
     let secs = started.elapsed().as_secs_f64();
 
+    // Every output is written under a temporary name and renamed into place
+    // together at the end: a gem5 that fails, a script that cannot be
+    // written, leave every earlier file as it was.
+    let mut pending = Pending::default();
+    let mut gem5_run = None;
     if let Some(p) = &script_path {
         let trace = std::path::absolute(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
         let end = base.saturating_add(header.heap.size).max(summary.max_end);
         let script = gem5::Script {
-            trace,
-            duration: summary.last_tick.saturating_add(a.gem5_drain_ps),
+            trace: trace.clone(),
+            duration: summary.last_tick.saturating_add(drain_ps),
             memory,
             size: gem5::Script::range_size(end),
         };
-        // Checked above; the export just written is not an input of the script.
-        let mut policy = Policy::new(true);
-        policy.write(p, script.render().as_bytes())?;
+        pending.push(policy.stage_bytes(p, script.render().as_bytes())?);
+        if let (Some(bin), Some(d)) = (&gem5_bin, &m5out) {
+            // gem5 replays the trace under its temporary name, through a
+            // copy of the script that names it so.
+            let run_script = pmsim_traces::owned::scratch_path(pmsim_traces::owned::Place::Temp, "gem5-replay.py")?;
+            let tmp_trace = std::path::absolute(staged.tmp_path())?;
+            std::fs::write(&run_script, gem5::Script { trace: tmp_trace, ..script }.render())
+                .map_err(|e| format!("{}: {e}", run_script.display()))?;
+            let (r, dir) = gem5::run_staged(bin, &run_script, policy.create_dir(d)?, Some(&trace))?;
+            gem5_run = Some(r);
+            pending.push(dir);
+        }
     }
-    let gem5_run = match (&gem5_bin, &script_path, &m5out) {
-        (Some(bin), Some(script), Some(d)) => Some(gem5::run(bin, script, policy.create_dir(d)?)?),
-        _ => None,
-    };
+    // The export first, so that the script and gem5's directory never name
+    // a trace that is not there.
+    let mut all = Pending::default();
+    all.push(staged);
+    all.append(pending);
+    all.commit()?;
     // pmsim's own estimate of the same trace, for comparison with gem5's.
     let estimate_ns = match &gem5_run {
         Some(_) => {
@@ -223,7 +243,7 @@ pub fn run(a: ExportArgs) -> CmdResult {
                 "gem5 simulated time         {:.3} us (trace span {:.3} us + drain {:.3} us)",
                 t / 1e6,
                 summary.last_tick as f64 / 1e6,
-                a.gem5_drain_ps as f64 / 1e6
+                drain_ps as f64 / 1e6
             )?;
         }
         writeln!(out, "pmsim persist-time estimate {:.3} us (pmsim sim, same trace and cache)", est / 1e3)?;

@@ -49,8 +49,9 @@ pub fn run(a: ReproduceArgs) -> CmdResult {
     for (file, _, e) in &exps {
         pmsim_analyses::sweep::check_jobs(a.jobs, &e.points()?).map_err(|er| format!("{file}: {er}"))?;
     }
-    // One reproduce at a time into a directory (each sweep in it is locked too).
-    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: cannot create: {e}", opts.out.display()))?;
+    // Only into a directory of pmsim's, one reproduce at a time (each sweep
+    // in it is locked too).
+    reproduce::claim_out(&opts.out)?;
     let _one_writer = pmsim_traces::output::Lock::dir(&opts.out)?;
     if reproduce::needs_pmdk_env(&exps)? {
         pmsim_model::pmdk::ensure_env(&pmsim_model::pmdk::required_env(false, None))?;

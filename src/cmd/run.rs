@@ -15,7 +15,7 @@ use pmsim_model::workloads::series::Every;
 use pmsim_model::workloads::{Progress, RunOptions, RunReport, Scale, Workload};
 use pmsim_model::{FlushInsn, TraceConfig};
 use pmsim_sim::{Config as SimConfig, Simulator};
-use pmsim_traces::output::{Lock, Policy};
+use pmsim_traces::output::{Pending, Policy};
 use pmsim_traces::{TraceFile, WriterOptions};
 use serde::Serialize;
 use std::io::{BufWriter, Write};
@@ -83,6 +83,7 @@ pub struct RunArgs {
     sim: Option<Option<PathBuf>>,
     /// PMDK: persist a pool that is not on real PM with msync (PMDK's own default) instead of
     /// cache-line flushes. Without it pmsim sets PMEM_IS_PMEM_FORCE=1, as the paper's DAX pools behave.
+    /// An error with no PMDK allocator in --alloc.
     #[arg(long)]
     pmdk_msync: bool,
     /// Sample the heap's shape (live, mapped, slabs by fullness) every N operations for the run's
@@ -196,6 +197,8 @@ struct Done {
     outcome: Outcome,
     trace: Option<TraceOut>,
     sim: Option<pmsim_sim::Report>,
+    /// The files it wrote, to be renamed into place once it all succeeded.
+    outputs: Pending,
 }
 
 /// Runs one job in `mode`.
@@ -203,22 +206,27 @@ fn run_one(job: &Job, opts: &RunOptions, hs: &HeapSpec, flush: FlushInsn, mode: 
     with_bar(job.alloc.label(), |progress| {
         let spec = RunSpec { alloc: &job.alloc, workload: &job.wl, opts, heap: hs, flush, progress };
         match mode {
-            Mode::Native => Ok(Done { outcome: runner::run_native(&spec)?, trace: None, sim: None }),
+            Mode::Native => {
+                Ok(Done { outcome: runner::run_native(&spec)?, trace: None, sim: None, outputs: Pending::default() })
+            }
             Mode::Trace { path, opts: wopts } => {
                 // With values, the heap image at trace start goes next to the
                 // trace: together they are the input of `pmsim crash`.
                 let heap_image = wopts.values.then(|| heap_image_path(path));
                 let tcfg = TraceConfig { values: wopts.values, heap_image, ..TraceConfig::default() };
                 let (outcome, finished) = runner::run_traced(&spec, &tcfg, |h| TraceFile::create(path, &h, wopts))?;
-                let stats = finished.sink.finish()?;
+                let (stats, staged) = finished.sink.finish_staged()?;
+                let mut outputs = finished.outputs;
+                // The trace last: it appears with its image beside it.
+                outputs.push(staged);
                 let trace = Some(TraceOut { path: path.clone(), events: stats.events, bytes: stats.bytes });
-                Ok(Done { outcome, trace, sim: None })
+                Ok(Done { outcome, trace, sim: None, outputs })
             }
             Mode::Sim(cfg) => {
                 let (outcome, mut finished) = runner::run_traced(&spec, &TraceConfig::default(), |h| {
                     Simulator::new(cfg.clone(), &h).map_err(std::io::Error::other)
                 })?;
-                Ok(Done { outcome, trace: None, sim: Some(finished.sink.report()) })
+                Ok(Done { outcome, trace: None, sim: Some(finished.sink.report()), outputs: Pending::default() })
             }
         }
     })
@@ -278,7 +286,14 @@ pub fn run(a: RunArgs) -> CmdResult {
             .into());
         }
     }
-    if allocs.iter().any(|s| s.family().family() == "pmdk") {
+    if a.overwrite && a.heap.is_none() && a.trace.is_none() {
+        return Err("--force replaces the --heap and --trace files: neither is given".into());
+    }
+    let has_pmdk = allocs.iter().any(|s| s.family().family() == "pmdk");
+    if a.pmdk_msync && !has_pmdk {
+        return Err("--pmdk-msync applies to PMDK pools: --alloc lists no pmdk".into());
+    }
+    if has_pmdk {
         if let Some(f) = flush {
             f.check(&pmsim_model::CpuFeatures::detect())?;
         }
@@ -290,14 +305,18 @@ pub fn run(a: RunArgs) -> CmdResult {
     if let Some(Some(c)) = &a.sim {
         policy.input(c);
     }
-    let mut _locks = Vec::new();
-    for p in a.heap.iter().chain(&a.trace) {
-        policy.check(p)?;
-        _locks.push(Lock::output(p)?);
+    if let Some(h) = &a.heap {
+        policy.check(h)?;
+        // And what the allocator keeps beside its heap (Metall's management directory).
+        for side in allocs.iter().flat_map(|s| s.family().beside_heap(h)) {
+            policy.check_dir(&side)?;
+        }
+    }
+    if let Some(t) = &a.trace {
+        policy.check(t)?;
     }
     if let (Some(t), true) = (&a.trace, a.values) {
         policy.check(&heap_image_path(t))?;
-        _locks.push(Lock::output(&heap_image_path(t))?);
         // And the files an allocator keeps outside its heap (Metall's
         // management data), saved beside the image when it writes any.
         policy.check_dir(&pmsim_model::pm::image_files_dir(&heap_image_path(t)))?;
@@ -320,14 +339,30 @@ pub fn run(a: RunArgs) -> CmdResult {
         let series = a.series_every.map_or(Every::Auto, Every::Ops);
         let opts = RunOptions { threads: job.threads, seed: a.seed, series, cpu_profile: a.cpu_profile };
         let size = a.heap_size.unwrap_or_else(|| job.alloc.heap_size(&job.wl, job.threads));
+        // A heap kept (--heap) is made under a temporary name and renamed
+        // into place with the run's other outputs once the run succeeded;
+        // otherwise it is a scratch heap, removed after the run.
         let scratch = a.heap.is_none().then(|| ScratchHeap::new(&format!("run-{k}"))).transpose()?;
-        let path = a.heap.clone().unwrap_or_else(|| scratch.as_ref().expect("scratch heap").path().to_path_buf());
-        let hs = HeapSpec { path, size, overwrite: a.overwrite };
-        let done = run_one(job, &opts, &hs, flush, &mode)
-            .map_err(|e| format!("{} on {}, {} thread(s): {e}", job.wl.name(), job.alloc.label(), job.threads))?;
+        let kept = a.heap.as_ref().map(|h| policy.stage(h)).transpose()?;
+        let path = match (&kept, &scratch) {
+            (Some(k), _) => k.tmp_path(),
+            (None, s) => s.as_ref().expect("a scratch heap").path().to_path_buf(),
+        };
+        let hs = HeapSpec { path: path.clone(), size, overwrite: true, shown: a.heap.clone() };
+        let done = run_one(job, &opts, &hs, flush, &mode).map_err(|e| {
+            let e = match &a.heap {
+                Some(h) => e.to_string().replace(&path.display().to_string(), &h.display().to_string()),
+                None => e.to_string(),
+            };
+            format!("{} on {}, {} thread(s): {e}", job.wl.name(), job.alloc.label(), job.threads)
+        })?;
+        let mut outputs = Pending::default();
+        outputs.extend(kept);
+        outputs.append(done.outputs);
+        outputs.commit()?;
         let out = RunOut {
             allocator: done.outcome.alloc,
-            heap: HeapOut { path: hs.path, size, kept: a.heap.is_some() },
+            heap: HeapOut { path: a.heap.clone().unwrap_or(path), size, kept: a.heap.is_some() },
             flush_insn: done.outcome.flush_insn,
             run: done.outcome.run,
             trace: done.trace,

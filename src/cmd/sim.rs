@@ -21,9 +21,9 @@ pub struct SimArgs {
     /// Replace an existing --access-map file.
     #[arg(long)]
     force: bool,
-    /// How many flushes per category the access map keeps.
-    #[arg(long, default_value_t = 1000)]
-    access_map_n: usize,
+    /// With --access-map: how many flushes per category the access map keeps, 1 to 10,000,000 [default: 1000].
+    #[arg(long, value_parser = pmsim_traces::input::count_in(1, 10_000_000))]
+    access_map_n: Option<usize>,
     /// Also replay the trace in virtual time, its threads contending for the DIMMs (a second pass):
     /// makespan, estimated operations/s, per-DIMM media busy time and waits. With --json the output
     /// becomes `{"report": …, "contention": …}`.
@@ -47,9 +47,9 @@ pub struct SimArgs {
     /// `sites` array holds every site.
     #[arg(long, value_parser = ["site"])]
     by: Option<String>,
-    /// Rows of the `--by site` table (the rest are summed in one line).
-    #[arg(long, default_value_t = 20)]
-    top: usize,
+    /// With --by site: rows of the table (the rest are summed in one line) [default: 20].
+    #[arg(long)]
+    top: Option<usize>,
 }
 
 /// The model options `pmsim sim` and `pmsim diff` share.
@@ -113,6 +113,17 @@ enum MapFormat {
 }
 
 pub fn run(a: SimArgs) -> CmdResult {
+    // Options that do nothing without another are refused, not ignored.
+    for (given, name, needs) in [
+        (a.force, "--force", "--access-map"),
+        (a.access_map_n.is_some(), "--access-map-n", "--access-map"),
+        (a.top.is_some(), "--top", "--by site"),
+    ] {
+        let has = if needs == "--by site" { a.by.is_some() } else { a.access_map.is_some() };
+        if given && !has {
+            return Err(format!("{name} applies to {needs}, which is not given").into());
+        }
+    }
     let mut cfg = a.model.config()?;
     // Refuse a bad output name before the (possibly long) replay, not after.
     let map = match &a.access_map {
@@ -123,7 +134,7 @@ pub fn run(a: SimArgs) -> CmdResult {
                 Some("json") => MapFormat::Json,
                 _ => return Err(format!("{}: the access map must be a .csv or .json file", p.display()).into()),
             };
-            cfg.access_map.per_category = a.access_map_n;
+            cfg.access_map.per_category = a.access_map_n.unwrap_or(1000);
             let mut policy = Policy::new(a.force);
             policy.input(&a.file);
             if let Some(c) = &a.model.config {
@@ -175,7 +186,7 @@ pub fn run(a: SimArgs) -> CmdResult {
             writeln!(out, "file         {}", a.file.display())?;
             writeln!(out, "events       {}", report.events)?;
             writeln!(out, "sites        {} issued flushes or fences\n", report.sites.len())?;
-            pmsim_sim::write_sites(&report.sites, a.top, &mut out)?;
+            pmsim_sim::write_sites(&report.sites, a.top.unwrap_or(20), &mut out)?;
         }
         (false, _) => {
             writeln!(out, "file         {}", a.file.display())?;

@@ -64,8 +64,8 @@ pub struct CheckArgs {
     /// Only the models whose name contains this (case-insensitive).
     #[arg(long, value_name = "NAME")]
     filter: Option<String>,
-    /// TLC worker threads [default: cores, at most 2].
-    #[arg(long)]
+    /// TLC worker threads, 1 to 256 [default: cores, at most 2].
+    #[arg(long, value_parser = pmsim_traces::input::count_in(1, 256))]
     workers: Option<usize>,
     /// The specs directory (with models.toml) [default: this source tree's specs/].
     #[arg(long, value_name = "DIR")]
@@ -84,17 +84,7 @@ pub fn run(c: SpecsCmd) -> CmdResult {
 
 fn validate(a: ValidateArgs) -> CmdResult {
     let root = a.dir.unwrap_or_else(pmsim_specs::default_dir);
-    let mut overrides = Vec::new();
-    for kv in &a.consts {
-        match kv.split_once('=') {
-            Some((k, v)) if !k.trim().is_empty() && !v.trim().is_empty() => {
-                overrides.push((k.trim().to_string(), v.trim().to_string()))
-            }
-            _ => {
-                return Err(format!("--const {kv:?}: expected NAME=VALUE (a TLA+ value, e.g. FlushEach=\"op\")").into())
-            }
-        }
-    }
+    let overrides = validate::parse_consts(&a.consts)?;
     let path = a.trace.to_string_lossy().into_owned();
     let start = Instant::now();
     let mapped = validate::map(&path, a.spec.as_deref())?;

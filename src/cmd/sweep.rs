@@ -8,9 +8,9 @@ use pmsim_analyses::slurm;
 use pmsim_analyses::store::{self, SweepDir};
 use pmsim_analyses::sweep::{self, Options, Shard};
 use pmsim_analyses::{table, Experiment};
-use pmsim_traces::output::Policy;
+use pmsim_traces::output::{Pending, Policy};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -109,6 +109,18 @@ pub fn run(a: SweepArgs) -> CmdResult {
         (_, None) => return Err("--out DIR (or --resume DIR) is required".into()),
     };
     let dir = SweepDir::new(&out);
+    // A new sweep directory is never made inside another run's bookkeeping
+    // (a sweep's shards, a report's sweeps).
+    if std::fs::symlink_metadata(&out).is_err() {
+        if let Some((d, kind)) = pmsim_traces::output::inside_own_dir(&out) {
+            return Err(format!(
+                "{}: inside the pmsim {kind} directory {}: a new sweep goes elsewhere",
+                out.display(),
+                d.display()
+            )
+            .into());
+        }
+    }
     let resolved = match (&a.experiment, a.set.is_empty(), a.resume.is_some()) {
         (None, true, true) => dir
             .load()?
@@ -129,10 +141,21 @@ pub fn run(a: SweepArgs) -> CmdResult {
     if let Some(t) = a.slurm.tasks {
         slurm::check_tasks(t)?;
     }
+    slurm::check_options(&slurm::SlurmOptions {
+        tasks: a.slurm.tasks.unwrap_or(1),
+        partition: a.slurm.partition.clone(),
+        time: a.slurm.time.clone(),
+        sbatch_args: a.slurm.sbatch_args.clone(),
+    })?;
     // From here the directory may be made: a refusal before any point runs
     // (another writer, Slurm missing, a full disk) removes it again.
     let mut made = MadeHere::new(&dir);
     if a.slurm.slurm {
+        if !a.slurm.dry_run {
+            slurm::check_available()?;
+        }
+        let tasks = a.slurm.tasks.or(dir.scheme()).unwrap_or(resolved.points.len().clamp(1, 64));
+        dir.claim(tasks)?;
         let _one_writer = dir.lock_submit()?;
         return submit(&a, &dir, &resolved, &mut made);
     }
@@ -211,11 +234,9 @@ impl Drop for MadeHere<'_> {
 /// follows the jobs to the merged result.
 fn submit(a: &SweepArgs, dir: &SweepDir, resolved: &store::Resolved, made: &mut MadeHere) -> CmdResult {
     let o = &a.slurm;
-    if !o.dry_run {
-        slurm::check_available()?;
-    }
+    let tasks = o.tasks.or(dir.scheme()).unwrap_or(resolved.points.len().clamp(1, 64));
+    dir.claim(tasks)?;
     dir.init(resolved)?;
-    let tasks = o.tasks.unwrap_or(resolved.points.len().clamp(1, 64));
     let exe = std::env::current_exe().map_err(|e| format!("cannot find pmsim's executable: {e}"))?;
     let opts = slurm::SlurmOptions {
         tasks,
@@ -288,65 +309,53 @@ fn submit(a: &SweepArgs, dir: &SweepDir, resolved: &store::Resolved, made: &mut 
 
 fn merge(m: MergeArgs) -> CmdResult {
     let dir = SweepDir::new(&m.dir);
+    if m.force && m.json.is_none() && m.csv.is_none() && m.report.is_none() {
+        return Err("--force replaces the --csv, --json and --report outputs: none is given".into());
+    }
     // Every output checked before the merge: none may be a file of the sweep.
     let mut policy = Policy::new(m.force);
     dir.protect(&mut policy);
     for p in m.json.iter().chain(&m.csv) {
         policy.check(p)?;
     }
-    if let Some(out) = &m.report {
-        check_report_dir(out, &dir, m.force)?;
-    }
+    // The merge first: a sweep that does not merge makes no report directory.
     let (r, rows, warnings) = store::merge(&dir)?;
+    let made = match &m.report {
+        Some(out) => {
+            let existed = std::fs::symlink_metadata(out).is_ok();
+            pmsim_analyses::reproduce::claim_report_dir(out, &dir, m.force)?;
+            !existed
+        }
+        None => false,
+    };
+    // The files are renamed into place together once the report is drawn.
+    let written = (|| -> CmdResult {
+        let mut pending = Pending::default();
+        if let Some(p) = &m.json {
+            let doc = serde_json::json!({ "experiment": r.experiment, "fingerprint": r.fingerprint, "rows": rows });
+            pending.push(policy.stage_bytes(p, (serde_json::to_string_pretty(&doc)? + "\n").as_bytes())?);
+        }
+        if let Some(p) = &m.csv {
+            let mut text = Vec::new();
+            table::write_csv(&rows, &mut text).map_err(|e| format!("{}: {e}", p.display()))?;
+            pending.push(policy.stage_bytes(p, &text)?);
+        }
+        if let Some(out) = &m.report {
+            let command = std::env::args().collect::<Vec<_>>().join(" ");
+            pmsim_analyses::reproduce::report_sweep(&dir, out, &command)?;
+        }
+        Ok(pending.commit()?)
+    })();
+    if let (Err(_), true, Some(out)) = (&written, made, &m.report) {
+        // A half-written report is removed if this run made its directory.
+        let _ = std::fs::remove_dir_all(out);
+    }
+    written?;
     for w in &warnings {
         eprintln!("pmsim: warning: {w}");
-    }
-    if let Some(p) = &m.json {
-        let doc = serde_json::json!({ "experiment": r.experiment, "fingerprint": r.fingerprint, "rows": rows });
-        policy.write(p, (serde_json::to_string_pretty(&doc)? + "\n").as_bytes())?;
-    }
-    if let Some(p) = &m.csv {
-        let mut text = Vec::new();
-        table::write_csv(&rows, &mut text).map_err(|e| format!("{}: {e}", p.display()))?;
-        policy.write(p, &text)?;
-    }
-    if let Some(out) = &m.report {
-        let command = std::env::args().collect::<Vec<_>>().join(" ");
-        let existed = out.exists();
-        if let Err(e) = pmsim_analyses::reproduce::report_sweep(&dir, out, &command) {
-            // A half-written report is removed if this run made its directory.
-            if !existed {
-                let _ = std::fs::remove_dir_all(out);
-            }
-            return Err(e.into());
-        }
     }
     let mut w = std::io::stdout().lock();
     writeln!(w, "merged {} rows of '{}' (fingerprint {})", rows.len(), r.experiment.meta.name, r.fingerprint)?;
     table::write_text(&rows, &mut w)?;
     Ok(())
-}
-
-/// A report directory may be new or empty (or anything else with `--force`),
-/// but never the sweep directory itself or inside it, except as its own
-/// subdirectory (`DIR/report`, as the Slurm merge job writes it).
-fn check_report_dir(out: &Path, dir: &SweepDir, force: bool) -> CmdResult {
-    let canon = |p: &Path| std::fs::canonicalize(p).ok();
-    if let (Some(o), Some(d)) = (canon(out), canon(&dir.root)) {
-        if o == d || o.starts_with(d.join("shards")) {
-            return Err(format!(
-                "{}: is the sweep directory {} or its shards: write the report elsewhere",
-                out.display(),
-                dir.root.display()
-            )
-            .into());
-        }
-    }
-    match std::fs::symlink_metadata(out) {
-        Ok(m) if !m.is_dir() => Err(format!("{}: exists and is not a directory", out.display()).into()),
-        Ok(_) if !force && std::fs::read_dir(out)?.next().is_some() => {
-            Err(format!("{}: a directory that is not empty (--force writes the report over it)", out.display()).into())
-        }
-        _ => Ok(()),
-    }
 }

@@ -27,8 +27,8 @@ pub struct InfoArgs {
 pub struct DumpArgs {
     /// The .pmt file.
     file: PathBuf,
-    /// Stop after this many events (after the thread filter).
-    #[arg(long)]
+    /// Stop after this many events (after the thread filter; at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     limit: Option<u64>,
     /// Only events of this thread.
     #[arg(long)]
@@ -108,10 +108,13 @@ fn dump(a: DumpArgs) -> CmdResult {
     let limit = a.limit.unwrap_or(u64::MAX);
     let mut shown = 0u64;
     let mut io_err: Option<std::io::Error> = None;
+    // The threads met, to say which there are when --thread names none of them.
+    let mut tids = std::collections::BTreeSet::new();
     'blocks: while let Some(block) = reader.next_block()? {
         for rec in block.records() {
             let rec = rec?;
             if a.thread.is_some_and(|t| t != rec.tid) {
+                tids.insert(rec.tid);
                 continue;
             }
             if shown >= limit {
@@ -128,7 +131,19 @@ fn dump(a: DumpArgs) -> CmdResult {
     match io_err.map_or_else(|| out.flush(), Err) {
         // A closed pipe (`pmsim trace dump … | head`) is a normal way to stop.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
+        Err(e) => Err(e.into()),
+        Ok(()) => match a.thread {
+            Some(t) if shown == 0 => {
+                let list: Vec<String> = tids.iter().map(u32::to_string).collect();
+                Err(format!(
+                    "{}: no event of thread {t} (its threads: {})",
+                    a.file.display(),
+                    if list.is_empty() { "none".to_string() } else { list.join(", ") }
+                )
+                .into())
+            }
+            _ => Ok(()),
+        },
     }
 }
 

@@ -10,6 +10,7 @@ pub mod error;
 pub mod event;
 pub mod format;
 pub mod header;
+pub mod input;
 pub mod interrupt;
 pub mod output;
 pub mod owned;

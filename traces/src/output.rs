@@ -4,33 +4,48 @@
 //! * [`Policy::check`], called when a command starts (before any work): an
 //!   existing file is refused unless the command was given `--force`; a file
 //!   the command reads (its inputs), a file inside a directory whose files are
-//!   bookkeeping (a sweep's `shards/`, its `experiment.json`) and anything
-//!   that is not a regular file (a device node, a directory) are refused
-//!   always; two outputs of one command may not be the same file.
-//! * [`Output`]: the file is written under a temporary name in the same
-//!   directory and renamed into place by [`Output::commit`]; dropped without
-//!   a commit (any error path) it removes its temporary file, and a signal
-//!   handler removes every temporary file still registered
-//!   ([`remove_temporaries`]). Without `--force` the rename does not replace a
-//!   file that appeared meanwhile.
-//! * [`OutputDir`]: the same for a directory another program fills (gem5's
-//!   output directory): made under a temporary name, renamed into place
-//!   when the program succeeded, removed otherwise.
+//!   bookkeeping (a sweep's `shards/`, its `experiment.json`), a symbolic
+//!   link (pmsim writes the file a link names only when the user names that
+//!   file) and anything that is not a regular file (a device node, a
+//!   directory) are refused always; two outputs of one command may not be
+//!   the same file. The check also takes the output's [`Lock`]: one writer
+//!   per path, whatever the command.
+//! * [`Staged`]: an output is made inside a staging directory of this
+//!   process's beside it (`.pmsim-PID-TOKEN/`, an [`crate::owned::OwnedDir`],
+//!   so its name cannot be one of the user's and a killed process's staging
+//!   directory is removed by the next writer there) and renamed into place
+//!   by [`Staged::commit`] only when the command succeeded; dropped without a
+//!   commit (any error path) it is removed, and the old output, if any, is
+//!   as it was. A directory replaced (`--force`) is swapped with the new one
+//!   atomically and removed with the staging directory. Without `--force`
+//!   the rename does not replace a file that appeared meanwhile, and once
+//!   the process is being interrupted nothing is committed.
+//! * [`Output`] (a file being written) and [`OutputDir`] (a directory
+//!   another program fills, gem5's output directory) are staged outputs;
+//!   [`Pending`] holds the finished outputs of a command, committed together
+//!   at its end.
 //! * [`Lock`]: one writer at a time. A `flock` on a lock file beside the
 //!   output (or inside a sweep directory); a second writer is refused at once
 //!   with one line naming the holder's pid. The kernel drops the lock when
-//!   its process dies, so a killed writer never blocks the next one.
+//!   its process dies, so a killed writer never blocks the next one. A lock
+//!   file says it is pmsim's; a file of that name that does not (the
+//!   user's), or a symbolic link, is refused, never written or removed.
 
+use crate::owned::OwnedDir;
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// The error of the policy: one line naming the file.
 pub type OutputError = String;
+
+/// The prefix of staging directories beside outputs.
+const STAGE_PREFIX: &str = ".pmsim-";
 
 /// `name` as a plain file name: not empty, no `/`, not `.` or `..`, no NUL,
 /// not hidden (an experiment name becomes a file name in reports and sweep
@@ -44,7 +59,10 @@ pub fn plain_name(what: &str, name: &str) -> Result<(), OutputError> {
     if ok {
         Ok(())
     } else {
-        Err(format!("{what} {name:?} is not a plain file name (letters, digits, '-', '_'; no '/', no leading '.')"))
+        Err(format!(
+            "{what} {} is not a plain file name (letters, digits, '-', '_'; no '/', no leading '.')",
+            crate::input::quoted(name)
+        ))
     }
 }
 
@@ -52,6 +70,9 @@ pub fn plain_name(what: &str, name: &str) -> Result<(), OutputError> {
 /// does not).
 pub fn pid_alive(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    if pid <= 0 {
+        return false;
+    }
     // SAFETY: signal 0 only checks that the process exists.
     unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
 }
@@ -66,6 +87,43 @@ pub struct Policy {
     guarded: Vec<(PathBuf, String)>,
     /// Canonical paths of the outputs checked so far.
     outputs: Vec<PathBuf>,
+    /// The locks of the outputs checked, held as long as the policy.
+    locks: Vec<Lock>,
+}
+
+/// A symbolic link at `path`: refused, naming where it points.
+fn refuse_link(path: &Path) -> Result<(), OutputError> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            let to = fs::read_link(path).map(|t| t.display().to_string()).unwrap_or_else(|_| "?".into());
+            Err(format!(
+                "{}: is a symbolic link (to {to}); pmsim does not write through links: name the file itself",
+                path.display()
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The canonical directory `path` goes into, checked to be one this
+/// process may create entries in.
+fn writable_parent(path: &Path) -> Result<PathBuf, OutputError> {
+    let name = path.display();
+    let parent = parent_of(path);
+    let cparent =
+        fs::canonicalize(&parent).map_err(|e| format!("{name}: cannot create: directory {}: {e}", parent.display()))?;
+    if !cparent.is_dir() {
+        return Err(format!("{name}: {} is not a directory", parent.display()));
+    }
+    let c = std::ffi::CString::new(cparent.as_os_str().as_bytes()).map_err(|e| format!("{name}: {e}"))?;
+    // SAFETY: access(2) with a NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(format!("{name}: cannot create: directory {}: {e}", parent.display()));
+    }
+    // What killed writers left there (their staging directories) goes now.
+    crate::owned::remove_stale(&cparent, STAGE_PREFIX);
+    Ok(cparent)
 }
 
 impl Policy {
@@ -95,18 +153,14 @@ impl Policy {
         self
     }
 
-    /// Checks that `path` may be written, before any work starts.
+    /// Checks that `path` may be written, before any work starts, and takes
+    /// its lock (held as long as this policy).
     pub fn check(&mut self, path: &Path) -> Result<(), OutputError> {
         let name = path.display();
         if path.file_name().is_none() || path.as_os_str().as_bytes().ends_with(b"/") {
             return Err(format!("{name}: not a file name"));
         }
-        let parent = parent_of(path);
-        let cparent = fs::canonicalize(&parent)
-            .map_err(|e| format!("{name}: cannot create: directory {}: {e}", parent.display()))?;
-        if !cparent.is_dir() {
-            return Err(format!("{name}: {} is not a directory", parent.display()));
-        }
+        let cparent = writable_parent(path)?;
         for (g, why) in &self.guarded {
             if cparent.starts_with(g) {
                 return Err(format!("{name}: inside {} ({why}); write it elsewhere", g.display()));
@@ -132,6 +186,7 @@ impl Policy {
                         kind(&m)
                     ));
                 }
+                refuse_link(path)?;
                 if !self.force {
                     return Err(format!("{name}: already exists (--force replaces it)"));
                 }
@@ -143,6 +198,7 @@ impl Policy {
             }
             Err(e) => return Err(format!("{name}: {e}")),
         }
+        self.locks.push(Lock::output(path)?);
         self.outputs.push(full);
         Ok(())
     }
@@ -162,16 +218,23 @@ impl Policy {
         Output::create(path, self.force).map_err(|e| format!("{}: cannot create: {e}", path.display()))
     }
 
+    /// Checks `path` (unless [`Policy::check`] already did) and reserves a
+    /// temporary name for it, where the caller makes the file (a heap).
+    pub fn stage(&mut self, path: &Path) -> Result<Staged, OutputError> {
+        if !self.checked(path) {
+            self.check(path)?;
+        }
+        Staged::new(path, self.force).map_err(|e| format!("{}: cannot create: {e}", path.display()))
+    }
+
     /// Checks that the directory `path` may be made (another program's
     /// output directory, e.g. gem5's `-d`), before any work starts: an
     /// existing directory only with `--force`, never an input or guarded
-    /// directory, never something that is not a directory.
+    /// directory, never something that is not a directory or a link.
     pub fn check_dir(&mut self, path: &Path) -> Result<(), OutputError> {
         let name = path.display();
         let Some(base) = path.file_name() else { return Err(format!("{name}: not a directory name")) };
-        let parent = parent_of(path);
-        let cparent = fs::canonicalize(&parent)
-            .map_err(|e| format!("{name}: cannot create: directory {}: {e}", parent.display()))?;
+        let cparent = writable_parent(path)?;
         let full = cparent.join(base);
         for (g, why) in &self.guarded {
             if full.starts_with(g) || g.starts_with(&full) {
@@ -181,6 +244,7 @@ impl Policy {
         if self.outputs.contains(&full) {
             return Err(format!("{name}: named twice as an output of this command"));
         }
+        refuse_link(path)?;
         match fs::symlink_metadata(path) {
             Ok(m) if !m.is_dir() => {
                 return Err(format!(
@@ -204,6 +268,7 @@ impl Policy {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(format!("{name}: {e}")),
         }
+        self.locks.push(Lock::output(path)?);
         self.outputs.push(full);
         Ok(())
     }
@@ -219,10 +284,16 @@ impl Policy {
 
     /// Checks `path`, then writes `bytes` to it (temporary file, sync, rename).
     pub fn write(&mut self, path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
+        self.stage_bytes(path, bytes)?.commit().map_err(|e| format!("{}: cannot write: {e}", path.display()))
+    }
+
+    /// Checks `path` and writes `bytes` under its temporary name (synced),
+    /// to be committed with the command's other outputs.
+    pub fn stage_bytes(&mut self, path: &Path, bytes: &[u8]) -> Result<Staged, OutputError> {
         let mut o = self.create(path)?;
         let named = |e: io::Error| format!("{}: cannot write: {e}", path.display());
         o.write_all(bytes).map_err(named)?;
-        o.commit().map_err(named)
+        o.finish().map_err(named)
     }
 }
 
@@ -238,6 +309,8 @@ fn kind(m: &fs::Metadata) -> &'static str {
         "a pipe"
     } else if t.is_socket() {
         "a socket"
+    } else if t.is_symlink() {
+        "a symbolic link"
     } else {
         "not a regular file"
     }
@@ -251,48 +324,178 @@ fn parent_of(path: &Path) -> PathBuf {
     }
 }
 
-/// A sibling of `path` named `.NAME.PID.SUFFIX` (hidden, so a listing of the
-/// directory shows only finished files).
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let mut n = OsString::from(".");
-    n.push(path.file_name().unwrap_or_default());
-    n.push(format!(".{}.{suffix}", std::process::id()));
-    parent_of(path).join(n)
+/// Lock files to remove if the process is interrupted.
+static LOCK_FILES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn lock_files() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    LOCK_FILES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Temporary files not yet renamed into place or removed, for the signal handler.
-static TEMPORARIES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-fn register(p: &Path) {
-    TEMPORARIES.lock().unwrap_or_else(|e| e.into_inner()).push(p.to_path_buf());
-}
-
-fn unregister(p: &Path) {
-    let mut t = TEMPORARIES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(i) = t.iter().position(|q| q == p) {
-        t.swap_remove(i);
-    }
-}
-
-/// Removes every temporary file of this process not yet renamed into place
-/// (called when the process is interrupted).
+/// Removes this process's lock files beside its outputs (called when the
+/// process is interrupted; its staging directories go with its other owned
+/// directories).
 pub fn remove_temporaries() {
-    let t = TEMPORARIES.lock().unwrap_or_else(|e| e.into_inner());
-    for p in t.iter() {
-        remove_any(p);
+    for p in lock_files().iter() {
+        let _ = fs::remove_file(p);
     }
 }
 
-/// Removes a temporary file or directory (not following a symbolic link).
-fn remove_any(p: &Path) {
-    match fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => {
-            let _ = fs::remove_dir_all(p);
+/// An output made under a temporary name: everything made in
+/// [`Staged::dir`] (the output itself at [`Staged::tmp_path`], and what an
+/// allocator keeps beside it) is renamed into the output's directory by
+/// [`Staged::commit`]; dropped before, it is removed.
+#[derive(Debug)]
+pub struct Staged {
+    path: PathBuf,
+    stage: OwnedDir,
+    replace: bool,
+}
+
+impl Staged {
+    /// Reserves a temporary name for `path` (nothing is made there);
+    /// `replace`: the commit may replace existing entries (the command's
+    /// `--force`, already checked).
+    pub fn new(path: &Path, replace: bool) -> io::Result<Staged> {
+        if path.file_name().is_none() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a file name"));
         }
-        Ok(_) => {
-            let _ = fs::remove_file(p);
+        let stage = OwnedDir::create(&parent_of(path), STAGE_PREFIX)?;
+        fs::create_dir(stage.path().join("o"))?;
+        Ok(Staged { path: path.to_path_buf(), stage, replace })
+    }
+
+    /// Where the output goes.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The directory whose entries are renamed beside the output.
+    pub fn dir(&self) -> PathBuf {
+        self.stage.path().join("o")
+    }
+
+    /// The output's temporary name.
+    pub fn tmp_path(&self) -> PathBuf {
+        self.dir().join(self.path.file_name().expect("checked when made"))
+    }
+
+    /// Renames everything made into place, the output itself last (so that
+    /// it appears with what belongs beside it). Refused once the process is
+    /// being interrupted.
+    pub fn commit(self) -> io::Result<()> {
+        if crate::interrupt::interrupted() {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted: not written"));
         }
+        let parent = parent_of(&self.path);
+        let main = self.path.file_name().expect("checked when made").to_os_string();
+        let mut names: Vec<OsString> =
+            fs::read_dir(self.dir())?.map(|e| e.map(|e| e.file_name())).collect::<Result<_, _>>()?;
+        if !names.contains(&main) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "nothing was written"));
+        }
+        names.retain(|n| *n != main);
+        names.sort();
+        names.push(main);
+        for (k, n) in names.iter().enumerate() {
+            let from = self.dir().join(n);
+            let to = parent.join(n);
+            if fs::symlink_metadata(&from)?.is_dir() {
+                commit_dir(&from, &to, self.replace, &self.stage.path().join(format!("old{k}")))?;
+            } else {
+                rename(&from, &to, self.replace)?;
+            }
+        }
+        drop(self.stage);
+        Ok(())
+    }
+}
+
+/// Renames the directory `from` to `to`; with `replace`, an existing
+/// directory `to` is swapped with it atomically (and ends at `from`, to be
+/// removed with the staging directory), or moved to `old` first where the
+/// file system cannot swap.
+fn commit_dir(from: &Path, to: &Path, replace: bool, old: &Path) -> io::Result<()> {
+    let existing = fs::symlink_metadata(to).is_ok_and(|m| m.is_dir());
+    if !(replace && existing) {
+        return rename(from, to, false);
+    }
+    match renameat2(from, to, libc::RENAME_EXCHANGE) {
+        Ok(()) => return Ok(()),
+        Err(e) if !matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) => return Err(e),
         Err(_) => {}
+    }
+    fs::rename(to, old)?;
+    if let Err(e) = rename(from, to, false) {
+        let _ = fs::rename(old, to);
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
+    let (f, t) = (c(from)?, c(to)?);
+    // SAFETY: two NUL-terminated paths relative to the working directory.
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), flags) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Renames `from` to `to`; without `replace`, fails if `to` exists.
+fn rename(from: &Path, to: &Path, replace: bool) -> io::Result<()> {
+    if replace {
+        return fs::rename(from, to);
+    }
+    let e = match renameat2(from, to, libc::RENAME_NOREPLACE) {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    match e.raw_os_error() {
+        Some(libc::EEXIST) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "a file of this name appeared while pmsim was writing it (kept; --force replaces it)",
+        )),
+        // A file system without RENAME_NOREPLACE: a hard link fails on an
+        // existing name just the same.
+        Some(libc::EINVAL) | Some(libc::ENOSYS) if !fs::symlink_metadata(from)?.is_dir() => {
+            fs::hard_link(from, to).and_then(|_| fs::remove_file(from))
+        }
+        _ => Err(e),
+    }
+}
+
+/// Finished outputs of one command, renamed into place together once the
+/// command succeeded (dropped, they are removed).
+#[derive(Debug, Default)]
+pub struct Pending(Vec<Staged>);
+
+impl Pending {
+    pub fn push(&mut self, s: Staged) {
+        self.0.push(s);
+    }
+
+    pub fn extend(&mut self, s: impl IntoIterator<Item = Staged>) {
+        self.0.extend(s);
+    }
+
+    pub fn append(&mut self, mut other: Pending) {
+        self.0.append(&mut other.0);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Renames every output into place, in the order they were added.
+    pub fn commit(self) -> Result<(), OutputError> {
+        for s in self.0 {
+            let p = s.path().display().to_string();
+            s.commit().map_err(|e| format!("{p}: {e}"))?;
+        }
+        Ok(())
     }
 }
 
@@ -300,36 +503,32 @@ fn remove_any(p: &Path) {
 /// [`Output::commit`]; removed if dropped before.
 #[derive(Debug)]
 pub struct Output {
-    path: PathBuf,
-    tmp: PathBuf,
+    staged: Staged,
     file: Option<File>,
-    replace: bool,
 }
 
 impl Output {
     /// Opens a temporary file beside `path`; `replace`: the commit may replace
     /// an existing file (the command's `--force`, already checked).
     pub fn create(path: &Path, replace: bool) -> io::Result<Output> {
-        let tmp = sibling(path, "tmp");
-        register(&tmp);
-        let file = match OpenOptions::new().write(true).create(true).truncate(true).open(&tmp) {
-            Ok(f) => f,
-            Err(e) => {
-                unregister(&tmp);
-                return Err(e);
-            }
-        };
-        Ok(Output { path: path.to_path_buf(), tmp, file: Some(file), replace })
+        let staged = Staged::new(path, replace)?;
+        let file = OpenOptions::new()
+            .write(true)
+            .read(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(staged.tmp_path())?;
+        Ok(Output { staged, file: Some(file) })
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.staged.path()
     }
 
     /// The temporary file, for a writer in another process (the Valgrind
     /// tool) that opens it by name; the commit renames whatever it wrote.
-    pub fn tmp_path(&self) -> &Path {
-        &self.tmp
+    pub fn tmp_path(&self) -> PathBuf {
+        self.staged.tmp_path()
     }
 
     pub fn file(&mut self) -> &mut File {
@@ -337,33 +536,41 @@ impl Output {
     }
 
     /// Takes the open file out (to wrap it in a writer); give it back to
-    /// [`Output::commit_file`].
+    /// [`Output::commit_file`] or [`Output::finish_file`].
     pub fn take_file(&mut self) -> File {
         self.file.take().expect("an output is open until committed")
     }
 
-    /// Syncs the file and renames it into place.
-    pub fn commit(mut self) -> io::Result<()> {
+    /// Syncs the file; the output is then ready to be committed.
+    pub fn finish(mut self) -> io::Result<Staged> {
         let f = self.file.take().expect("an output is open until committed");
-        self.commit_file(f)
+        self.finish_file(f, true)
     }
 
-    /// Syncs `f` (the file [`Output::take_file`] took) and renames it into place.
-    pub fn commit_file(self, f: File) -> io::Result<()> {
-        self.commit_with(f, true)
-    }
-
-    /// Renames `f` into place; `sync: false` for derived data made again
-    /// from its input if a crash loses it (an export of gigabytes).
-    pub fn commit_with(mut self, f: File, sync: bool) -> io::Result<()> {
+    /// [`Output::finish`] with the file [`Output::take_file`] took; `sync:
+    /// false` for derived data made again from its input if a crash loses it
+    /// (an export of gigabytes).
+    pub fn finish_file(self, f: File, sync: bool) -> io::Result<Staged> {
         if sync {
             f.sync_all()?;
         }
         drop(f);
-        rename(&self.tmp, &self.path, self.replace)?;
-        unregister(&self.tmp);
-        self.tmp = PathBuf::new();
-        Ok(())
+        Ok(self.staged)
+    }
+
+    /// Syncs the file and renames it into place.
+    pub fn commit(self) -> io::Result<()> {
+        self.finish()?.commit()
+    }
+
+    /// Syncs `f` (the file [`Output::take_file`] took) and renames it into place.
+    pub fn commit_file(self, f: File) -> io::Result<()> {
+        self.finish_file(f, true)?.commit()
+    }
+
+    /// Renames `f` into place, synced or not (see [`Output::finish_file`]).
+    pub fn commit_with(self, f: File, sync: bool) -> io::Result<()> {
+        self.finish_file(f, sync)?.commit()
     }
 }
 
@@ -376,108 +583,136 @@ impl Write for Output {
     }
 }
 
-impl Drop for Output {
-    fn drop(&mut self) {
-        if !self.tmp.as_os_str().is_empty() {
-            let _ = fs::remove_file(&self.tmp);
-            unregister(&self.tmp);
-        }
-    }
-}
-
-/// Renames `from` to `to`; without `replace`, fails if `to` exists.
-fn rename(from: &Path, to: &Path, replace: bool) -> io::Result<()> {
-    if replace {
-        return fs::rename(from, to);
-    }
-    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
-    let (f, t) = (c(from)?, c(to)?);
-    // SAFETY: two NUL-terminated paths relative to the working directory.
-    let r = unsafe { libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), libc::RENAME_NOREPLACE) };
-    if r == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EEXIST) => Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            "a file of this name appeared while pmsim was writing it (kept; --force replaces it)",
-        )),
-        // A file system without RENAME_NOREPLACE: a hard link fails on an
-        // existing name just the same.
-        Some(libc::EINVAL) | Some(libc::ENOSYS) => fs::hard_link(from, to).and_then(|_| fs::remove_file(from)),
-        _ => Err(e),
-    }
-}
-
 /// A directory being filled (by pmsim or a program it runs): under a
 /// temporary name beside its destination until [`OutputDir::commit`];
 /// removed with its contents if dropped before, so a failed run leaves the
 /// old directory, if any, as it was.
 #[derive(Debug)]
 pub struct OutputDir {
-    path: PathBuf,
-    tmp: PathBuf,
-    replace: bool,
+    staged: Staged,
 }
 
 impl OutputDir {
     /// Makes a temporary directory beside `path`; `replace`: the commit may
     /// replace an existing directory (the command's `--force`, already checked).
     pub fn create(path: &Path, replace: bool) -> io::Result<OutputDir> {
-        let tmp = sibling(path, "tmp");
-        register(&tmp);
-        remove_any(&tmp);
-        if let Err(e) = fs::create_dir(&tmp) {
-            unregister(&tmp);
-            return Err(e);
-        }
-        Ok(OutputDir { path: path.to_path_buf(), tmp, replace })
+        let staged = Staged::new(path, replace)?;
+        fs::create_dir(staged.tmp_path())?;
+        Ok(OutputDir { staged })
     }
 
     /// Where the directory is filled until the commit.
-    pub fn tmp_path(&self) -> &Path {
-        &self.tmp
+    pub fn tmp_path(&self) -> PathBuf {
+        self.staged.tmp_path()
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.staged.path()
     }
 
-    /// Renames the directory into place. A directory replaced (`--force`) is
-    /// first moved aside and removed only once the new one is in place.
-    pub fn commit(mut self) -> io::Result<()> {
-        let old = sibling(&self.path, "old");
-        let moved = self.replace && fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_dir());
-        if moved {
-            register(&old);
-            fs::rename(&self.path, &old)?;
-        }
-        if let Err(e) = rename(&self.tmp, &self.path, false) {
-            if moved {
-                let _ = fs::rename(&old, &self.path);
-                unregister(&old);
+    /// Ready to be committed with other outputs.
+    pub fn into_staged(self) -> Staged {
+        self.staged
+    }
+
+    /// Renames the directory into place (swapped with the one it replaces).
+    pub fn commit(self) -> io::Result<()> {
+        self.staged.commit()
+    }
+}
+
+/// The marker file that makes a directory pmsim's own directory of `kind`
+/// (`sweep`, `report`): `DIR/.pmsim-KIND`.
+pub fn marker(dir: &Path, kind: &str) -> PathBuf {
+    dir.join(format!(".pmsim-{kind}"))
+}
+
+/// The kinds of directories pmsim fills over several runs.
+pub const DIR_KINDS: [&str; 2] = ["sweep", "report"];
+
+/// Makes `path` a directory of pmsim's of `kind`, or checks that it is one:
+/// a new directory is made with its marker ([`marker`], holding `content`)
+/// in place at once; an empty one gets the marker; one that holds the
+/// marker is pmsim's already, and so is one `legacy` recognises (written
+/// by a pmsim from before markers: it gets the marker too). Anything else
+/// is refused with one line: a directory of the user's (not empty, no
+/// marker), pmsim's directory of another kind, a symbolic link, a file.
+/// Returns the marker's content.
+pub fn own_dir(path: &Path, what: &str, content: &str, legacy: impl Fn(&Path) -> bool) -> Result<String, OutputError> {
+    let name = path.display();
+    let mark = marker(path, what);
+    for _ in 0..3 {
+        match fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                refuse_link(path)?;
             }
-            return Err(e);
+            Ok(m) if !m.is_dir() => {
+                return Err(format!("{name}: exists and is not a directory ({})", kind(&m)));
+            }
+            Ok(_) => {
+                match fs::symlink_metadata(&mark) {
+                    Ok(m) if m.is_file() => {
+                        return crate::input::read_text(&mark, "directory marker");
+                    }
+                    Ok(_) => return Err(format!("{}: not a regular file; pmsim leaves it alone", mark.display())),
+                    Err(_) => {}
+                }
+                if let Some(other) = DIR_KINDS.iter().find(|k| **k != what && marker(path, k).is_file()) {
+                    return Err(format!(
+                        "{name}: is a pmsim {other} directory, not a {what} directory: use another directory"
+                    ));
+                }
+                let empty = fs::read_dir(path).map_err(|e| format!("{name}: {e}"))?.next().is_none();
+                if !empty && !legacy(path) {
+                    return Err(format!(
+                        "{name}: a directory that is not empty and not pmsim's (it has no {}): pmsim writes a {what} \
+                         only into a new or empty directory, or one it made: use another directory",
+                        mark.file_name().unwrap_or_default().to_string_lossy()
+                    ));
+                }
+                let mut o =
+                    Output::create(&mark, false).map_err(|e| format!("{}: cannot create: {e}", mark.display()))?;
+                o.write_all(content.as_bytes()).map_err(|e| format!("{}: cannot write: {e}", mark.display()))?;
+                return match o.commit() {
+                    Ok(()) => Ok(content.to_string()),
+                    // Another pmsim marked it meanwhile: read its marker.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => Err(format!("{}: cannot write: {e}", mark.display())),
+                };
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                writable_parent(path)?;
+                // Made with its marker under a temporary name, then renamed
+                // into place: the directory never exists without it.
+                let staged = Staged::new(path, false).map_err(|e| format!("{name}: cannot create: {e}"))?;
+                let tmp = staged.tmp_path();
+                fs::create_dir(&tmp)
+                    .and_then(|_| fs::write(marker(&tmp, what), content))
+                    .map_err(|e| format!("{name}: cannot create: {e}"))?;
+                match staged.commit() {
+                    Ok(()) => return Ok(content.to_string()),
+                    // Made by another pmsim meanwhile: check it as any existing one.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(format!("{name}: cannot create: {e}")),
+                }
+            }
+            Err(e) => return Err(format!("{name}: {e}")),
         }
-        if moved {
-            remove_any(&old);
-            unregister(&old);
-        }
-        unregister(&self.tmp);
-        self.tmp = PathBuf::new();
-        Ok(())
     }
+    Err(format!("{name}: keeps changing while pmsim makes it its own"))
 }
 
-impl Drop for OutputDir {
-    fn drop(&mut self) {
-        if !self.tmp.as_os_str().is_empty() {
-            remove_any(&self.tmp);
-            unregister(&self.tmp);
-        }
-    }
+/// The directory of pmsim's (a sweep's or a report's, by its marker) that
+/// `path` would be inside, if any: nothing is made in another run's
+/// bookkeeping.
+pub fn inside_own_dir(path: &Path) -> Option<(PathBuf, &'static str)> {
+    let parent = fs::canonicalize(parent_of(path)).ok()?;
+    parent.ancestors().find_map(|a| DIR_KINDS.iter().find(|k| marker(a, k).is_file()).map(|k| (a.to_path_buf(), *k)))
 }
+
+/// The line that makes a file pmsim's lock file (its second line; the first
+/// names the holder's pid, empty when nobody holds it).
+const LOCK_MAGIC: &str = "pmsim lock file: pmsim writes what this names while a pmsim process holds it";
 
 /// An exclusive `flock` held while one writer writes a file or a directory.
 #[derive(Debug)]
@@ -488,6 +723,77 @@ pub struct Lock {
     remove: bool,
 }
 
+fn flock(f: &File, op: libc::c_int) -> io::Result<()> {
+    loop {
+        // SAFETY: a valid open descriptor.
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn same_file(f: &File, path: &Path) -> bool {
+    match (f.metadata(), fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Makes the lock file `lock` holding this process's pid, locked, unless a
+/// file of that name exists (`Ok(None)`). The file appears with its content
+/// and its lock at once (`O_TMPFILE`, then a link), so no reader ever sees
+/// a pmsim lock file that does not say so.
+fn create_lock_file(lock: &Path) -> io::Result<Option<File>> {
+    let content = format!("{}\n{LOCK_MAGIC}\n", std::process::id());
+    let tmp = OpenOptions::new().read(true).write(true).custom_flags(libc::O_TMPFILE).mode(0o644).open(parent_of(lock));
+    match tmp {
+        Ok(mut f) => {
+            f.write_all(content.as_bytes())?;
+            flock(&f, libc::LOCK_EX)?;
+            let from = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd())).map_err(io::Error::other)?;
+            let to = std::ffi::CString::new(lock.as_os_str().as_bytes()).map_err(io::Error::other)?;
+            // SAFETY: two NUL-terminated paths.
+            let r = unsafe {
+                libc::linkat(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::AT_SYMLINK_FOLLOW)
+            };
+            if r == 0 {
+                return Ok(Some(f));
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EEXIST) {
+                return Ok(None);
+            }
+            // No /proc: made by name below.
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                return Err(e);
+            }
+        }
+        // A file system without O_TMPFILE: made by name below.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)) => {}
+        Err(e) => return Err(e),
+    }
+    match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o644)
+        .open(lock)
+    {
+        Ok(mut f) => {
+            f.write_all(content.as_bytes())?;
+            flock(&f, libc::LOCK_EX)?;
+            Ok(Some(f))
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl Lock {
     /// Locks the output `path` through `.NAME.lock` beside it (removed on
     /// release); `Err` names the holder's pid.
@@ -495,9 +801,8 @@ impl Lock {
         let mut n = OsString::from(".");
         n.push(path.file_name().unwrap_or_default());
         n.push(".lock");
-        let lock = Self::acquire(&parent_of(path).join(n), path, true)?;
-        register(&lock.path);
-        remove_stale_temporaries(path);
+        let lock = Self::acquire(&path.with_file_name(n), path, true)?;
+        lock_files().push(lock.path.clone());
         Ok(lock)
     }
 
@@ -515,77 +820,95 @@ impl Lock {
 
     fn acquire(lock: &Path, target: &Path, remove: bool) -> Result<Lock, OutputError> {
         let name = target.display();
-        loop {
-            let mut file = OpenOptions::new()
+        let ln = lock.display();
+        let foreign = || {
+            format!(
+                "{name}: {ln} exists and is not a pmsim lock file; pmsim leaves it alone: remove it, or write elsewhere"
+            )
+        };
+        for attempt in 0..200 {
+            let made = create_lock_file(lock).map_err(|e| format!("{name}: cannot create its lock file {ln}: {e}"))?;
+            if let Some(file) = made {
+                return Ok(Lock { file, path: lock.to_path_buf(), remove });
+            }
+            let mut file = match OpenOptions::new()
                 .read(true)
                 .write(true)
-                .create(true)
-                .truncate(false)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
                 .open(lock)
-                .map_err(|e| format!("{name}: cannot open its lock file {}: {e}", lock.display()))?;
-            // SAFETY: a valid open descriptor.
-            if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                    return Err(format!("{name}: cannot lock {}: {e}", lock.display()));
+            {
+                Ok(f) => f,
+                // Released and removed meanwhile: make it again.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                    return Err(format!(
+                        "{name}: its lock file {ln} is a symbolic link; pmsim does not follow it (remove it)"
+                    ))
                 }
-                let mut pid = String::new();
-                let _ = file.read_to_string(&mut pid);
-                let holder = match pid.trim() {
-                    "" => "another process".to_string(),
-                    p => format!("pid {p}"),
-                };
+                Err(e) => return Err(format!("{name}: cannot open its lock file {ln}: {e}")),
+            };
+            if !file.metadata().is_ok_and(|m| m.is_file()) {
+                return Err(format!("{name}: its lock file {ln} is not a regular file; pmsim leaves it alone"));
+            }
+            let mut text = String::new();
+            let _ = (&mut file).take(4096).read_to_string(&mut text);
+            // A directory's own lock (inside pmsim's own sweep directory) may
+            // also be empty, as an older pmsim left it.
+            let pmsims = text.lines().nth(1) == Some(LOCK_MAGIC) || (!remove && text.is_empty());
+            if !pmsims {
+                // Not pmsim's (a file made by name is written just after it
+                // appears: a moment's patience first).
+                if text.is_empty() && attempt < 20 {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
+                return Err(foreign());
+            }
+            if let Err(e) = flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+                if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                    return Err(format!("{name}: cannot lock {ln}: {e}"));
+                }
+                let holder = text.lines().next().unwrap_or("").trim().to_string();
+                // A holder that has just ended may still be releasing it
+                // (a child it started between fork and exec holds a copy).
+                let gone = holder.parse::<u32>().is_ok_and(|p| !pid_alive(p));
+                if gone && attempt < 150 {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
+                let holder = if holder.is_empty() { "another process".to_string() } else { format!("pid {holder}") };
                 return Err(format!("{name}: being written by another pmsim ({holder}); wait for it to end"));
             }
             // A releasing writer may have removed the file between our open
             // and our lock: then the lock is on a name nobody else sees.
-            let same = match (file.metadata(), fs::metadata(lock)) {
-                (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-                _ => false,
-            };
-            if !same {
+            if !same_file(&file, lock) {
                 continue;
             }
-            let pid = format!("{}\n", std::process::id());
             let _ = file.set_len(0);
             let _ = file.rewind();
-            let _ = file.write_all(pid.as_bytes());
+            let _ = file.write_all(format!("{}\n{LOCK_MAGIC}\n", std::process::id()).as_bytes());
             return Ok(Lock { file, path: lock.to_path_buf(), remove });
         }
-    }
-}
-
-/// Removes the temporary files `.NAME.PID.tmp` beside `path` whose writer is
-/// gone (killed with SIGKILL); called by the next writer, holding the lock.
-fn remove_stale_temporaries(path: &Path) {
-    let Some(name) = path.file_name() else { return };
-    let mut prefix = b".".to_vec();
-    prefix.extend_from_slice(name.as_bytes());
-    prefix.push(b'.');
-    let Ok(rd) = fs::read_dir(parent_of(path)) else { return };
-    for e in rd.flatten() {
-        let n = e.file_name();
-        let Some(rest) = n.as_bytes().strip_prefix(prefix.as_slice()) else { continue };
-        let Some(pid) = rest
-            .strip_suffix(b".tmp")
-            .or_else(|| rest.strip_suffix(b".old"))
-            .and_then(|p| std::str::from_utf8(p).ok()?.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid != std::process::id() && !pid_alive(pid) {
-            remove_any(&e.path());
-        }
+        Err(format!("{name}: cannot lock {ln}: it keeps changing"))
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
         if self.remove {
-            unregister(&self.path);
-            // Removed while still locked, so no one locks the old inode after.
-            let _ = fs::remove_file(&self.path);
+            {
+                let mut l = lock_files();
+                if let Some(i) = l.iter().position(|q| *q == self.path) {
+                    l.swap_remove(i);
+                }
+            }
+            // Removed while still locked, so no one locks the old inode
+            // after; and only if it is still this lock's file.
+            if same_file(&self.file, &self.path) {
+                let _ = fs::remove_file(&self.path);
+            }
         } else {
+            // A directory's own lock file stays, empty (as pmsim always left it).
             let _ = self.file.set_len(0);
         }
     }
@@ -594,6 +917,14 @@ impl Drop for Lock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names in `d`, sorted.
+    fn names(d: &Path) -> Vec<String> {
+        let mut v: Vec<String> =
+            fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
 
     #[test]
     fn policy_refuses_what_it_must() {
@@ -615,6 +946,12 @@ mod tests {
         p.check(&b).unwrap();
         assert!(p.check(&b).unwrap_err().contains("twice"));
         assert!(plain_name("name", "../x").is_err() && plain_name("name", "ok-1").is_ok());
+        // A link is never written through, even with --force.
+        let l = d.path().join("l");
+        std::os::unix::fs::symlink(&a, &l).unwrap();
+        assert!(Policy::new(true).check(&l).unwrap_err().contains("symbolic link"));
+        assert!(Policy::new(true).check_dir(&l).unwrap_err().contains("symbolic link"));
+        assert_eq!(fs::read(&a).unwrap(), b"x");
     }
 
     #[test]
@@ -624,7 +961,7 @@ mod tests {
         let mut o = Output::create(&a, false).unwrap();
         o.write_all(b"data").unwrap();
         drop(o);
-        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0, "an uncommitted output leaves nothing");
+        assert_eq!(names(d.path()), Vec::<String>::new(), "an uncommitted output leaves nothing");
         let mut o = Output::create(&a, false).unwrap();
         o.write_all(b"data").unwrap();
         o.commit().unwrap();
@@ -632,7 +969,20 @@ mod tests {
         let o = Output::create(&a, false).unwrap();
         assert!(o.commit().is_err(), "no replace without force");
         assert_eq!(fs::read(&a).unwrap(), b"data");
-        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 1);
+        assert_eq!(names(d.path()), ["a"]);
+        // Outputs committed together, the user's files named like pmsim's
+        // temporaries untouched.
+        fs::write(d.path().join(".a.1.tmp"), b"mine").unwrap();
+        let mut pending = Pending::default();
+        for (n, t) in [("b", b"bb"), ("a", b"aa")] {
+            let mut o = Output::create(&d.path().join(n), true).unwrap();
+            o.write_all(t).unwrap();
+            pending.push(o.finish().unwrap());
+        }
+        assert_eq!(fs::read(&a).unwrap(), b"data", "nothing in place before the commit");
+        pending.commit().unwrap();
+        assert_eq!(fs::read(&a).unwrap(), b"aa");
+        assert_eq!(names(d.path()), [".a.1.tmp", "a", "b"]);
     }
 
     #[test]
@@ -645,21 +995,23 @@ mod tests {
         let f = d.path().join("file");
         fs::write(&f, b"x").unwrap();
         assert!(Policy::new(true).check_dir(&f).unwrap_err().contains("not a directory"));
-        let mut p = Policy::new(true);
-        let o = p.create_dir(&a).unwrap();
-        fs::write(o.tmp_path().join("new"), b"new").unwrap();
-        drop(o);
+        {
+            let mut p = Policy::new(true);
+            let o = p.create_dir(&a).unwrap();
+            fs::write(o.tmp_path().join("new"), b"new").unwrap();
+            drop(o);
+        }
         assert_eq!(fs::read(a.join("old")).unwrap(), b"old", "a dropped directory leaves the old one");
-        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 2, "and no temporary");
+        assert_eq!(names(d.path()), ["file", "out"], "and no temporary or lock");
         let o = OutputDir::create(&a, true).unwrap();
         fs::write(o.tmp_path().join("new"), b"new").unwrap();
         o.commit().unwrap();
         assert!(a.join("new").exists() && !a.join("old").exists());
-        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 2);
+        assert_eq!(names(d.path()), ["file", "out"]);
         let o = OutputDir::create(&a, false).unwrap();
         assert!(o.commit().is_err(), "no replace without force");
         assert!(a.join("new").exists());
-        assert_eq!(fs::read_dir(d.path()).unwrap().count(), 2);
+        assert_eq!(names(d.path()), ["file", "out"]);
     }
 
     #[test]
@@ -672,9 +1024,27 @@ mod tests {
         let e = Lock::output(&a).unwrap_err();
         assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");
         drop(l);
+        assert_eq!(names(d.path()), Vec::<String>::new(), "the lock file goes with the lock");
         let _l = Lock::output(&a).unwrap();
         let dl = Lock::dir(d.path()).unwrap();
         assert!(Lock::dir(d.path()).is_err());
         drop(dl);
+        let _again = Lock::dir(d.path()).unwrap();
+    }
+
+    #[test]
+    fn a_lock_file_of_the_users_is_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let mine = d.path().join(".n.lock");
+        fs::write(&mine, b"my notes\n").unwrap();
+        let e = Lock::output(&d.path().join("n")).unwrap_err();
+        assert!(e.contains("not a pmsim lock file"), "{e}");
+        assert_eq!(fs::read(&mine).unwrap(), b"my notes\n");
+        let target = d.path().join("target");
+        fs::write(&target, b"precious").unwrap();
+        std::os::unix::fs::symlink(&target, d.path().join(".m.lock")).unwrap();
+        let e = Lock::output(&d.path().join("m")).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(fs::read(&target).unwrap(), b"precious");
     }
 }

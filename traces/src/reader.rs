@@ -146,7 +146,7 @@ impl TraceReader<File> {
         let path = path.as_ref();
         let name = path.display().to_string();
         let file =
-            File::open(path).map_err(|e| TraceError::new(ErrorKind::Io, &name, 0, format!("cannot open: {e}")))?;
+            crate::input::open_unnamed(path, "trace").map_err(|e| TraceError::new(ErrorKind::Io, &name, 0, e))?;
         // Unbuffered on purpose: payloads are read straight into the block buffer
         // (one copy from the page cache, not two); block headers cost one small
         // read per block of tens of thousands of events.

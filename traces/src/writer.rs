@@ -4,7 +4,7 @@ use crate::encode::Encoder;
 use crate::event::Event;
 use crate::format::*;
 use crate::header::TraceHeader;
-use crate::output::Output;
+use crate::output::{Output, Staged};
 use crate::sink::EventSink;
 use crate::sites::{encode_site, Site};
 use std::fs::File;
@@ -263,15 +263,24 @@ impl TraceFile {
     }
 
     /// Ends the trace, syncs it and moves it to its destination.
-    pub fn finish(mut self) -> io::Result<WriteStats> {
+    pub fn finish(self) -> io::Result<WriteStats> {
+        let (stats, staged) = self.finish_staged()?;
+        let path = staged.path().display().to_string();
+        staged.commit().map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+        Ok(stats)
+    }
+
+    /// Ends the trace and syncs it, not yet in place: the caller commits it
+    /// with the command's other outputs once everything succeeded.
+    pub fn finish_staged(mut self) -> io::Result<(WriteStats, Staged)> {
         let w = self.writer.take().expect("trace file already finished");
         let out = self.out.take().expect("trace file already finished");
         let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", out.path().display()));
         let (buf, stats) = w.finish().map_err(named)?;
         let file = buf.into_inner().map_err(|e| named(e.into_error()))?;
         let path = out.path().display().to_string();
-        out.commit_file(file).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
-        Ok(stats)
+        let staged = out.finish_file(file, true).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+        Ok((stats, staged))
     }
 }
 

@@ -422,6 +422,10 @@ impl Allocator for Metall {
         Metall::close(self, heap)
     }
 
+    fn beside_heap(heap: &std::path::Path) -> Vec<std::path::PathBuf> {
+        vec![store::store_dir(heap)]
+    }
+
     /// A properly closed store keeps every object, published or not: the
     /// only store Metall opens after a crash is one closed before it.
     fn crash_rules(_cfg: &MetallConfig) -> Result<CrashRules, String> {

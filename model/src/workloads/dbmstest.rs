@@ -71,6 +71,9 @@ impl Params {
         if self.per_thread(threads) == 0 {
             return Err(format!("objects = {} gives no objects per thread", self.objects));
         }
+        if self.iterations == 0 {
+            return Err("iterations = 0 (must be at least 1: nothing would be measured)".into());
+        }
         if !(0.0..1.0).contains(&self.delete_ratio) || !(f64::MIN_POSITIVE..500.0).contains(&self.lambda) {
             return Err("delete_ratio must be in [0, 1) and lambda in (0, 500)".into());
         }
@@ -81,12 +84,12 @@ impl Params {
     fn capacity(&self, threads: u32) -> u64 {
         let n = self.per_thread(threads);
         let keep = 1.0 - self.delete_ratio;
-        (n as f64 / (1.0 - keep) * keep).ceil() as u64 + n + 2
+        ((n as f64 / (1.0 - keep) * keep).ceil() as u64).saturating_add(n).saturating_add(2)
     }
 
     pub fn peak_live(&self, threads: u32) -> u64 {
-        let mean = self.min_size + self.step * self.lambda as u64;
-        threads as u64 * self.capacity(threads) * mean.min(self.max_size)
+        let mean = self.min_size.saturating_add(self.step.saturating_mul(self.lambda as u64));
+        (threads as u64).saturating_mul(self.capacity(threads)).saturating_mul(mean.min(self.max_size))
     }
 }
 

@@ -67,13 +67,18 @@ impl Params {
         if !(0.0..=1.0).contains(&self.insert_ratio) {
             return Err(format!("insert_ratio = {} (must be in [0, 1])", self.insert_ratio));
         }
+        if self.ops == 0 {
+            return Err("ops = 0 (must be at least 1: nothing would be measured)".into());
+        }
         Ok(())
     }
 
     pub fn peak_live(&self, _threads: u32) -> u64 {
         // Keys at most warm-up plus all inserts; a leaf per ~fanout/2 keys.
-        let keys = self.warmup + (self.ops as f64 * self.insert_ratio) as u64;
-        keys * (self.kv_size + 16) + keys / (self.fanout / 2).max(1) * (self.fanout * 26 + 64)
+        let keys = self.warmup.saturating_add((self.ops as f64 * self.insert_ratio) as u64);
+        let leaves = keys / (self.fanout / 2).max(1);
+        keys.saturating_mul(self.kv_size.saturating_add(16))
+            .saturating_add(leaves.saturating_mul(self.fanout.saturating_mul(26).saturating_add(64)))
     }
 }
 

@@ -75,6 +75,9 @@ impl Params {
         if self.live_cap < self.before_max.max(self.after_max) {
             return Err("live_cap is smaller than one object".into());
         }
+        if self.alloc_bytes == 0 {
+            return Err("alloc_bytes = 0 (must be at least 1: nothing would be allocated)".into());
+        }
         Ok(())
     }
 

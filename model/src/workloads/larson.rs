@@ -71,7 +71,7 @@ impl Params {
     }
 
     pub fn peak_live(&self, threads: u32) -> u64 {
-        threads as u64 * self.chunks * (self.max_size + 16)
+        (threads as u64).saturating_mul(self.chunks).saturating_mul(self.max_size.saturating_add(16))
     }
 }
 

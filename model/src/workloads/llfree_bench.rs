@@ -79,7 +79,7 @@ impl Params {
     }
 
     pub fn peak_live(&self, threads: u32) -> u64 {
-        threads as u64 * self.per_thread(threads) * (self.size + 16)
+        (threads as u64).saturating_mul(self.per_thread(threads)).saturating_mul(self.size.saturating_add(16))
     }
 
     /// Live objects at the peak.

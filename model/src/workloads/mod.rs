@@ -44,7 +44,7 @@ pub mod threadtest;
 pub use driver::{Progress, Shared, Slots, Snapshot, Worker};
 
 use crate::alloc::{AllocThread, Allocator, Footprint, HeapNeed};
-use crate::params::{set_field, split_override};
+use crate::params::{set_field, split_overrides};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -154,6 +154,9 @@ pub enum Params {
     Fptree(fptree::Params),
     LlfreeBench(llfree_bench::Params),
 }
+
+/// The most live data a workload may need (1 TiB: past any heap a run maps).
+const MAX_LIVE: u64 = 1 << 40;
 
 /// The most worker threads a run starts, whatever the machine: the
 /// allocators keep per-thread state for at most a few thousand threads, and
@@ -270,6 +273,15 @@ impl Workload {
     /// `set("iterations", "50")`.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), WorkloadError> {
         let what = "parameter";
+        // Counts and sizes far past any run: refused here, before they can
+        // overflow the arithmetic that sizes the run.
+        if value.parse::<u64>().is_ok_and(|n| n > Self::MAX_PARAM) {
+            return Err(WorkloadError::Config(format!(
+                "{}: {key} = {value}: too large (at most {})",
+                self.name,
+                Self::MAX_PARAM
+            )));
+        }
         match &mut self.params {
             Params::Threadtest(p) => set_field(p, what, key, value),
             Params::ProdCon(p) => set_field(p, what, key, value),
@@ -285,8 +297,7 @@ impl Workload {
 
     /// Applies `key=value` overrides in order.
     pub fn with_overrides<'a>(mut self, kvs: impl IntoIterator<Item = &'a str>) -> Result<Workload, WorkloadError> {
-        for kv in kvs {
-            let (k, v) = split_override(kv).map_err(WorkloadError::Config)?;
+        for (k, v) in split_overrides(kvs).map_err(WorkloadError::Config)? {
             self.set(k, v)?;
         }
         Ok(self)
@@ -298,6 +309,10 @@ impl Workload {
     pub fn keeps_data(&self) -> bool {
         matches!(&self.params, Params::Threadtest(p) if p.keep)
     }
+
+    /// The largest value of a numeric parameter (2^48: any count or size of
+    /// a real run is far below it).
+    pub const MAX_PARAM: u64 = 1 << 48;
 
     /// Refuses parameters the workload cannot run with, naming the field.
     pub fn validate(&self, threads: u32) -> Result<(), WorkloadError> {
@@ -321,7 +336,16 @@ impl Workload {
             Params::Fptree(p) => p.validate(),
             Params::LlfreeBench(p) => p.validate(threads),
         };
-        r.map_err(|m| WorkloadError::Config(format!("{}: {m}", self.name)))
+        r.map_err(|m| WorkloadError::Config(format!("{}: {m}", self.name)))?;
+        let live = self.peak_live(threads);
+        if live > MAX_LIVE {
+            return Err(WorkloadError::Config(format!(
+                "{}: its objects need {live} bytes live at once with {threads} thread(s): more than pmsim runs a \
+                 workload with (at most {MAX_LIVE}, 1 TiB)",
+                self.name
+            )));
+        }
+        Ok(())
     }
 
     /// A heap size (bytes, a multiple of 2 MiB) that holds this workload's

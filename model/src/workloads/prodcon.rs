@@ -59,7 +59,7 @@ impl Params {
     }
 
     pub fn peak_live(&self, threads: u32) -> u64 {
-        (threads as u64).div_ceil(2) * self.ring * (self.size + 16)
+        (threads as u64).div_ceil(2).saturating_mul(self.ring).saturating_mul(self.size.saturating_add(16))
     }
 }
 

@@ -39,13 +39,16 @@ impl Params {
             return Err(format!("sizes {}..={} (need 24 <= min_size <= max_size)", self.min_size, self.max_size));
         }
         if self.batch == 0 {
-            return Err("batch = 0".into());
+            return Err("batch = 0 (must be at least 1)".into());
+        }
+        if self.iterations == 0 {
+            return Err("iterations = 0 (must be at least 1: nothing would be measured)".into());
         }
         Ok(())
     }
 
     pub fn peak_live(&self, threads: u32) -> u64 {
-        threads as u64 * self.batch * (self.max_size + 16)
+        (threads as u64).saturating_mul(self.batch).saturating_mul(self.max_size.saturating_add(16))
     }
 
     /// A size drawn log-uniformly from `min_size..=max_size`.

@@ -58,7 +58,10 @@ impl Params {
             return Err(format!("size = {} (objects carry a 24-byte checksum: at least 24)", self.size));
         }
         if self.per_thread(threads) == 0 {
-            return Err("no objects per thread".into());
+            return Err(format!("objects = {} leaves no object per thread", self.objects));
+        }
+        if self.iterations == 0 {
+            return Err("iterations = 0 (must be at least 1: nothing would be measured)".into());
         }
         if self.keep && !self.publish {
             return Err("keep = true needs publish = true (kept objects are found through their slots)".into());
@@ -67,7 +70,7 @@ impl Params {
     }
 
     pub fn peak_live(&self, threads: u32) -> u64 {
-        threads as u64 * self.per_thread(threads) * (self.size + 16)
+        (threads as u64).saturating_mul(self.per_thread(threads)).saturating_mul(self.size.saturating_add(16))
     }
 }
 

@@ -283,6 +283,23 @@ pub struct Gem5Run {
 /// place. A gem5 that fails leaves nothing: its log's last lines go into the
 /// error, and an earlier OUT_DIR stays as it was.
 pub fn run(gem5: &Path, script: &Path, out: OutputDir) -> Result<Gem5Run, ExportError> {
+    let (r, staged) = run_staged(gem5, script, out, None)?;
+    let out_dir = r.out_dir.clone();
+    staged.commit().map_err(|e| ExportError::Input(format!("{}: cannot rename into place: {e}", out_dir.display())))?;
+    Ok(r)
+}
+
+/// [`run`] with the output directory left under its temporary name, to be
+/// committed with the command's other outputs. `trace`: where the packet
+/// trace will be once committed (gem5 ran on a script that names it under
+/// its temporary name): the directory's link to the trace is made to point
+/// there.
+pub fn run_staged(
+    gem5: &Path,
+    script: &Path,
+    out: OutputDir,
+    trace: Option<&Path>,
+) -> Result<(Gem5Run, pmsim_traces::output::Staged), ExportError> {
     let fail = |what: String| ExportError::Input(what);
     let dir = out.tmp_path().to_path_buf();
     let log_path = dir.join("gem5.log");
@@ -312,8 +329,16 @@ pub fn run(gem5: &Path, script: &Path, out: OutputDir) -> Result<Gem5Run, Export
     }
     let incomplete = log_text.contains("unable to replay the entire trace");
     let out_dir = out.path().to_path_buf();
-    out.commit().map_err(|e| fail(format!("{}: cannot rename into place: {e}", out_dir.display())))?;
-    Ok(Gem5Run { out_dir, sim_ticks: stats.iter().find(|(n, _)| n == "simTicks").map(|s| s.1), stats, incomplete })
+    if let Some(t) = trace {
+        let link = dir.join("pmsim-trace");
+        if std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()) {
+            std::fs::remove_file(&link)
+                .and_then(|_| std::os::unix::fs::symlink(t, &link))
+                .map_err(|e| fail(format!("{}: {e}", out_dir.join("pmsim-trace").display())))?;
+        }
+    }
+    let sim_ticks = stats.iter().find(|(n, _)| n == "simTicks").map(|s| s.1);
+    Ok((Gem5Run { out_dir, sim_ticks, stats, incomplete }, out.into_staged()))
 }
 
 #[cfg(test)]

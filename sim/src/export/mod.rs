@@ -303,6 +303,22 @@ pub fn export_file<R: Read>(
     out: &Path,
     progress: impl FnMut(u64),
 ) -> Result<Summary, ExportError> {
+    let (summary, staged) = export_staged(reader, opts, format, file_opts, out, progress)?;
+    staged.commit().map_err(|e| ExportError::Input(format!("{}: cannot write: {e}", out.display())))?;
+    Ok(summary)
+}
+
+/// [`export_file`] with the file written under a temporary name, not yet in
+/// place: the caller commits it with its other outputs once they are all
+/// written.
+pub fn export_staged<R: Read>(
+    reader: &mut TraceReader<R>,
+    opts: &Options,
+    format: Format,
+    file_opts: &FileOptions,
+    out: &Path,
+    progress: impl FnMut(u64),
+) -> Result<(Summary, pmsim_traces::output::Staged), ExportError> {
     let named = |e: io::Error| ExportError::Input(format!("{}: cannot write: {e}", out.display()));
     let tck = file_opts.tck_ps.unwrap_or(dramsim3::DEFAULT_TCK_PS);
     if format == Format::Dramsim3 && tck == 0 {
@@ -339,8 +355,8 @@ pub fn export_file<R: Read>(
     // Not synced: an export is derived data, made again from the trace if a
     // crash loses it, and a sync of gigabytes would double the export's time.
     let file = sink.inner.into_inner().map_err(|e| named(e.into_error()))?;
-    output.commit_with(file, false).map_err(named)?;
-    Ok(summary)
+    let staged = output.finish_file(file, false).map_err(named)?;
+    Ok((summary, staged))
 }
 
 /// Runs the exporter over the whole trace; returns its summary and the writer.

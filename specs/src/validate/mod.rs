@@ -16,8 +16,11 @@
 //! expected there.
 
 pub mod bklog;
+mod consts;
 pub mod llfree;
 pub mod morphing;
+
+pub use consts::parse_consts;
 
 use crate::tlc::{self, Tlc, Verdict};
 use crate::SHARED_DIR;
@@ -167,6 +170,23 @@ pub fn tla_str(s: &str) -> String {
 /// Runs TLC on `m` with the specs of `root`; `overrides` replace constants
 /// (`FlushEach="op"`, to check a variant of the spec against the same trace).
 pub fn check(tlc: &Tlc, root: &Path, m: &Mapped, overrides: &[(String, String)]) -> Result<Outcome, String> {
+    let mut consts = m.constants.clone();
+    for (k, v) in overrides {
+        match consts.iter_mut().find(|(n, _)| n == k) {
+            Some(c) => {
+                consts::same_kind(k, &c.1, v)?;
+                c.1 = v.clone()
+            }
+            None => return Err(format!("--const {k}: {} has no constant {k} (it has {})", m.spec, names(&consts))),
+        }
+    }
+    // A variant the specification does not know would end in a TLC exception.
+    if let Some((_, v)) = overrides.iter().find(|(k, _)| k == "Variant") {
+        let spec_text = std::fs::read_to_string(root.join(&m.dir).join(format!("{}.tla", m.spec))).unwrap_or_default();
+        if !spec_text.contains(v.as_str()) {
+            return Err(format!("--const Variant={v}: {} names no such variant", m.spec));
+        }
+    }
     let work = tempfile::Builder::new()
         .prefix("validate-")
         .tempdir_in(crate::scratch_dir()?)
@@ -186,13 +206,6 @@ pub fn check(tlc: &Tlc, root: &Path, m: &Mapped, overrides: &[(String, String)])
     tla.push_str(">>\n====\n");
     let data = format!("{TRACE_MODULE}.tla");
     std::fs::write(work.path().join(&data), tla).map_err(|e| format!("{data}: {e}"))?;
-    let mut consts = m.constants.clone();
-    for (k, v) in overrides {
-        match consts.iter_mut().find(|(n, _)| n == k) {
-            Some(c) => c.1 = v.clone(),
-            None => return Err(format!("{}: no constant {k} (it has {})", m.spec, names(&consts))),
-        }
-    }
     let mut cfg = String::from("INIT TraceInit\nNEXT TraceNext\nCONSTANTS\n");
     for (k, v) in &consts {
         let _ = writeln!(cfg, "    {k} = {v}");
