@@ -312,28 +312,34 @@ fn numbers(axes: &BTreeMap<String, Vec<Value>>, key: &str, default: u64) -> Resu
 
 /// The points of one mode and scale, from that scale's axes, appended to `out`.
 fn cross(axes: &BTreeMap<String, Vec<Value>>, mode: Mode, scale: &str, out: &mut Vec<Point>) -> Result<(), ExpError> {
+    // A value reached twice (`fragbench` and `fragbench-w1`) would run its
+    // points twice: refused, naming both ways it was reached.
     let mut workloads: Vec<String> = Vec::new();
+    let mut wl_from: Vec<String> = Vec::new();
     for w in strings(axes, "workload", &["threadtest"])? {
         for n in Workload::expand(&w).map_err(|e| format!("'workload': {e}"))? {
-            if workloads.iter().any(|x| x == n) {
-                return Err(format!("'workload': {n} is listed twice (once as part of {w})"));
+            if let Some(i) = workloads.iter().position(|x| x == n) {
+                return Err(format!("'workload': {n} is listed twice (as {} and as {w})", wl_from[i]));
             }
             workloads.push(n.to_string());
+            wl_from.push(w.clone());
         }
     }
     let threads = numbers(axes, "threads", 1)?;
     let seeds = numbers(axes, "seed", 42)?;
     let mut allocs = Vec::new();
+    let mut alloc_from: Vec<String> = Vec::new();
     for a in strings(axes, "alloc", &["nvalloc-log"])? {
         let names: Vec<String> = match a.as_str() {
             "all" => AllocSpec::names().into_iter().map(String::from).collect(),
             _ => vec![a.clone()],
         };
         for n in names {
-            if allocs.contains(&n) {
-                return Err(format!("'alloc': {n} is listed twice (once as part of {a})"));
+            if let Some(i) = allocs.iter().position(|x| *x == n) {
+                return Err(format!("'alloc': {n} is listed twice (as {} and as {a})", alloc_from[i]));
             }
             allocs.push(n);
+            alloc_from.push(a.clone());
         }
     }
     let mut wl_keys = Vec::new();
