@@ -84,6 +84,12 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
             if t.is_dir() {
                 m.insert(p.clone(), b"<dir>".to_vec());
                 todo.push(p);
+            } else if t.is_symlink() {
+                let to = std::fs::read_link(&p).unwrap();
+                m.insert(p.clone(), format!("<link to {}>", to.display()).into_bytes());
+            } else if !t.is_file() {
+                // A FIFO is recorded, never read (reading it would block).
+                m.insert(p.clone(), b"<special>".to_vec());
             } else {
                 m.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
             }
@@ -159,6 +165,43 @@ fn fixture(d: &Path) {
     std::fs::write(d.join("nosweep.toml"), "[experiment]\nname = \"x\"\n").unwrap();
     std::fs::write(d.join("empty.toml"), "").unwrap();
     std::fs::write(d.join("victim.toml"), "[experiment]\nname = \"../../victim\"\n[sweep]\nstripes = [1]\n").unwrap();
+    // Files of the user's where pmsim puts its side files, and links.
+    std::fs::write(d.join(".lockd.pmt.lock"), "the user's").unwrap();
+    std::os::unix::fs::symlink("old.txt", d.join(".linkl.pmt.lock")).unwrap();
+    std::os::unix::fs::symlink("old.txt", d.join("hlink")).unwrap();
+    std::fs::write(d.join("h.heap"), "the user's heap").unwrap();
+    std::fs::create_dir_all(d.join("notes/results")).unwrap();
+    std::fs::write(d.join("notes/README.md"), "the user's").unwrap();
+    std::fs::write(d.join("notes/index.html"), "the user's").unwrap();
+    std::fs::write(d.join("notes/results/a.csv"), "the user's").unwrap();
+    // Inputs of the wrong kind.
+    let fifo = std::ffi::CString::new(d.join("fifo").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a valid path, NUL-terminated.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    std::fs::write(d.join("dup.toml"), "[sweep]\nseed = [1, 1]\n").unwrap();
+    std::fs::write(d.join("esc.toml"), "[experiment]\nname = \"\x1b[31mred\"\n[sweep\n").unwrap();
+    std::fs::write(d.join("bytes.toml"), b"[experiment]\nname = \"\xff\xfe\"\n").unwrap();
+    std::fs::write(d.join("empty.json"), "").unwrap();
+    std::fs::write(d.join("foreign.json"), "{\"a\": 1}\n").unwrap();
+    let o = Command::new(PMSIM).args(["sim", "t.pmt", "--json"]).current_dir(d).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(d.join("r.json"), &o.stdout).unwrap();
+    for (name, key, val) in
+        [("rs.json", "reflushes", serde_json::json!("many")), ("rn.json", "reflush_ratio", serde_json::json!(-0.5))]
+    {
+        let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["overall"][key] = val;
+        std::fs::write(d.join(name), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+}
+
+/// Inputs kept outside the working directory (the snapshot would read them
+/// every case): a sparse text file past the 64 MiB bound. `BIG` in a case's
+/// arguments names it.
+fn outside(x: &Path) -> PathBuf {
+    let big = x.join("big.toml");
+    std::fs::File::create(&big).unwrap().set_len(65 << 20).unwrap();
+    big
 }
 
 /// One bad input: the arguments (run in the fixture directory) and the
@@ -171,6 +214,9 @@ struct Case {
 }
 
 const RUN: &str = "run --alloc nvalloc-log --workload threadtest --param objects=20 --param iterations=1";
+/// A run that runs out of heap part-way (with `--heap-size 5M`).
+const OOM: &str =
+    "run --alloc nvalloc-log --workload threadtest --param objects=2000 --param size=4096 --param iterations=1";
 
 fn cases() -> Vec<Case> {
     // `c!([setup] what, args, expected…)`: a case run as `setup` says.
@@ -280,19 +326,142 @@ fn cases() -> Vec<Case> {
         c!("heap header: reserved", "crash v.pmt --heap-image hdr-res.img", "hdr-res.img", "reserved byte 40"),
         c!("heap header: root", "crash v.pmt --heap-image hdr-root.img", "hdr-root.img", "root 0"),
         c!("heap header: reserved tail", "crash v.pmt --heap-image hdr-tail.img", "hdr-tail.img", "reserved byte 700"),
+        // Replace on success only: a run that fails leaves the old outputs byte-identical.
+        c!(
+            "a failed run --trace v.pmt --values --force",
+            "OOM --heap-size 5M --trace v.pmt --values --force",
+            "no memory"
+        ),
+        c!("a failed run --heap h.heap --force", "OOM --heap-size 5M --heap h.heap --force", "no memory"),
+        c!("a failed traced run leaves no partial image", "OOM --heap-size 5M --trace y.pmt --values", "no memory"),
+        c!(
+            "a failed traced Metall run leaves no image files",
+            "run --alloc metall --workload threadtest --param objects=4000 --param size=4096 --param iterations=1 \
+             --heap-size 8M --trace y.pmt --values",
+            "no memory"
+        ),
+        c!([env("GEM5", "/bin/false")] "export --run-gem5 with a failing gem5",
+            "export t.pmt --format gem5 --out g2 --run-gem5",
+            "gem5 failed"
+        ),
+        c!([env("GEM5", "/nonexistent")] "export --run-gem5 without gem5",
+            "export t.pmt --format gem5 --out g2 --run-gem5",
+            "/nonexistent"
+        ),
+        // Side files: the user's lock file, a lock file that is a link, an output that is a link.
+        c!("the user's .lockd.pmt.lock", "RUN --trace lockd.pmt", ".lockd.pmt.lock", "not a pmsim lock file"),
+        c!("a lock file that is a link", "RUN --trace linkl.pmt", ".linkl.pmt.lock", "symbolic link"),
+        c!("--heap a link --force", "RUN --heap hlink --force", "hlink", "symbolic link"),
+        c!("export --out a link --force", "export t.pmt --format gem5 --out hlink --force", "hlink", "symbolic link"),
+        // Output directories that hold the user's files, and another sweep's bookkeeping.
+        c!("reproduce --out the user's directory", "reproduce --scale tiny --out notes", "notes", "not empty"),
+        c!("reproduce --out .", "reproduce --scale tiny --out .", "not empty"),
+        c!("sweep --out the user's directory", "sweep --set seed=1 --out notes", "notes", "not empty"),
+        c!("sweep --out inside a sweep", "sweep --set seed=1 --out sw/shards/9.jsonl", "inside the pmsim sweep"),
+        c!(
+            "a second shard scheme in one sweep",
+            "sweep --set param.iterations=1 --set param.objects=20 --out sw --shard 2/4",
+            "shard"
+        ),
+        // Parameters checked up front, once.
+        c!("--param given twice", "RUN --param objects=30", "objects=20", "objects=30", "twice"),
+        c!(
+            "an allocator key given twice",
+            "run --alloc nvalloc-log:stripes=2:stripes=8 --workload threadtest",
+            "stripes=2",
+            "stripes=8"
+        ),
+        c!("a calibration point key twice", "calibrate --point threads=1,threads=2", "threads=1", "threads=2"),
+        c!("a sweep value twice", "sweep --set seed=1,1 --out d", "listed twice"),
+        c!("an allocator twice in a sweep", "sweep --set alloc=nvalloc-log,nvalloc-log --out d", "listed twice"),
+        c!("a TOML sweep value twice", "sweep dup.toml --out d", "dup.toml", "listed twice"),
+        c!(
+            "iterations=0",
+            "run --alloc nvalloc-log --workload threadtest --param iterations=0",
+            "iterations = 0",
+            "at least 1"
+        ),
+        c!("bench --runs 0", "bench --runs 0", "--runs", "out of range"),
+        c!("bench --events 0", "bench --events 0", "--events", "out of range"),
+        c!("bench --events 2^64-1", "bench --events 18446744073709551615", "--events", "out of range"),
+        c!("bench --events 10^10", "bench --events 10000000000", "--events", "out of range"),
+        c!("specs check --workers 0", "specs check --workers 0", "--workers", "out of range"),
+        c!("specs check --workers 100000", "specs check --workers 100000", "--workers", "out of range"),
+        c!("crash --recovery-bound 0", "crash v.pmt --recovery-crashes 1 --recovery-bound 0", "out of range"),
+        c!("crash --recovery-bound alone", "crash v.pmt --recovery-bound 8", "--recovery-crashes"),
+        c!("crash --bound 2^64-1", "crash v.pmt --bound 18446744073709551615", "--bound", "out of range"),
+        c!("crash --jobs 0", "crash v.pmt --jobs 0", "--jobs", "out of range"),
+        c!("crash --per-path 0", "crash v.pmt --per-path 0", "--per-path", "out of range"),
+        c!("sim --access-map-n without --access-map", "sim t.pmt --access-map-n 5", "--access-map"),
+        c!("trace dump --thread of none", "trace dump t.pmt --thread 99999", "99999"),
+        c!("calibrate --max-fitted-error NaN", "calibrate --max-fitted-error NaN", "NaN"),
+        c!(
+            "reproduce --traced a missing report",
+            "reproduce --scale tiny --out nd --traced nvalloc-log@threadtest=missing.json",
+            "missing.json"
+        ),
+        c!(
+            "reproduce --traced an empty report",
+            "reproduce --scale tiny --out nd --traced nvalloc-log@threadtest=empty.json",
+            "empty.json"
+        ),
+        c!(
+            "reproduce --traced a foreign report",
+            "reproduce --scale tiny --out nd --traced nvalloc-log@threadtest=foreign.json",
+            "foreign.json",
+            "not a pmsim"
+        ),
+        c!("slurm --time malformed", "sweep --set seed=1 --slurm --dry-run --time 99:99:99:99 --out d", "--time"),
+        c!(
+            "slurm --partition malformed",
+            "sweep --set seed=1 --slurm --dry-run --partition a;b --out d",
+            "--partition"
+        ),
+        c!("specs validate --const TLC cannot parse", "specs validate v.pmt --const Variant=}}}", "--const"),
+        // Inputs of the wrong kind, refused at once.
+        c!("trace info a FIFO", "trace info fifo", "fifo", "not a regular file"),
+        c!("sim a FIFO", "sim fifo", "fifo", "not a regular file"),
+        c!("crash a FIFO", "crash fifo", "fifo", "not a regular file"),
+        c!("export a FIFO", "export fifo --format gem5 --out new.txt", "fifo", "not a regular file"),
+        c!("trace dump a FIFO", "trace dump fifo", "fifo", "not a regular file"),
+        c!("lint a FIFO", "lint fifo", "fifo", "not a regular file"),
+        c!("diff a FIFO", "diff fifo r.json", "fifo", "not a regular file"),
+        c!("specs validate a FIFO", "specs validate fifo", "fifo", "not a regular file"),
+        c!("bench --trace a FIFO", "bench --trace fifo", "fifo", "not a regular file"),
+        c!("an experiment that is a device", "sweep /dev/zero --out d", "/dev/zero", "not a regular file"),
+        c!("a --config that is a device", "sim t.pmt --config /dev/urandom", "/dev/urandom", "not a regular file"),
+        c!("a --config that is a FIFO", "sim t.pmt --config fifo", "fifo", "not a regular file"),
+        c!("an experiment past 64 MiB", "sweep BIG --out d", "big.toml", "64 MiB"),
+        c!("a --config past 64 MiB", "sim t.pmt --config BIG", "big.toml", "64 MiB"),
+        c!("diff a report with a string figure", "diff r.json rs.json", "rs.json", "not a number"),
+        c!("diff a report with a negative figure", "diff r.json rn.json", "rn.json", "at least 0"),
+        c!("an experiment with an escape byte", "sweep esc.toml --out d", "esc.toml"),
+        c!("an experiment that is not UTF-8", "sweep bytes.toml --out d", "bytes.toml", "UTF-8"),
     ]
 }
 
 #[test]
 fn bad_inputs_are_one_line_and_change_nothing() {
     let tmp = tempfile::tempdir().unwrap();
-    let d = tmp.path();
+    let d = &tmp.path().join("w");
+    std::fs::create_dir(d).unwrap();
+    let x = tmp.path().join("x");
+    std::fs::create_dir(&x).unwrap();
     fixture(d);
+    let big = outside(&x);
+    let lookalikes = ScratchLookalikes::new(d);
     let devices = ["/dev/full", "/dev/null", "/dev/zero"];
     let mut failures = Vec::new();
     for case in cases() {
         let before = snapshot(d);
-        let args: Vec<String> = case.args.replace("RUN", RUN).split_whitespace().map(String::from).collect();
+        let args: Vec<String> = case
+            .args
+            .replace("RUN", RUN)
+            .replace("OOM", OOM)
+            .replace("BIG", &big.to_string_lossy())
+            .split_whitespace()
+            .map(String::from)
+            .collect();
         let o = run_as(d, &args, Duration::from_secs(60), &case.setup);
         let err = stderr(&o);
         let mut bad = Vec::new();
@@ -301,6 +470,9 @@ fn bad_inputs_are_one_line_and_change_nothing() {
         }
         if err.trim_end().lines().count() != 1 || !err.starts_with("pmsim: error: ") {
             bad.push("not one error line".into());
+        }
+        if err.trim_end().chars().any(|c| c.is_control()) {
+            bad.push("a control character in the error line".into());
         }
         for e in case.expect {
             if !err.contains(e) {
@@ -334,7 +506,67 @@ fn bad_inputs_are_one_line_and_change_nothing() {
             ));
         }
     }
+    failures.extend(lookalikes.lost());
     assert!(failures.is_empty(), "{} case(s) failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Files of the user's named like pmsim's scratch (`pmsim-PID-…` of a
+/// process that is not alive, and of pid 1, which is) in /dev/shm and the
+/// temporary directory, and a heap kept there on purpose with `--heap`:
+/// every command of the table runs with them present, and none may touch them.
+struct ScratchLookalikes {
+    files: Vec<(PathBuf, Vec<u8>)>,
+    dirs: Vec<PathBuf>,
+}
+
+impl ScratchLookalikes {
+    fn new(work: &Path) -> Self {
+        let me = std::process::id();
+        // A pid no process has: the cleaner's test of "dead" holds for it.
+        let dead = (1000..4_000_000u32).rev().find(|p| !Path::new(&format!("/proc/{p}")).exists()).unwrap();
+        let mut files = Vec::new();
+        let mut dirs = Vec::new();
+        for root in [PathBuf::from("/dev/shm"), std::env::temp_dir()] {
+            for pid in [1, dead] {
+                let dir = root.join(format!("pmsim-{pid}-results{me}"));
+                std::fs::create_dir_all(&dir).unwrap();
+                let f = dir.join("data.csv");
+                std::fs::write(&f, "the user's").unwrap();
+                files.push((f, b"the user's".to_vec()));
+                dirs.push(dir);
+                let f = root.join(format!("pmsim-{pid}-notes{me}.txt"));
+                std::fs::write(&f, "the user's").unwrap();
+                files.push((f, b"the user's".to_vec()));
+            }
+        }
+        let heap = PathBuf::from(format!("/dev/shm/pmsim-{dead}-keep{me}.heap"));
+        let args: Vec<String> =
+            format!("{RUN} --heap-size 8M --heap {}", heap.display()).split_whitespace().map(String::from).collect();
+        let o = run_in(work, &args, Duration::from_secs(120));
+        assert!(o.status.success(), "a kept heap: {}", stderr(&o));
+        files.push((heap.clone(), std::fs::read(&heap).unwrap()));
+        ScratchLookalikes { files, dirs }
+    }
+
+    /// What is gone or changed.
+    fn lost(&self) -> Vec<String> {
+        self.files
+            .iter()
+            .filter(|(p, b)| std::fs::read(p).ok().as_ref() != Some(b))
+            .map(|(p, _)| format!("the user's {} (named like scratch) removed or changed", p.display()))
+            .collect()
+    }
+}
+
+impl Drop for ScratchLookalikes {
+    fn drop(&mut self) {
+        for (p, _) in &self.files {
+            let _ = std::fs::remove_file(p);
+        }
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 }
 
 fn spawn_in(dir: &Path, args: &[&str]) -> Child {
