@@ -688,6 +688,104 @@ fn interrupted_runs_leave_no_scratch_heaps() {
     assert_eq!(scratch_of(pid), Vec::<PathBuf>::new(), "the next run removes a killed run's scratch heap");
 }
 
+/// Every process descended from `pid`, with its command line.
+fn descendants(pid: u32) -> Vec<(u32, String)> {
+    let parent_of = |p: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        // After the command name, which may hold spaces: state, then ppid.
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let all: Vec<u32> =
+        std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    let mut out: Vec<(u32, String)> = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for &c in &all {
+            if parent_of(c) == Some(p) && !out.iter().any(|(q, _)| *q == c) {
+                let cmd = std::fs::read(format!("/proc/{c}/cmdline")).unwrap_or_default();
+                out.push((c, String::from_utf8_lossy(&cmd).replace('\0', " ")));
+                frontier.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `pid` is a live process (a zombie is not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .is_some_and(|zombie| !zombie)
+}
+
+/// Entries of /dev/shm and the temporary directory whose names hold one of `pids`.
+fn left_in_shm_or_tmp(pids: &[u32]) -> Vec<PathBuf> {
+    [PathBuf::from("/dev/shm"), std::env::temp_dir()]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|rd| rd.flatten().map(|e| e.path()))
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            pids.iter().any(|pid| {
+                n.split(|c: char| !c.is_ascii_digit()).any(|part| part == pid.to_string())
+                    && (n.starts_with("pmsim-") || n.starts_with("pmdk-"))
+            })
+        })
+        .collect()
+}
+
+/// Starts `args` (with the tool cache of the trace-exec tests), waits until
+/// a descendant whose command line holds `child` runs, sends `sig`; then
+/// pmsim must end by it, no process it started may be alive, and nothing
+/// of pmsim's or of its children's may be left in /dev/shm or /tmp.
+fn signal_with_children(dir: &Path, args: &[&str], child: &str, sig: i32) {
+    let mut c = Command::new(PMSIM)
+        .args(args)
+        .current_dir(dir)
+        .env("PMSIM_CACHE_DIR", PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pmsim-cache"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pmsim starts");
+    let pid = c.id();
+    // The first run may build Valgrind's tool or the example: minutes.
+    let start = Instant::now();
+    let mut kids = Vec::new();
+    while !kids.iter().any(|(_, cmd): &(u32, String)| cmd.contains(child)) {
+        assert!(c.try_wait().unwrap().is_none(), "{args:?} ended before {child} started");
+        assert!(start.elapsed() < Duration::from_secs(900), "{child} did not start under {args:?}");
+        std::thread::sleep(Duration::from_millis(20));
+        kids = descendants(pid);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    kids = descendants(pid);
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(pid as i32, sig) };
+    let o = wait_limited(c, Duration::from_secs(60), &[]);
+    use std::os::unix::process::ExitStatusExt;
+    assert!(o.status.signal() == Some(sig) || o.status.code().is_some_and(|c| c != 0), "{args:?}: {:?}", o.status);
+    let live: Vec<_> = kids.iter().filter(|(p, _)| alive(*p)).collect();
+    assert!(live.is_empty(), "{args:?}: still alive after pmsim ended: {live:?}");
+    let mut pids: Vec<u32> = kids.iter().map(|(p, _)| *p).collect();
+    pids.push(pid);
+    assert_eq!(left_in_shm_or_tmp(&pids), Vec::<PathBuf>::new(), "{args:?}: left behind");
+}
+
+#[test]
+fn sigterm_to_trace_exec_ends_valgrind_and_the_program() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = ["trace-exec", "-o", "p.pmt", "--example", "pmdk-threadtest", "--", "100000", "2000", "64", "2"];
+    signal_with_children(tmp.path(), &args, "--tool=pmtrace", libc::SIGTERM);
+}
+
+#[test]
+fn sigint_to_specs_check_ends_tlc() {
+    let tmp = tempfile::tempdir().unwrap();
+    signal_with_children(tmp.path(), &["specs", "check"], "java", libc::SIGINT);
+}
+
 /// Output piped into a reader that has gone (`pmsim crash … | head`): a
 /// quiet exit with the shell's status for SIGPIPE (141), no panic message,
 /// and no scratch file left.
