@@ -333,11 +333,14 @@ fn lock_files() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
 
 /// Removes this process's lock files beside its outputs (called when the
 /// process is interrupted; its staging directories go with its other owned
-/// directories).
+/// directories). The list stays locked until the process ends, so no
+/// thread makes another lock file (see [`Lock::output`]).
 pub fn remove_temporaries() {
-    for p in lock_files().iter() {
+    let l = lock_files();
+    for p in l.iter() {
         let _ = fs::remove_file(p);
     }
+    std::mem::forget(l);
 }
 
 /// An output made under a temporary name: everything made in
@@ -801,8 +804,13 @@ impl Lock {
         let mut n = OsString::from(".");
         n.push(path.file_name().unwrap_or_default());
         n.push(".lock");
+        // Made and listed under the list's lock (see `remove_temporaries`).
+        let mut l = lock_files();
+        if crate::interrupt::interrupted() {
+            return Err(format!("{}: interrupted: not written", path.display()));
+        }
         let lock = Self::acquire(&path.with_file_name(n), path, true)?;
-        lock_files().push(lock.path.clone());
+        l.push(lock.path.clone());
         Ok(lock)
     }
 

@@ -83,20 +83,29 @@ fn live() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
 
 impl OwnedDir {
     /// Makes a new directory `parent/PREFIXPID-TOKEN` (mode 0700), stamps
-    /// it and locks the stamp. Never reuses an existing entry.
+    /// it and locks the stamp. Never reuses an existing entry. The directory
+    /// is made and listed under the list's lock, which an interrupted
+    /// process's handler takes for good: a directory is either listed for
+    /// the handler to remove or never made.
     pub fn create(parent: &Path, prefix: &str) -> io::Result<OwnedDir> {
         let mut last = None;
         for _ in 0..16 {
             let path = parent.join(format!("{prefix}{}-{}", std::process::id(), token()));
-            match fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    last = Some(e);
-                    continue;
+            {
+                let mut l = live();
+                if crate::interrupt::interrupted() {
+                    return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted: nothing more is made"));
                 }
-                Err(e) => return Err(e),
+                match fs::DirBuilder::new().mode(0o700).create(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                        last = Some(e);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+                l.push(path.clone());
             }
-            live().push(path.clone());
             return match stamp(&path) {
                 Ok(f) => Ok(OwnedDir { path, _stamp: f, gone: false }),
                 Err(e) => {
@@ -241,8 +250,12 @@ pub fn remove_stale(parent: &Path, prefix: &str) -> usize {
 /// Removes every owned directory of this process now (the signal handler's
 /// thread calls it; worker threads may still be running). Returns those
 /// that could not be removed entirely.
+/// The list stays locked until the process ends, so no thread makes
+/// another (see [`OwnedDir::create`]).
 pub fn remove_all_live() -> Vec<PathBuf> {
-    let paths: Vec<PathBuf> = live().clone();
+    let l = live();
+    let paths: Vec<PathBuf> = l.clone();
+    std::mem::forget(l);
     paths.into_iter().filter(|p| remove_contents(p).is_err()).collect()
 }
 
