@@ -151,6 +151,20 @@ fn fixture(d: &Path) {
         }
         std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
     }
+    // A sweep with a row twice, and one with a row in a shard it does not belong to.
+    for copy in ["sw-twice", "sw-stray"] {
+        let o = Command::new("cp").args(["-r", "sw", copy]).current_dir(d).status().unwrap();
+        assert!(o.success());
+        let shard = d.join(copy).join("shards/0.jsonl");
+        let rows = std::fs::read(&shard).unwrap();
+        match copy {
+            "sw-twice" => std::fs::write(&shard, [rows.as_slice(), rows.as_slice()].concat()).unwrap(),
+            _ => std::fs::write(d.join(copy).join("shards/1.jsonl"), &rows).unwrap(),
+        }
+    }
+    // A model manifest that is a device.
+    std::fs::create_dir(d.join("specs-dev")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", d.join("specs-dev/models.toml")).unwrap();
     // A sweep whose Slurm script name is taken by a directory.
     let o = Command::new("cp").args(["-r", "sw", "sw-slurm"]).current_dir(d).status().unwrap();
     assert!(o.success());
@@ -313,6 +327,10 @@ fn cases() -> Vec<Case> {
         c!("an empty experiment file", "sweep empty.toml --out d", "empty.toml", "[sweep]"),
         c!("a TOML without [sweep]", "sweep nosweep.toml --out d", "nosweep.toml", "[sweep]"),
         c!("--resume after editing experiment.json", "sweep --resume sw-edited", "experiment.json", "edited by hand"),
+        c!("--resume with another experiment", "sweep --set seed=2 --resume sw", "sw", "another experiment"),
+        c!("--resume of a sweep with a row twice", "sweep --resume sw-twice", "0.jsonl", "two rows"),
+        c!("--resume of a sweep with a stray row", "sweep --resume sw-stray", "1.jsonl", "belongs to shard 0"),
+        c!("a model manifest that is a device", "specs check --dir specs-dev", "models.toml", "not a regular file"),
         c!("crash --every 0", "crash v.pmt --every 0", "--every", "out of range"),
         c!("crash --bound 0", "crash v.pmt --bound 0", "--bound", "out of range"),
         c!("run --threads 100000", "run --alloc makalu --workload threadtest --threads 100000", "100000 threads"),
@@ -617,6 +635,12 @@ fn one_writer_per_trace_and_per_sweep_directory() {
     let o = run_in(d, &["trace".into(), "info".into(), "one.pmt".into()], Duration::from_secs(60));
     assert!(o.status.success(), "the trace written is whole: {}", stderr(&o));
 
+    // Writers of different kinds: a run tracing into two.pmt and an export into it.
+    let run2: Vec<&str> =
+        "run --alloc nvalloc-log --workload threadtest --param iterations=20 --trace two.pmt".split(' ').collect();
+    let export = ["export", SAMPLE, "--format", "gem5", "--out", "two.pmt", "--force"];
+    exactly_one_writer(d, [&run2, &export], &d.join(".two.pmt.lock"));
+
     let a = ["sweep", "--set", "param.iterations=1,2,3,4,5,6", "--jobs", "1", "--out", "sw"];
     let b = ["sweep", "--set", "param.iterations=7", "--out", "sw"];
     exactly_one_writer(d, [&a, &b], &d.join("sw/.lock"));
@@ -679,6 +703,26 @@ fn interrupted_runs_leave_no_scratch_heaps() {
     assert_eq!(scratch_of(pid), Vec::<PathBuf>::new(), "SIGTERM to crash");
     let pid = signal_mid_run(d, &["crash", "v.pmt", "--bound", "100000"], libc::SIGINT);
     assert_eq!(scratch_of(pid), Vec::<PathBuf>::new(), "SIGINT to crash");
+
+    // A traced Metall run (trace, image and image files staged) stopped:
+    // nothing of it is left beside the trace.
+    let m = tmp.path().join("m");
+    std::fs::create_dir(&m).unwrap();
+    let metall =
+        "run --alloc metall --workload threadtest --param iterations=50 --heap-size 64M --trace m.pmt --values";
+    let pid = signal_mid_run(&m, &metall.split(' ').collect::<Vec<_>>(), libc::SIGTERM);
+    assert_eq!(scratch_of(pid), Vec::<PathBuf>::new(), "SIGTERM to a traced Metall run");
+    let left: Vec<_> = std::fs::read_dir(&m).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "SIGTERM to a traced Metall run left {left:?}");
+    // Killed outright, it leaves its lock and staging directory: the same
+    // command again takes them over (their process is dead) and succeeds.
+    let pid = signal_mid_run(&m, &metall.split(' ').collect::<Vec<_>>(), libc::SIGKILL);
+    let o = run_in(&m, &metall.split(' ').map(String::from).collect::<Vec<_>>(), Duration::from_secs(300));
+    assert!(o.status.success(), "a rerun after SIGKILL (pid {pid}): {}", stderr(&o));
+    let mut left: Vec<_> =
+        std::fs::read_dir(&m).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["m.pmt", "m.pmt.img", "m.pmt.img.files"], "what the rerun leaves");
 
     // SIGKILL cannot be caught: the next pmsim removes what it left.
     let pid = signal_mid_run(d, &["sweep", "--resume", "sw", "--jobs", "1"], libc::SIGKILL);
@@ -819,6 +863,9 @@ fn a_closed_stdout_is_a_quiet_exit() {
     let pid = c.id();
     let o = wait_limited(c, Duration::from_secs(300), &["crash".into()]);
     assert_eq!(o.status.code(), Some(141), "{}", stderr(&o));
-    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    // The explorer's plan line may come out before the pipe breaks; no
+    // panic and no error may.
+    let e = stderr(&o);
+    assert!(!e.contains("panicked") && !e.contains("error"), "{e}");
     assert_eq!(scratch_of(pid), Vec::<PathBuf>::new());
 }
