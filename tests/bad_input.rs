@@ -162,6 +162,16 @@ fn fixture(d: &Path) {
             _ => std::fs::write(d.join(copy).join("shards/1.jsonl"), &rows).unwrap(),
         }
     }
+    // A trace whose header names an allocator and a workload with an escape
+    // sequence, a newline and a bell (Valgrind's tracer takes any name).
+    let o = Command::new(PMSIM)
+        .args(["trace-exec", "-o", "esc.pmt", "--values", "--allocator", "\x1b[31mevil\nline", "--workload", "w\x07"])
+        .args(["--example", "pmdk-threadtest", "--", "1", "10", "64", "1"])
+        .env("PMSIM_CACHE_DIR", PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pmsim-cache"))
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
     // A model manifest that is a device.
     std::fs::create_dir(d.join("specs-dev")).unwrap();
     std::os::unix::fs::symlink("/dev/zero", d.join("specs-dev/models.toml")).unwrap();
@@ -455,6 +465,8 @@ fn cases() -> Vec<Case> {
         c!("diff a report with a negative figure", "diff r.json rn.json", "rn.json", "at least 0"),
         c!("an experiment with an escape byte", "sweep esc.toml --out d", "esc.toml"),
         c!("an experiment that is not UTF-8", "sweep bytes.toml --out d", "bytes.toml", "UTF-8"),
+        c!("crash a trace of an allocator named with escapes", "crash esc.pmt", "\\u{1b}[31mevil\\nline"),
+        c!("specs validate a trace named with escapes", "specs validate esc.pmt", "esc.pmt", "\\u{1b}[31mevil"),
     ]
 }
 
@@ -825,9 +837,10 @@ fn sigterm_to_trace_exec_ends_valgrind_and_the_program() {
 }
 
 #[test]
-fn sigint_to_specs_check_ends_tlc() {
+fn sigint_and_sighup_to_specs_check_end_tlc() {
     let tmp = tempfile::tempdir().unwrap();
     signal_with_children(tmp.path(), &["specs", "check"], "java", libc::SIGINT);
+    signal_with_children(tmp.path(), &["specs", "check"], "java", libc::SIGHUP);
 }
 
 /// Output piped into a reader that has gone (`pmsim crash … | head`): a
