@@ -31,6 +31,7 @@
 //!   file says it is pmsim's; a file of that name that does not (the
 //!   user's), or a symbolic link, is refused, never written or removed.
 
+use crate::owned::flock;
 use crate::owned::OwnedDir;
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
@@ -724,19 +725,6 @@ pub struct Lock {
     path: PathBuf,
     /// Remove the lock file on release (a lock beside a single output).
     remove: bool,
-}
-
-fn flock(f: &File, op: libc::c_int) -> io::Result<()> {
-    loop {
-        // SAFETY: a valid open descriptor.
-        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
 }
 
 fn same_file(f: &File, path: &Path) -> bool {

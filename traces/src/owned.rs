@@ -162,7 +162,8 @@ fn stamp(dir: &Path) -> io::Result<File> {
     Ok(f)
 }
 
-fn flock(f: &File, op: libc::c_int) -> io::Result<()> {
+/// `flock(2)`, retried when a signal interrupts it.
+pub(crate) fn flock(f: &File, op: libc::c_int) -> io::Result<()> {
     loop {
         // SAFETY: a valid open descriptor.
         if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
