@@ -837,10 +837,16 @@ fn sigterm_to_trace_exec_ends_valgrind_and_the_program() {
 }
 
 #[test]
-fn sigint_and_sighup_to_specs_check_end_tlc() {
+fn sigint_and_sighup_to_specs_check_and_validate_end_tlc() {
     let tmp = tempfile::tempdir().unwrap();
-    signal_with_children(tmp.path(), &["specs", "check"], "java", libc::SIGINT);
-    signal_with_children(tmp.path(), &["specs", "check"], "java", libc::SIGHUP);
+    let d = tmp.path();
+    signal_with_children(d, &["specs", "check"], "java", libc::SIGINT);
+    signal_with_children(d, &["specs", "check"], "java", libc::SIGHUP);
+    let run: Vec<String> =
+        format!("{RUN} --heap-size 8M --trace v.pmt --values").split_whitespace().map(String::from).collect();
+    let o = run_in(d, &run, Duration::from_secs(120));
+    assert!(o.status.success(), "{}", stderr(&o));
+    signal_with_children(d, &["specs", "validate", "v.pmt"], "java", libc::SIGHUP);
 }
 
 /// Output piped into a reader that has gone (`pmsim crash … | head`): a
