@@ -25,18 +25,32 @@ fn small_models_pass_and_broken_variants_are_refuted() {
     assert_eq!(kinds.len(), 3, "three specifications: {kinds:?}");
     assert!(kinds.values().all(|&(p, r)| p && r), "each needs a passing and a refuted small model: {kinds:?}");
 
-    let mut failures = Vec::new();
-    for m in &models {
-        let r = check_model(&tlc, &root, m, default_workers()).unwrap_or_else(|e| panic!("{}: {e}", m.name));
-        eprintln!("{:<40} {:?} {:?} states, {:.1}s {:?}", r.name, r.status, r.distinct, r.seconds, r.violated);
-        let want = match m.expect {
-            Expect::Pass => Status::Pass,
-            Expect::Refuted => Status::Refuted,
-        };
-        if r.status != want || r.distinct.is_none() {
-            failures.push(format!("{}: {:?} ({})", r.name, r.status, r.reason.unwrap_or_default()));
+    // One TLC per core at a time, each with one worker: small models take
+    // seconds, most of it the JVM's start and warm-up.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..default_workers() {
+            s.spawn(|| {
+                while let Some(m) = models.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+                    let r = check_model(&tlc, &root, m, 1).unwrap_or_else(|e| panic!("{}: {e}", m.name));
+                    eprintln!(
+                        "{:<40} {:?} {:?} states, {:.1}s {:?}",
+                        r.name, r.status, r.distinct, r.seconds, r.violated
+                    );
+                    let want = match m.expect {
+                        Expect::Pass => Status::Pass,
+                        Expect::Refuted => Status::Refuted,
+                    };
+                    if r.status != want || r.distinct.is_none() {
+                        let f = format!("{}: {:?} ({})", r.name, r.status, r.reason.unwrap_or_default());
+                        failures.lock().unwrap().push(f);
+                    }
+                }
+            });
         }
-    }
+    });
+    let failures = failures.into_inner().unwrap();
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
