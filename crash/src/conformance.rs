@@ -31,7 +31,8 @@ use pmsim_traces::{Event, TraceFile, WriterOptions};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Expands to the conformance suite over `$registry` (a
@@ -115,8 +116,9 @@ pub fn plan(registry: &[&'static dyn Family], stage: Stage) -> Vec<Check> {
 }
 
 /// Runs the checks of `stage` over `registry`, every one even after a
-/// failure, and fails naming each allocator that failed. `test` is this
-/// test's name (for re-running it as the SIGKILL victim).
+/// failure, as many at a time as there are cores, and fails naming each
+/// allocator that failed. `test` is this test's name (for re-running it as
+/// the SIGKILL victim).
 pub fn run_stage(registry: &[&'static dyn Family], stage: Stage, test: &str) {
     let checks = plan(registry, stage);
     if let Some(path) = std::env::var_os(VICTIM) {
@@ -124,16 +126,28 @@ pub fn run_stage(registry: &[&'static dyn Family], stage: Stage, test: &str) {
         let c = checks.iter().find(|c| c.spec == spec).expect("the victim's allocator is in the plan");
         return victim(&spec_of(c.family, &c.spec), &victim_workload(), Path::new(&path));
     }
-    let mut failed = Vec::new();
-    for c in &checks {
-        let start = std::time::Instant::now();
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_check(c, test)));
-        eprintln!("{stage:?} {}: {:.1} s", c.spec, start.elapsed().as_secs_f64());
-        if let Err(e) = r {
-            let why = e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
-            failed.push(format!("{}: {}", c.spec, why.unwrap_or_default()));
+    let next = AtomicUsize::new(0);
+    let failed = Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(checks.len());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                while let Some(c) = checks.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let start = std::time::Instant::now();
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_check(c, test)));
+                    eprintln!("{stage:?} {}: {:.1} s", c.spec, start.elapsed().as_secs_f64());
+                    if let Err(e) = r {
+                        let why = e
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
+                        failed.lock().unwrap().push(format!("{}: {}", c.spec, why.unwrap_or_default()));
+                    }
+                }
+            });
         }
-    }
+    });
+    let failed = failed.into_inner().unwrap();
     assert!(
         failed.is_empty(),
         "{stage:?} failed for {} of {} checks:\n{}",

@@ -204,7 +204,7 @@ pub struct Outcome {
 
 /// Runs every workload at tiny scale on 1 and 2 threads natively, as
 /// `pmsim run` does, with the heap at `dir/heap`: each workload checks its
-/// own results, and each run must measure something and leave no byte live.
+/// own results, and each run's report must hold up ([`check_report`]).
 /// The allocator conformance check every allocator's tests run (the model's
 /// own and the crash crate's kit), kept here once.
 pub fn check_every_workload(alloc: &AllocSpec, dir: &Path) -> Result<(), String> {
@@ -221,17 +221,54 @@ pub fn check_every_workload(alloc: &AllocSpec, dir: &Path) -> Result<(), String>
             let rs =
                 RunSpec { alloc, workload: &wl, opts: &opts, heap: &hs, flush: FlushInsn::best(), progress: &progress };
             let o = run_native(&rs).map_err(|e| format!("{run}: {e}"))?;
-            let r = &o.run;
-            if r.ops == 0 {
-                return Err(format!("{run}: no operation counted"));
-            }
-            if r.peak.live_bytes == 0 {
-                return Err(format!("{run}: peak live never sampled"));
-            }
-            if r.end.live_bytes != 0 {
-                return Err(format!("{run}: {} bytes left live", r.end.live_bytes));
-            }
+            check_report(&o.run).map_err(|e| format!("{run}: {e}"))?;
             let _ = std::fs::remove_file(&hs.path);
+        }
+    }
+    Ok(())
+}
+
+/// What every run's report must hold: operations counted and measured, a
+/// throughput, a peak that was sampled and that the mapped memory covers,
+/// nothing live at the end (unless the workload keeps its data), and the
+/// heap's shape sampled in operation order, within the peak, ending with
+/// the end of the run (Fragbench's phases named in order).
+pub fn check_report(r: &RunReport) -> Result<(), String> {
+    let fail = |m: String| Err(m);
+    if r.ops == 0 {
+        return fail("no operation counted".into());
+    }
+    if r.measured_ops == 0 || r.measured_ops > r.ops {
+        return fail(format!("measured {} of {} operations", r.measured_ops, r.ops));
+    }
+    if r.ops_per_s <= 0.0 {
+        return fail("no throughput".into());
+    }
+    if r.peak.live_bytes == 0 {
+        return fail("peak live never sampled".into());
+    }
+    if r.peak.mapped_bytes < r.peak.live_bytes {
+        return fail(format!("peak mapped {} below peak live {}", r.peak.mapped_bytes, r.peak.live_bytes));
+    }
+    let keeps = r.params.get("keep").and_then(|k| k.as_bool()).unwrap_or(false);
+    if r.end.live_bytes != 0 && !keeps {
+        return fail(format!("{} bytes left live", r.end.live_bytes));
+    }
+    let s = &r.series;
+    if !s.windows(2).all(|w| w[0].ops <= w[1].ops) {
+        return fail("heap samples out of operation order".into());
+    }
+    if let Some(p) = s.iter().find(|p| p.footprint.live_bytes > r.peak.live_bytes) {
+        return fail(format!("a heap sample at {} operations above the peak", p.ops));
+    }
+    let last = s.last().ok_or("no heap samples")?;
+    if (last.phase.as_deref(), last.ops) != (Some("end"), r.ops) || (!keeps && last.footprint.live_bytes != 0) {
+        return fail(format!("the last heap sample is not the end of the run: {last:?}"));
+    }
+    if r.workload.starts_with("fragbench") {
+        let phases: Vec<&str> = s.iter().filter_map(|p| p.phase.as_deref()).collect();
+        if phases != ["before", "delete", "after", "end"] {
+            return fail(format!("Fragbench phases {phases:?}"));
         }
     }
     Ok(())

@@ -1,8 +1,9 @@
-//! The paper's workloads (and LLFree's benchmarks) at `tiny` scale on every
-//! allocator that exists: PMDK's libpmemobj, LLFree and each NVAlloc preset (a preset NVAlloc refuses as
-//! not implemented yet is reported and skipped, so it is tested the day it
-//! lands). Each run checks its own results (checksums, published and cleared
-//! destinations, FPTree lookups, nothing live at the end).
+//! What is particular to a workload or an allocator beyond the conformance
+//! suite's first stage (crash/tests/conformance.rs), which runs every
+//! workload at `tiny` scale on every registered allocator and preset with 1
+//! and 2 threads and checks each report (`runner::check_report`): LLFree's
+//! own consistency after every workload, PMDK's statistics, FPTree's splits,
+//! LLFree's huge frames, the variants without publication, parameter checks.
 //!
 //! Also: a one-thread traced run is reproducible event for event, and the
 //! self-checks do fail on a deliberately broken allocator.
@@ -11,7 +12,7 @@ use pmsim_model::error::ErrorKind;
 use pmsim_model::llfree::{LlFree, LlFreeConfig};
 use pmsim_model::nvalloc::{NvAlloc, NvAllocConfig};
 use pmsim_model::pmdk::{Pmdk, PmdkOptions};
-use pmsim_model::runner::AllocSpec;
+use pmsim_model::runner::{self, AllocSpec};
 use pmsim_model::workloads::{self, Progress, RunOptions, RunReport, Scale, Workload, WorkloadError};
 use pmsim_model::AllocConfig;
 use pmsim_model::{AllocThread, Allocator, FlushInsn, Footprint, Heap, HeapOptions, Pm, TraceConfig};
@@ -90,100 +91,30 @@ fn run_llfree(wl: &Workload, threads: u32) -> Result<RunReport, String> {
 }
 
 fn check_report(r: &RunReport, who: &str) {
-    assert!(r.ops > 0, "{who}: no operations counted");
-    assert!(r.measured_ops > 0 && r.measured_ops <= r.ops, "{who}: measured {} of {}", r.measured_ops, r.ops);
-    assert!(r.ops_per_s > 0.0, "{who}: no throughput");
-    assert!(r.peak.live_bytes > 0, "{who}: peak live bytes never sampled");
-    assert_eq!(r.end.live_bytes, 0, "{who}: bytes left live");
-    // The heap's shape: samples in operation order, within the peak, ending
-    // with the empty heap.
-    let s = &r.series;
-    assert!(s.windows(2).all(|w| w[0].ops <= w[1].ops), "{who}: series out of order");
-    assert!(s.iter().all(|p| p.footprint.live_bytes <= r.peak.live_bytes), "{who}: a sample above the peak");
-    let last = s.last().unwrap_or_else(|| panic!("{who}: no heap samples"));
-    assert_eq!((last.phase.as_deref(), last.footprint.live_bytes, last.ops), (Some("end"), 0, r.ops), "{who}");
-    if who.starts_with("fragbench") {
-        let phases: Vec<&str> = s.iter().filter_map(|p| p.phase.as_deref()).collect();
-        assert_eq!(phases, ["before", "delete", "after", "end"], "{who}");
-    }
+    runner::check_report(r).unwrap_or_else(|e| panic!("{who}: {e}"));
 }
 
-/// Runs workload `name` on PMDK, LLFree and every NVAlloc preset, with 1 and 2 threads.
-fn every_allocator(name: &str) {
-    let wl = workload(name);
-    for threads in [1, 2] {
-        let r = run_llfree(&wl, threads).unwrap_or_else(|e| panic!("{name}, {threads} thread(s): {e}"));
-        check_report(&r, &format!("{name} on llfree"));
-        assert!(r.peak.mapped_bytes > r.peak.live_bytes, "{name} on llfree: mapped <= live");
-        let r = run_pmdk(&wl, threads).unwrap_or_else(|e| panic!("{name}, {threads} thread(s): {e}"));
-        check_report(&r, &format!("{name} on pmdk"));
-        assert!(r.peak.mapped_bytes > 0, "{name}: PMDK's statistics gave no mapped bytes");
-        for preset in NvAllocConfig::PRESETS {
-            match run_nvalloc(preset, &wl, threads) {
-                Ok(Some(r)) => {
-                    check_report(&r, &format!("{name} on {preset}"));
-                    assert!(r.peak.mapped_bytes >= r.peak.live_bytes, "{name} on {preset}: mapped < live");
-                }
-                Ok(None) => {}
-                Err(e) => panic!("{name}, {threads} thread(s): {e}"),
-            }
+/// LLFree after every workload: each child counter agrees with its bit
+/// field, no frame is left allocated, and the upper level counts every frame free.
+#[test]
+fn llfree_is_consistent_after_every_workload() {
+    for name in Workload::expand("all").unwrap() {
+        for threads in [1, 2] {
+            let r = run_llfree(&workload(name), threads).unwrap_or_else(|e| panic!("{name}, {threads} thread(s): {e}"));
+            check_report(&r, &format!("{name} on llfree"));
+            assert!(r.peak.mapped_bytes > r.peak.live_bytes, "{name} on llfree: mapped <= live");
         }
     }
 }
 
 #[test]
-fn threadtest() {
-    every_allocator("threadtest");
+fn pmdk_statistics_give_mapped_bytes() {
+    let r = run_pmdk(&workload("threadtest"), 1).unwrap();
+    assert!(r.peak.mapped_bytes > 0, "PMDK's statistics gave no mapped bytes");
 }
 
 #[test]
-fn prodcon() {
-    every_allocator("prodcon");
-}
-
-#[test]
-fn shbench() {
-    every_allocator("shbench");
-}
-
-#[test]
-fn larson_small() {
-    every_allocator("larson-small");
-}
-
-#[test]
-fn larson_large() {
-    every_allocator("larson-large");
-}
-
-#[test]
-fn dbmstest() {
-    every_allocator("dbmstest");
-}
-
-#[test]
-fn fragbench_w1() {
-    every_allocator("fragbench-w1");
-}
-
-#[test]
-fn fragbench_w2() {
-    every_allocator("fragbench-w2");
-}
-
-#[test]
-fn fragbench_w3() {
-    every_allocator("fragbench-w3");
-}
-
-#[test]
-fn fragbench_w4() {
-    every_allocator("fragbench-w4");
-}
-
-#[test]
-fn fptree() {
-    every_allocator("fptree");
+fn fptree_splits_leaves_and_grows_inner_nodes() {
     // Enough keys to split leaves and grow inner nodes (tiny fanout).
     let wl = workload("fptree").with_overrides(["fanout=8", "warmup=3000", "ops=3000"]).unwrap();
     let r = run_pmdk(&wl, 2).unwrap();
@@ -193,18 +124,7 @@ fn fptree() {
 }
 
 #[test]
-fn llfree_bulk() {
-    every_allocator("llfree-bulk");
-}
-
-#[test]
-fn llfree_random() {
-    every_allocator("llfree-random");
-}
-
-#[test]
-fn llfree_repeat() {
-    every_allocator("llfree-repeat");
+fn llfree_repeat_with_huge_frames() {
     // The paper's huge-frame variant, published through slots.
     let wl = workload("llfree-repeat").with_overrides(["size=2097152", "publish=true", "iterations=500"]).unwrap();
     let r = run_llfree(&wl, 2).unwrap();
