@@ -3,6 +3,7 @@
 //! library function per subcommand and prints its result (for people, or as JSON).
 
 mod cmd;
+mod progress;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

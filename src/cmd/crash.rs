@@ -3,7 +3,6 @@
 
 use super::CmdResult;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmsim_crash::{explore, target_for, CrashTrace, Options, Progress};
 use pmsim_traces::OpKind;
 use std::path::PathBuf;
@@ -210,43 +209,36 @@ pub fn run(a: CrashArgs) -> CmdResult {
 /// stderr: once the points are planned, a line saying how many there are,
 /// then the points explored with an estimate of the time left.
 fn with_progress<T>(progress: &Progress, f: impl FnOnce() -> T) -> T {
-    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} points, {msg} (about {eta} left)")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    let done = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|sc| {
-        sc.spawn(|| {
-            let mut planned = false;
-            while !done.load(Ordering::Relaxed) {
-                let n = progress.planned.load(Ordering::Acquire);
-                if n > 0 && !planned {
-                    planned = true;
-                    let line = format!(
-                        "{} crash points on {} code paths: exploring {n} of them",
-                        progress.selected.load(Ordering::Relaxed),
-                        progress.paths.load(Ordering::Relaxed)
-                    );
-                    // The line is for logs too; the bar only where it is drawn.
-                    if bar.is_hidden() {
-                        eprintln!("{line}");
-                    } else {
-                        bar.println(line);
-                    }
-                    bar.set_length(n);
-                }
-                if planned {
-                    bar.set_position(progress.points.load(Ordering::Relaxed));
-                    bar.set_message(format!("{} images", progress.images.load(Ordering::Relaxed)));
-                }
-                std::thread::sleep(Duration::from_millis(100));
+    let bar = crate::progress::bar(None, "{elapsed_precise} [{bar:30}] {pos}/{len} points, {msg} (about {eta} left)");
+    let mut planned = false;
+    crate::progress::polled(
+        Duration::from_millis(100),
+        |ended| {
+            if ended {
+                bar.finish_and_clear();
+                return;
             }
-            bar.finish_and_clear();
-        });
-        let r = f();
-        done.store(true, Ordering::Relaxed);
-        r
-    })
+            let n = progress.planned.load(Ordering::Acquire);
+            if n > 0 && !planned {
+                planned = true;
+                let line = format!(
+                    "{} crash points on {} code paths: exploring {n} of them",
+                    progress.selected.load(Ordering::Relaxed),
+                    progress.paths.load(Ordering::Relaxed)
+                );
+                // The line is for logs too; the bar only where it is drawn.
+                if bar.is_hidden() {
+                    eprintln!("{line}");
+                } else {
+                    bar.println(line);
+                }
+                bar.set_length(n);
+            }
+            if planned {
+                bar.set_position(progress.points.load(Ordering::Relaxed));
+                bar.set_message(format!("{} images", progress.images.load(Ordering::Relaxed)));
+            }
+        },
+        f,
+    )
 }

@@ -4,7 +4,6 @@
 
 use super::CmdResult;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmsim_sim::export::{self, gem5, FileOptions, Format, Mode, Options, Summary, Timing};
 use pmsim_sim::{Config, Simulator};
 use pmsim_traces::output::{Pending, Policy};
@@ -144,13 +143,8 @@ pub fn run(a: ExportArgs) -> CmdResult {
     let trace_name = a.file.file_name().map_or_else(|| a.file.display().to_string(), |n| n.to_string_lossy().into());
     let file_opts = FileOptions { gzip: a.gzip, tck_ps: a.tck_ps, obj_id: format!("pmsim export of {trace_name}") };
     let len = std::fs::metadata(&a.file).map(|m| m.len()).unwrap_or(0);
-    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template(
-            "export [{elapsed_precise}] {wide_bar} {binary_bytes}/{binary_total_bytes} ({eta})",
-        )
-        .expect("valid template"),
-    );
+    let template = "export [{elapsed_precise}] {wide_bar} {binary_bytes}/{binary_total_bytes} ({eta})";
+    let bar = crate::progress::bar(Some(len), template);
     let started = std::time::Instant::now();
     let result = export::export_staged(&mut reader, &opts, format, &file_opts, &a.out, |b| bar.set_position(b));
     bar.finish_and_clear();

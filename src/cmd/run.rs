@@ -7,7 +7,7 @@
 
 use super::CmdResult;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use pmsim_model::pmdk;
 use pmsim_model::runner::{self, AllocInfo, AllocSpec, HeapSpec, Outcome, RunError, RunSpec};
 use pmsim_model::scratch::ScratchHeap;
@@ -20,7 +20,6 @@ use pmsim_traces::{TraceFile, WriterOptions};
 use serde::Serialize;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 #[derive(Args)]
@@ -153,43 +152,29 @@ struct RunOut {
 /// seconds (indicatif draws nothing when stderr is not a terminal).
 fn with_bar<T>(label: &str, f: impl FnOnce(&Progress) -> T) -> T {
     let progress = Progress::default();
-    let done = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let start = Instant::now();
-            let mut bar: Option<ProgressBar> = None;
-            while !done.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(50));
-                if bar.is_none() && start.elapsed() > Duration::from_secs(2) {
-                    let b = ProgressBar::with_draw_target(Some(progress.total()), ProgressDrawTarget::stderr());
-                    let style = ProgressStyle::with_template(
-                        "{msg:30} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} ops ({per_sec}, {eta})",
-                    )
-                    .expect("valid template");
-                    b.set_style(style);
-                    bar = Some(b);
+    let start = Instant::now();
+    let mut bar: Option<ProgressBar> = None;
+    crate::progress::polled(
+        Duration::from_millis(50),
+        |ended| {
+            if ended {
+                if let Some(b) = bar.take() {
+                    b.finish_and_clear();
                 }
-                if let Some(b) = &bar {
-                    b.set_length(progress.total().max(progress.done()));
-                    b.set_position(progress.done());
-                    b.set_message(format!("{label}: {}", progress.phase()));
-                }
+                return;
             }
-            if let Some(b) = bar {
-                b.finish_and_clear();
+            if bar.is_none() && start.elapsed() > Duration::from_secs(2) {
+                let template = "{msg:30} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} ops ({per_sec}, {eta})";
+                bar = Some(crate::progress::bar(Some(progress.total()), template));
             }
-        });
-        // Stops the bar however the run ends (a panic would otherwise leave
-        // the scope waiting for it forever).
-        struct Stop<'a>(&'a AtomicBool);
-        impl Drop for Stop<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Relaxed);
+            if let Some(b) = &bar {
+                b.set_length(progress.total().max(progress.done()));
+                b.set_position(progress.done());
+                b.set_message(format!("{label}: {}", progress.phase()));
             }
-        }
-        let _stop = Stop(&done);
-        f(&progress)
-    })
+        },
+        || f(&progress),
+    )
 }
 
 /// What one allocator run produced.

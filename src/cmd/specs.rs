@@ -4,7 +4,6 @@
 
 use super::CmdResult;
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmsim_specs::{validate, ModelResult, Selection, Status, Tlc};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -138,8 +137,7 @@ fn check(a: CheckArgs) -> CmdResult {
     }
     let tlc = Tlc::locate()?;
     let workers = a.workers.unwrap_or_else(pmsim_specs::default_workers).max(1);
-    let bar = ProgressBar::with_draw_target(Some(models.len() as u64), ProgressDrawTarget::stderr());
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} TLC: {msg}").expect("a valid template"));
+    let bar = crate::progress::bar(Some(models.len() as u64), "{bar:30} {pos}/{len} {elapsed} TLC: {msg}");
     let start = Instant::now();
     let mut results = Vec::new();
     for m in &models {
