@@ -59,7 +59,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    pmsim_model::pmdk::serve_recovery_if_asked();
+    pmsim_model::registry::serve_helper_if_asked();
     pmsim_traces::interrupt::clean_after_if_asked();
     let cli = match Cli::try_parse() {
         Ok(c) => c,

@@ -282,14 +282,13 @@ pub fn load(opts: &Options) -> Result<Vec<(String, String, Experiment)>, String>
     Ok(out)
 }
 
-/// Whether any experiment runs PMDK natively.
-pub fn needs_pmdk_env(exps: &[(String, String, Experiment)]) -> Result<bool, String> {
+/// [`sweep::ensure_native_env`] for every experiment's points.
+pub fn ensure_native_env(exps: &[(String, String, Experiment)]) -> Result<(), String> {
+    let mut points = Vec::new();
     for (_, _, e) in exps {
-        if sweep::needs_pmdk_env(&e.points()?) {
-            return Ok(true);
-        }
+        points.extend(e.points()?);
     }
-    Ok(false)
+    sweep::ensure_native_env(&points)
 }
 
 /// Runs everything and writes the report.

@@ -17,6 +17,7 @@ use crate::point::Point;
 use crate::row::{is_timing_key, Env, Results, Row};
 use crate::store::{Resolved, ShardWriter, SweepDir};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pmsim_model::registry;
 use pmsim_model::runner::{self, AllocSpec, HeapSpec, RunSpec};
 use pmsim_model::scratch::ScratchHeap;
 use pmsim_model::workloads::{Params, Progress, RunOptions, Workload};
@@ -185,10 +186,13 @@ pub fn check_jobs(jobs: usize, points: &[Point]) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether any point runs PMDK natively (its environment must be set before
-/// the library loads: the command re-executes itself for that).
-pub fn needs_pmdk_env(points: &[Point]) -> bool {
-    points.iter().any(|p| p.mode.native() && p.alloc.split(':').next() == Some("pmdk"))
+/// Gives this process the environment the allocators that `points` run
+/// natively need before their libraries load (PMDK's), executing pmsim
+/// again with it if it differs ([`registry::ensure_process_env`]).
+pub fn ensure_native_env(points: &[Point]) -> Result<(), String> {
+    let native = points.iter().filter(|p| p.mode.native());
+    let families = native.filter_map(|p| registry::find(p.alloc.split(':').next()?, &[]));
+    registry::ensure_process_env(families, None, false)
 }
 
 /// This machine's name (for rows and reports).

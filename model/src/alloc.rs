@@ -17,7 +17,7 @@ use crate::config::AllocConfig;
 use crate::error::AllocError;
 use crate::heap::Heap;
 use crate::params::as_map;
-use crate::pm::Pm;
+use crate::pm::{FlushInsn, Pm};
 use crate::target::CrashTarget;
 use serde::Serialize;
 use std::path::Path;
@@ -217,6 +217,23 @@ pub trait Allocator: Send + Sync + Sized + 'static {
         let _ = (path, size, overwrite, cfg);
         Err(AllocError::config(Self::Config::ALLOC, "runs on a pmsim heap, not on a file of its own"))
     }
+
+    // ----- The process it runs in (may provide; PMDK) -----
+
+    /// The environment variables (`None`: unset) a process that runs it
+    /// natively must have before its library loads (PMDK reads its PMEM_*
+    /// settings then), for flush instruction `flush` (`None`: the
+    /// library's own pick) and, with `msync`, a file not on PM persisted by
+    /// msync. Empty (the default): any environment will do.
+    fn process_env(flush: Option<FlushInsn>, msync: bool) -> Vec<(&'static str, Option<&'static str>)> {
+        let _ = (flush, msync);
+        Vec::new()
+    }
+
+    /// If this process was started as a helper of the allocator's (PMDK's
+    /// recovery processes), serves as one and does not return; pmsim asks
+    /// every registered allocator first thing.
+    fn serve_helper_if_asked() {}
 }
 
 /// What a run needs of the heap, for sizing it ([`Allocator::heap_size`]).

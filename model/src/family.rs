@@ -171,6 +171,12 @@ pub trait Family: Sync {
     /// Its broken variants ([`Allocator::MUTANTS`]).
     fn mutants(&self) -> &'static [&'static str];
 
+    /// See [`Allocator::process_env`].
+    fn process_env(&self, flush: Option<FlushInsn>, msync: bool) -> Vec<(&'static str, Option<&'static str>)>;
+
+    /// See [`Allocator::serve_helper_if_asked`].
+    fn serve_helper_if_asked(&self);
+
     /// What the conformance suite checks besides its presets ([`Allocator::VARIANTS`]).
     fn variants(&self) -> &'static [&'static str];
 }
@@ -273,6 +279,14 @@ impl<A: Allocator> Family for Native<A> {
 
     fn mutants(&self) -> &'static [&'static str] {
         A::MUTANTS
+    }
+
+    fn process_env(&self, flush: Option<FlushInsn>, msync: bool) -> Vec<(&'static str, Option<&'static str>)> {
+        A::process_env(flush, msync)
+    }
+
+    fn serve_helper_if_asked(&self) {
+        A::serve_helper_if_asked()
     }
 
     fn variants(&self) -> &'static [&'static str] {

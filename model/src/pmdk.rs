@@ -463,6 +463,14 @@ impl Allocator for Pmdk {
     /// happen inside the library, out of sight of pmsim's built-in tracer.
     const OWN_FILE: bool = true;
 
+    fn process_env(flush: Option<FlushInsn>, msync: bool) -> Vec<(&'static str, Option<&'static str>)> {
+        required_env(msync, flush)
+    }
+
+    fn serve_helper_if_asked() {
+        serve_recovery_if_asked()
+    }
+
     fn create_own_file(path: &Path, size: u64, overwrite: bool, _cfg: PmdkConfig) -> Result<Arc<Self>, AllocError> {
         Pmdk::create(path, size, &PmdkOptions { overwrite, ..PmdkOptions::default() }).map_err(PmdkError::into_alloc)
     }

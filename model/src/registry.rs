@@ -25,6 +25,33 @@ pub static ALLOCATORS: &[&dyn Family] = &[
     &Native::<Pmdk>::ENTRY,
 ];
 
+/// If this process was started as a registered allocator's helper
+/// ([`crate::Allocator::serve_helper_if_asked`]), serves as one and does not return.
+pub fn serve_helper_if_asked() {
+    for f in ALLOCATORS {
+        f.serve_helper_if_asked();
+    }
+}
+
+/// Gives this process the environment `families` need to run natively
+/// ([`crate::Allocator::process_env`]), by executing pmsim again with it
+/// (once) if it differs: then this does not return.
+pub fn ensure_process_env<'a>(
+    families: impl IntoIterator<Item = &'a dyn Family>,
+    flush: Option<crate::FlushInsn>,
+    msync: bool,
+) -> Result<(), String> {
+    let mut want = Vec::new();
+    for f in families {
+        for kv in f.process_env(flush, msync) {
+            if !want.contains(&kv) {
+                want.push(kv);
+            }
+        }
+    }
+    crate::pmdk::ensure_env(&want)
+}
+
 /// The allocator `name` (a preset such as `nvalloc-log`, or a family name
 /// such as `llfree` or `nvalloc` as trace headers write it), among `extra`
 /// families first (tests register their own that way) and then [`ALLOCATORS`].

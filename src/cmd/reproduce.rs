@@ -53,9 +53,7 @@ pub fn run(a: ReproduceArgs) -> CmdResult {
     // in it is locked too).
     reproduce::claim_out(&opts.out)?;
     let _one_writer = pmsim_traces::output::Lock::dir(&opts.out)?;
-    if reproduce::needs_pmdk_env(&exps)? {
-        pmsim_model::pmdk::ensure_env(&pmsim_model::pmdk::required_env(false, None))?;
-    }
+    reproduce::ensure_native_env(&exps)?;
     let s = reproduce::run(&opts, exps)?;
     let mut w = std::io::stdout().lock();
     if a.json {

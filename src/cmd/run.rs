@@ -8,7 +8,6 @@
 use super::CmdResult;
 use clap::Args;
 use indicatif::ProgressBar;
-use pmsim_model::pmdk;
 use pmsim_model::runner::{self, AllocInfo, AllocSpec, HeapSpec, Outcome, RunError, RunSpec};
 use pmsim_model::scratch::ScratchHeap;
 use pmsim_model::workloads::series::Every;
@@ -274,15 +273,17 @@ pub fn run(a: RunArgs) -> CmdResult {
     if a.overwrite && a.heap.is_none() && a.trace.is_none() {
         return Err("--force replaces the --heap and --trace files: neither is given".into());
     }
-    let has_pmdk = allocs.iter().any(|s| s.family().family() == "pmdk");
-    if a.pmdk_msync && !has_pmdk {
+    // An allocator whose library reads its settings from the environment as
+    // it loads (PMDK) has them set before anything runs.
+    let env = |msync| allocs.iter().flat_map(|s| s.family().process_env(flush, msync)).collect::<Vec<_>>();
+    if a.pmdk_msync && env(true) == env(false) {
         return Err("--pmdk-msync applies to PMDK pools: --alloc lists no pmdk".into());
     }
-    if has_pmdk {
+    if !env(a.pmdk_msync).is_empty() {
         if let Some(f) = flush {
             f.check(&pmsim_model::CpuFeatures::detect())?;
         }
-        pmdk::ensure_env(&pmdk::required_env(a.pmdk_msync, flush))?;
+        pmsim_model::registry::ensure_process_env(allocs.iter().map(|s| s.family()), flush, a.pmdk_msync)?;
     }
     let flush = flush.unwrap_or_else(FlushInsn::best);
     // Every file this run writes, checked and locked before anything runs.

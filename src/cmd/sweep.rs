@@ -161,9 +161,7 @@ pub fn run(a: SweepArgs) -> CmdResult {
     }
     let points: Vec<_> = resolved.points.iter().map(|l| l.point.clone()).collect();
     sweep::check_jobs(a.jobs, &points)?;
-    if sweep::needs_pmdk_env(&points) {
-        pmsim_model::pmdk::ensure_env(&pmsim_model::pmdk::required_env(false, None))?;
-    }
+    sweep::ensure_native_env(&points)?;
     let opts = Options { shard: a.shard, resume: a.resume.is_some(), jobs: a.jobs, progress: true };
     let s = sweep::run_resolved(&dir, &resolved, &opts)?;
     // Points ran (or failed, to be retried with --resume): the directory stays.
