@@ -72,6 +72,18 @@ fn in_process(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, size: u64, id
     o.run.cpu.ok_or_else(|| "CPU profile: the run measured none".to_string())
 }
 
+/// Every parameter of `wl` as `KEY=VALUE` for `pmsim run --param`, so
+/// that a child process runs exactly this workload.
+pub fn param_args(wl: &Workload) -> Vec<String> {
+    wl.params_json()
+        .into_iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => format!("{k}={s}"),
+            v => format!("{k}={v}"),
+        })
+        .collect()
+}
+
 /// The profile of an allocator whose flush instruction is chosen by its
 /// library at load time (PMDK), from a `pmsim run` child set up for it.
 fn in_child(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, size: u64) -> Result<Cpu, String> {
@@ -95,12 +107,8 @@ fn in_child(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, size: u64) -> R
     cmd.args(["run", "--alloc", alloc.label(), "--workload", wl.name(), "--scale", wl.scale().name()]);
     cmd.args(["--threads", &opts.threads.to_string(), "--seed", &opts.seed.to_string()]);
     cmd.args(["--heap-size", &size.to_string(), "--flush-insn", "none", "--cpu-profile", "--json"]);
-    for (k, v) in wl.params_json() {
-        let v = match v {
-            Value::String(s) => s,
-            v => v.to_string(),
-        };
-        cmd.arg("--param").arg(format!("{k}={v}"));
+    for kv in param_args(wl) {
+        cmd.arg("--param").arg(kv);
     }
     let out = pmsim_traces::children::output(&mut cmd).map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
     if !out.status.success() {

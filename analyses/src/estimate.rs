@@ -109,7 +109,8 @@ impl Breakdown {
 
 /// The breakdown of a point: from the contending estimate's parts (the
 /// threads' time summed, over the operations), else (one thread) from the
-/// CPU profile and the simulator's persist time by category.
+/// CPU profile and the simulator's persist time by category
+/// ([`breakdown_summed`]).
 pub fn breakdown(r: &Row) -> Option<Breakdown> {
     if let Some(ops) = r.num(EST_CPU_OPS).filter(|&o| o > 0.0) {
         let p = |f| r.num(f).unwrap_or(0.0) / ops;
@@ -120,9 +121,13 @@ pub fn breakdown(r: &Row) -> Option<Breakdown> {
             other: p(PART_OTHER_CPU) + p(PART_DATA) + p(PART_UNMAPPED) + p(PART_FENCE) + p(PART_STORES) + p(PART_WAIT),
         });
     }
-    if r.point.threads != 1 {
-        return None;
-    }
+    (r.point.threads == 1).then(|| breakdown_summed(r)).flatten()
+}
+
+/// The one-thread breakdown without contention: the CPU profile (Search:
+/// inside the allocator; Other: between operations) and the simulator's
+/// persist time per operation by category.
+pub fn breakdown_summed(r: &Row) -> Option<Breakdown> {
     let ops = r.num(SIM_OPS).filter(|&o| o > 0.0)?;
     let p = |f| r.num(f).unwrap_or(0.0) / ops;
     Some(Breakdown {

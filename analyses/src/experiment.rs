@@ -9,13 +9,14 @@
 //! mode = "sim"                     # sim | native | both (or a list)
 //!
 //! [sweep]
-//! alloc = ["nvalloc-log"]          # allocator specs, as `pmsim run --alloc`; "all" = every allocator
+//! alloc = ["nvalloc-log"]          # allocator specs, as `pmsim run --alloc`; "all" = every allocator, "-SPEC" leaves one out
 //! workload = ["threadtest"]        # workload presets, as `pmsim run --workload`
 //! threads = [1, 2, 4]
 //! scale = "tiny"
 //! seed = 42
 //! stripes = [1, 2, 4, 8, 16, 32]   # any other bare key: an allocator parameter (`pmsim run --set`)
-//! "param.iterations" = [20]        # param.KEY: a workload parameter (`pmsim run --param`)
+//! "param.iterations" = [20]        # param.KEY: a workload parameter (`pmsim run --param`), for
+//!                                  # the workloads that have it (one that none has is an error)
 //! "sim.eadr" = [false, true]       # sim.PATH: a simulator configuration key (sim/optane.toml)
 //!
 //! [scale.tiny]                     # axes that replace [sweep]'s at one scale only
@@ -329,7 +330,12 @@ fn cross(axes: &BTreeMap<String, Vec<Value>>, mode: Mode, scale: &str, out: &mut
     let seeds = numbers(axes, "seed", 42)?;
     let mut allocs = Vec::new();
     let mut alloc_from: Vec<String> = Vec::new();
+    let mut without = Vec::new();
     for a in strings(axes, "alloc", &["nvalloc-log"])? {
+        if let Some(x) = a.strip_prefix('-') {
+            without.push(x.to_string());
+            continue;
+        }
         let names: Vec<String> = match a.as_str() {
             "all" => AllocSpec::names().into_iter().map(String::from).collect(),
             _ => vec![a.clone()],
@@ -341,6 +347,15 @@ fn cross(axes: &BTreeMap<String, Vec<Value>>, mode: Mode, scale: &str, out: &mut
             allocs.push(n);
             alloc_from.push(a.clone());
         }
+    }
+    // "-SPEC" leaves SPEC out (of "all", typically); one that leaves out
+    // nothing is a misspelling.
+    for x in without {
+        let Some(i) = allocs.iter().position(|a| *a == x) else {
+            return Err(format!("'alloc': '-{x}' leaves out nothing (no allocator '{x}' in the list)"));
+        };
+        allocs.remove(i);
+        alloc_from.remove(i);
     }
     let mut wl_keys = Vec::new();
     let mut alloc_keys = Vec::new();
@@ -361,7 +376,31 @@ fn cross(axes: &BTreeMap<String, Vec<Value>>, mode: Mode, scale: &str, out: &mut
             KeyKind::Sim(p) => sim_keys.push((p, vs)),
         }
     }
-    let wl_combos = combos(&wl_keys);
+    // A workload parameter reaches the workloads that have it (a Threadtest
+    // `split` leaves Prod-con alone); one that none of them has is refused.
+    let mut wl_combos = Vec::with_capacity(workloads.len());
+    let mut wl_used = vec![false; wl_keys.len()];
+    for w in &workloads {
+        let sc = scale.parse::<Scale>().map_err(|e| format!("'scale': {e}"))?;
+        let params = Workload::preset(w, sc).map_err(|e| format!("'workload': {e}"))?.params_json();
+        let mine: Vec<(&str, &Vec<Value>)> = wl_keys
+            .iter()
+            .enumerate()
+            .filter(|(_, (k, _))| params.contains_key(*k))
+            .map(|(i, kv)| {
+                wl_used[i] = true;
+                *kv
+            })
+            .collect();
+        wl_combos.push(combos(&mine));
+    }
+    if let Some(i) = wl_used.iter().position(|u| !u) {
+        return Err(format!(
+            "'param.{}': no workload of the sweep ({}) has this parameter",
+            wl_keys[i].0,
+            workloads.join(", ")
+        ));
+    }
     // A bare key reaches the allocators that have the parameter (as
     // `pmsim run --set` does); one that none of them has is refused.
     let mut alloc_combos = Vec::with_capacity(allocs.len());
@@ -388,8 +427,8 @@ fn cross(axes: &BTreeMap<String, Vec<Value>>, mode: Mode, scale: &str, out: &mut
         ));
     }
     let sim_combos = combos(&sim_keys);
-    for wl in &workloads {
-        for wp in &wl_combos {
+    for (wl, wl_combos) in workloads.iter().zip(&wl_combos) {
+        for wp in wl_combos {
             for &t in &threads {
                 for (alloc, alloc_combos) in allocs.iter().zip(&alloc_combos) {
                     for ap in alloc_combos {
@@ -514,6 +553,17 @@ mod tests {
         let e =
             Experiment::from_toml("[sweep]\nlog_lines=[1,4]\nalloc=['llfree','nvalloc-log']\n", "l.toml").unwrap_err();
         assert!(e.contains("'log_lines': no allocator of the sweep (llfree, nvalloc-log) has this parameter"), "{e}");
+    }
+
+    /// "-SPEC" leaves an allocator out of "all"; one that leaves out nothing is refused.
+    #[test]
+    fn all_but_some_allocators() {
+        let e = Experiment::from_toml("[sweep]\nalloc=['all','-base','-+log']\n", "a.toml").unwrap();
+        let allocs: Vec<String> = e.points().unwrap().into_iter().map(|p| p.alloc).collect();
+        assert!(allocs.contains(&"nvalloc-log".to_string()) && allocs.contains(&"+interleaved".to_string()));
+        assert!(!allocs.iter().any(|a| a == "base" || a == "+log"), "{allocs:?}");
+        let e = Experiment::from_toml("[sweep]\nalloc=['all','-bsae']\n", "a.toml").unwrap_err();
+        assert!(e.contains("'-bsae' leaves out nothing") && !e.contains('\n'), "{e}");
     }
 
     /// `[scale.NAME]` replaces axes for the points at that scale only, the

@@ -31,6 +31,9 @@ pub enum Source {
     /// Each code site of the simulator report (`/sites`, `pmsim sim --by
     /// site`), in traces whose tracer names sites.
     Site,
+    /// The report of a simulated point's traced run, without its timings
+    /// (`Results::traced`: footprints, operations).
+    Traced,
     /// The CPU profile of a simulated point (`Env::cpu`).
     Cpu,
     /// The contention model's estimate with the CPU's work (`Env::estimate`).
@@ -46,6 +49,7 @@ impl Source {
             Source::AccessPoint => "an access-map point",
             Source::ShapePoint => "a heap-shape point",
             Source::Site => "a code site of the simulator report",
+            Source::Traced => "the traced run's report",
             Source::Cpu => "the CPU profile",
             Source::Estimate => "the estimate with CPU work",
         }
@@ -163,6 +167,10 @@ fields! {
     SITE_REFLUSH_RATIO = Site "/reflush_ratio" Always,
     /// Estimated persist time of the site's flushes and fences (ns).
     SITE_PERSIST = Site "/persist_ns" Always,
+    /// Peak bytes mapped by the allocator in a simulated point's traced run.
+    TRACED_PEAK_MAPPED = Traced "/peak/mapped_bytes" Always,
+    /// Peak bytes of live data there.
+    TRACED_PEAK_LIVE = Traced "/peak/live_bytes" Always,
     /// CPU time per operation in all, measured natively with flushes off (ns).
     CPU_TOTAL = Cpu "/total_ns" Always,
     /// … of it inside the allocator's operations.

@@ -11,22 +11,36 @@ use crate::row::Row;
 use crate::table::{num, per_op, Table};
 use serde_json::Value;
 
+mod space;
+mod throughput;
+pub use space::{fig13a, fig13b, fig1b};
+pub use throughput::{fig10, fig12, fig14, fig15cd, fig17, fig20, fig21, fig9};
+
 /// A figure function.
 pub type FigureFn = fn(&[Row]) -> Option<Figure>;
 
 /// Every figure, by id, with what it shows.
 pub const FIGURES: &[(&str, &str, FigureFn)] = &[
     ("fig1a", "reflushes vs regular flushes per allocator (Fig. 1a)", fig1a),
+    ("fig1b", "the peers' peak memory on Fragbench (Fig. 1b)", fig1b),
     ("fig2", "access map of the first metadata flushes (Fig. 2)", fig2),
-    ("fig11", "persist-time breakdown of the NVAlloc ablations (Fig. 11)", fig11),
+    ("fig9", "small allocations, strongly consistent allocators: throughput against threads (Fig. 9)", fig9),
+    ("fig10", "small allocations, weakly consistent allocators: throughput against threads (Fig. 10)", fig10),
+    ("fig11", "time breakdown of the NVAlloc ablations (Fig. 11)", fig11),
+    ("fig12", "large allocations: throughput against threads (Fig. 12)", fig12),
+    ("fig13a", "space consumption on Threadtest (Fig. 13a)", fig13a),
+    ("fig13b", "space consumption on DBMStest (Fig. 13b)", fig13b),
+    ("fig14", "FPTree throughput against threads (Fig. 14)", fig14),
     ("fig15a", "Fragbench peak memory (Fig. 15a)", fig15a),
     ("fig15b", "Fragbench slab-utilization breakdown (Fig. 15b)", fig15b),
+    ("fig15cd", "Fragbench throughput with and without slab morphing (Fig. 15c/d)", fig15cd),
     ("heapshape", "Fragbench memory over the run (mapped and live, every N operations)", heapshape),
     ("fig16a", "estimated time and reflush ratio vs bit stripes (Fig. 16a)", fig16a),
     ("fig16b", "memory and time vs the SU threshold (Fig. 16b)", fig16b),
+    ("fig17", "the bookkeeping log's GC overhead (Fig. 17)", fig17),
     ("fig19", "bit stripes under eADR (Fig. 19)", fig19),
-    ("scaling", "estimated throughput against threads (Figs. 9-10)", scaling),
-    ("scaling-threadtest", "estimated Threadtest throughput against threads (Fig. 9-10)", scaling_threadtest),
+    ("fig20", "small allocations under eADR (Fig. 20)", fig20),
+    ("fig21", "large allocations under eADR (Fig. 21)", fig21),
     ("compare", "every allocator compared", compare),
     ("sites", "the costliest code sites of every allocator", sites),
 ];
@@ -37,7 +51,7 @@ pub fn by_id(id: &str) -> Option<FigureFn> {
 }
 
 /// Distinct values in first-seen order.
-fn distinct<T: PartialEq + Clone>(it: impl IntoIterator<Item = T>) -> Vec<T> {
+pub(crate) fn distinct<T: PartialEq + Clone>(it: impl IntoIterator<Item = T>) -> Vec<T> {
     let mut v = Vec::new();
     for x in it {
         if !v.contains(&x) {
@@ -49,7 +63,7 @@ fn distinct<T: PartialEq + Clone>(it: impl IntoIterator<Item = T>) -> Vec<T> {
 
 /// The allocator as a label: its spec and any swept allocator parameter
 /// that is not the figure's own axis.
-fn alloc_label(r: &Row, skip: &[&str]) -> String {
+pub(crate) fn alloc_label(r: &Row, skip: &[&str]) -> String {
     let mut s = r.point.alloc.clone();
     for (k, v) in &r.point.alloc_params {
         if !skip.contains(&k.as_str()) {
@@ -67,15 +81,15 @@ fn workload_suffix(rs: &[&Row]) -> impl Fn(&Row) -> String {
     move |r: &Row| if mixed { format!(" on {}", r.point.workload) } else { String::new() }
 }
 
-fn mib(b: f64) -> f64 {
+pub(crate) fn mib(b: f64) -> f64 {
     b / (1u64 << 20) as f64
 }
 
-fn sim_rows(rows: &[Row]) -> Vec<&Row> {
+pub(crate) fn sim_rows(rows: &[Row]) -> Vec<&Row> {
     rows.iter().filter(|r| r.result.sim.is_some()).collect()
 }
 
-fn param_f64(r: &Row, key: &str) -> Option<f64> {
+pub(crate) fn param_f64(r: &Row, key: &str) -> Option<f64> {
     r.alloc_param(key).and_then(|v| v.as_f64())
 }
 
@@ -129,6 +143,27 @@ pub fn fig1a(rows: &[Row]) -> Option<Figure> {
         panels,
         table,
         paper: None,
+    })
+}
+
+/// The heap offsets of the metadata flushes in a row's access map, in order.
+fn meta_offsets(r: &Row) -> Vec<u64> {
+    r.result
+        .access_map
+        .iter()
+        .filter(|p| p.get(AP_CATEGORY).and_then(Value::as_str) == Some("meta"))
+        .filter_map(|p| fields::read(p, AP_HEAP_OFFSET))
+        .map(|o| o as u64)
+        .collect()
+}
+
+/// The share (%) of a row's metadata flushes that land neither on the
+/// previous one's XPLine nor on a neighbouring one: small random writes.
+pub fn far_share(r: &Row) -> Option<f64> {
+    let offs = meta_offsets(r);
+    (offs.len() > 1).then(|| {
+        let far = offs.windows(2).filter(|w| (w[1] / 256).abs_diff(w[0] / 256) > 1).count();
+        100.0 * far as f64 / (offs.len() - 1) as f64
     })
 }
 
@@ -272,7 +307,7 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
 /// A panel of one workload's allocators, each bar stacking its estimated
 /// persist time per operation by `series` (Fig. 11's regions, the sites
 /// figure's costliest sites).
-fn persist_time_bars(workload: String, categories: Vec<String>, series: Vec<Series<f64>>) -> Panel {
+pub(crate) fn persist_time_bars(workload: String, categories: Vec<String>, series: Vec<Series<f64>>) -> Panel {
     Panel {
         title: workload,
         x_label: "allocator".into(),
@@ -281,7 +316,7 @@ fn persist_time_bars(workload: String, categories: Vec<String>, series: Vec<Seri
     }
 }
 
-fn fragbench(rows: &[Row]) -> Vec<&Row> {
+pub(crate) fn fragbench(rows: &[Row]) -> Vec<&Row> {
     rows.iter().filter(|r| r.point.workload.starts_with("fragbench-") && r.result.native.is_some()).collect()
 }
 
@@ -532,7 +567,7 @@ fn stripes_time_panel(rs: &[&Row], name: impl Fn(&Row) -> String) -> Panel {
     }
 }
 
-fn eadr(r: &Row) -> bool {
+pub(crate) fn eadr(r: &Row) -> bool {
     r.result.sim.as_ref().and_then(|s| s.get("eadr")).and_then(Value::as_bool) == Some(true)
 }
 
@@ -640,108 +675,6 @@ pub fn fig19(rows: &[Row]) -> Option<Figure> {
                 kind: Kind::Lines { series: lines_over(&rs, "stripes", name, pm_per_op), log2_x: true, log10_y: false },
             },
         ],
-        table,
-        paper: None,
-    })
-}
-
-/// Figs. 9-10 as the contention model estimates them: operations per second
-/// against threads, one panel per workload, one line per allocator, from the
-/// points simulated with `sim.contention = true`.
-pub fn scaling(rows: &[Row]) -> Option<Figure> {
-    scaling_as(rows, "scaling")
-}
-
-/// [`scaling`] drawn from a second experiment (Threadtest, whose objects
-/// are split across the threads there), under an id of its own.
-pub fn scaling_threadtest(rows: &[Row]) -> Option<Figure> {
-    scaling_as(rows, "scaling-threadtest")
-}
-
-fn scaling_as(rows: &[Row], id: &str) -> Option<Figure> {
-    let rs: Vec<&Row> = rows.iter().filter(|r| r.num(EST_OPS_PER_S).is_some()).collect();
-    if rs.is_empty() {
-        return None;
-    }
-    let mops = |r: &Row| estimate::ops_per_s(r).map(|x| x / 1e6);
-    // The same workload and thread count on PMDK, the paper's baseline.
-    let pmdk = |r: &Row| {
-        rs.iter()
-            .find(|q| {
-                q.point.alloc == "pmdk" && q.point.workload == r.point.workload && q.point.threads == r.point.threads
-            })
-            .and_then(|q| mops(q))
-    };
-    let mut table = Table::new(&[
-        "workload",
-        "allocator",
-        "threads",
-        "est. Mops/s (CPU + persist)",
-        "est. run time (ms)",
-        "x vs 1 thread",
-        "x vs pmdk",
-        "CPU-only Mops/s",
-        "persist-only Mops/s",
-        "CPU ns/op",
-        "persist ns/op (no contention)",
-        "events replayed past a blocked thread",
-    ]);
-    let mut panels = Vec::new();
-    for wl in distinct(rs.iter().map(|r| r.point.workload.clone())) {
-        let of: Vec<&Row> = rs.iter().copied().filter(|r| r.point.workload == wl).collect();
-        let mut series: Vec<Series<(f64, f64)>> = Vec::new();
-        for a in distinct(of.iter().map(|r| alloc_label(r, &[]))) {
-            let mut pts: Vec<(f64, f64)> = Vec::new();
-            let line: Vec<&Row> = of.iter().copied().filter(|r| alloc_label(r, &[]) == a).collect();
-            let one = line.iter().find(|r| r.point.threads == 1).and_then(|r| mops(r));
-            for r in &line {
-                let m = mops(r);
-                if let Some(m) = m {
-                    pts.push((r.point.threads as f64, m));
-                }
-                let ratio = |b: Option<f64>| match (m, b) {
-                    (Some(m), Some(b)) if b > 0.0 => format!("{:.2}", m / b),
-                    _ => "-".into(),
-                };
-                table.push(vec![
-                    wl.clone(),
-                    a.clone(),
-                    r.point.threads.to_string(),
-                    num(m),
-                    num(estimate::run_ns(r).map(|ns| ns / 1e6)),
-                    ratio(one),
-                    ratio(pmdk(r)),
-                    num(estimate::cpu_only_ops_per_s(r).map(|x| x / 1e6)),
-                    num(estimate::persist_only_ops_per_s(r).map(|x| x / 1e6)),
-                    num(estimate::cpu_ns(r)),
-                    num(per_op(r)),
-                    num(r.num(EST_FORCED)),
-                ]);
-            }
-            pts.sort_by(|x, y| x.0.total_cmp(&y.0));
-            series.push((a, pts));
-        }
-        panels.push(Panel {
-            title: wl,
-            x_label: "threads".into(),
-            y_label: "estimated Mops/s".into(),
-            kind: Kind::Lines { series, log2_x: true, log10_y: true },
-        });
-    }
-    Some(Figure {
-        id: id.into(),
-        title: "Estimated throughput against threads (NVAlloc Figs. 9-10)".into(),
-        caption: "Operations per second of each allocator as the threads grow (log10, as the paper draws them), \
-                  estimated by replaying its run through the contention model with each thread's clock advanced \
-                  by its CPU work (measured natively with flushes off, per operation kind) as well as by its \
-                  persistence: each thread on its own core, all sharing the DIMMs' write queues, XPBuffers and \
-                  media (timing fitted to FAST '20 Fig. 4). The schedule is virtual, so 16 threads are \
-                  estimated on any machine. The table gives the CPU alone and persistence alone beside it. A \
-                  run whose threads were recorded in time slices longer than the reorder bound holds has \
-                  events replayed past blocked threads (the table's last column): its estimate is less \
-                  faithful."
-            .into(),
-        panels,
         table,
         paper: None,
     })

@@ -5,13 +5,14 @@
 //! alone, and two sweeps compared point by point ([`diff`]).
 
 pub mod calibration;
+pub mod claims;
 pub mod cpu;
 pub mod diff;
 pub mod estimate;
 pub mod experiment;
 pub mod fields;
 pub mod figures;
-pub mod paper;
+pub mod peers;
 pub mod plot;
 pub mod point;
 pub mod reproduce;

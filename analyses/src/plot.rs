@@ -165,12 +165,31 @@ pub fn allocator_style(label: &str) -> Option<Style> {
     Some(Style { color, marker, filled: variant.is_none() })
 }
 
-/// The style of series `k` named `name`: an allocator's own style when the
-/// name starts with one (`nvalloc-log`, `pmdk ×4 threads`), else the
-/// palette's `k`-th colour.
-pub fn series_style(name: &str, k: usize) -> Style {
-    let first = name.split_whitespace().next().unwrap_or("");
-    allocator_style(first).unwrap_or(Style { color: COLORS[k % COLORS.len()], marker: Marker::Circle, filled: true })
+/// The styles of a panel's series, by name: a series named after an
+/// allocator (`nvalloc-log`, `pmdk ×4 threads`, `nvalloc-log usage_pmem=1`)
+/// takes that allocator's colour and marker; several series of one
+/// allocator in a panel (thread counts, parameter values) take lighter
+/// shades of it in their order, the first the allocator's own. Other
+/// series take the palette's colours in order.
+pub fn series_styles(names: &[&str]) -> Vec<Style> {
+    let first = |n: &str| n.split_whitespace().next().unwrap_or("").to_string();
+    names
+        .iter()
+        .enumerate()
+        .map(|(k, n)| {
+            let Some(st) = allocator_style(&first(n)) else {
+                return Style { color: COLORS[k % COLORS.len()], marker: Marker::Circle, filled: true };
+            };
+            let nth = names[..k].iter().filter(|m| first(m) == first(n)).count();
+            if nth == 0 {
+                return st;
+            }
+            let f = (0.22 * nth as f64).min(0.75);
+            let c = st.color;
+            let mix = |x: u8| (x as f64 + (255.0 - x as f64) * f).round() as u8;
+            Style { color: RGBColor(mix(c.0), mix(c.1), mix(c.2)), marker: st.marker, filled: nth % 2 == 0 }
+        })
+        .collect()
 }
 
 /// A compact number for axis ticks (`1.5M`, `250k`, `0.25`, `0.0025`).
@@ -351,8 +370,9 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> R
             let s = series.len().max(1) as f64;
             let mut base = vec![0.0; n];
             let mut entries = Vec::new();
+            let styles = series_styles(&series.iter().map(|x| x.0.as_str()).collect::<Vec<_>>());
             for (k, (name, vals)) in series.iter().enumerate() {
-                let st = series_style(name, k);
+                let st = styles[k];
                 let rects: Vec<Rectangle<(f64, f64)>> = (0..n)
                     .map(|i| {
                         let v = vals.get(i).copied().unwrap_or(0.0);
@@ -458,8 +478,9 @@ fn draw_xy<DB: DrawingBackend>(
         .draw()
         .map_err(e)?;
     let mut entries = Vec::new();
+    let styles = series_styles(&series.iter().map(|x| x.0.as_str()).collect::<Vec<_>>());
     for (k, (name, vals)) in series.iter().enumerate() {
-        let st = series_style(name, k);
+        let st = styles[k];
         let v = pts_of(vals);
         if lines {
             chart.draw_series(LineSeries::new(v.clone(), st.color.stroke_width(2))).map_err(e)?;

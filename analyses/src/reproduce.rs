@@ -10,7 +10,13 @@
 //! OUT/sweeps/<name>/              each sweep's directory (experiment.json, shards/)
 //! OUT/figures/<id>.svg, .png      the figures
 //! OUT/results/<name>.csv          each experiment's headline table
+//! OUT/claims.json                 the claims scoreboard (crate::claims)
 //! ```
+//!
+//! The report opens with the claims scoreboard: every quantitative claim of
+//! the NVAlloc paper beside pmsim's value from this run's rows, with a
+//! verdict ([`crate::claims`]); each figure's table of the paper's numbers
+//! comes from it.
 //!
 //! Sweeps resume: running the same command again into the same OUT runs only
 //! what is missing (a killed reproduce loses at most the points in flight).
@@ -20,6 +26,7 @@
 //! report as extra rows of an experiment: see [`Traced`].
 
 use crate::calibration;
+use crate::claims::{self, Scored};
 use crate::experiment::{Experiment, Meta};
 use crate::fields;
 use crate::figures;
@@ -40,14 +47,19 @@ use std::time::Instant;
 /// The committed experiment files, built in so that `pmsim reproduce` runs anywhere.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("flushes.toml", include_str!("../experiments/flushes.toml")),
+    ("breakdown.toml", include_str!("../experiments/breakdown.toml")),
     ("access-map.toml", include_str!("../experiments/access-map.toml")),
+    ("scaling.toml", include_str!("../experiments/scaling.toml")),
+    ("large.toml", include_str!("../experiments/large.toml")),
+    ("fptree.toml", include_str!("../experiments/fptree.toml")),
     ("fragbench.toml", include_str!("../experiments/fragbench.toml")),
+    ("fragbench-time.toml", include_str!("../experiments/fragbench-time.toml")),
     ("stripes.toml", include_str!("../experiments/stripes.toml")),
     ("su.toml", include_str!("../experiments/su.toml")),
+    ("log-gc.toml", include_str!("../experiments/log-gc.toml")),
     ("eadr.toml", include_str!("../experiments/eadr.toml")),
+    ("eadr-scaling.toml", include_str!("../experiments/eadr-scaling.toml")),
     ("allocators.toml", include_str!("../experiments/allocators.toml")),
-    ("scaling-threadtest.toml", include_str!("../experiments/scaling-threadtest.toml")),
-    ("scaling.toml", include_str!("../experiments/scaling.toml")),
 ];
 
 /// A simulator report of a trace made outside pmsim's tracer (`pmsim sim
@@ -155,6 +167,8 @@ pub struct Summary {
     pub out: String,
     pub scale: String,
     pub sections: Vec<Section>,
+    /// The claims scoreboard.
+    pub claims: Vec<Scored>,
     pub wall_s: f64,
 }
 
@@ -307,6 +321,7 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
         policy.input(Path::new(file));
     }
     let mut sections = Vec::new();
+    let mut by_exp: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for (file, text, exp) in exps {
         let name = exp.meta.name.clone();
         let t = Instant::now();
@@ -332,7 +347,13 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
         let sec = section(&mut policy, out, &meta, file, text, rows_at, &rows, counts)?;
         eprintln!("reproduce: {name}: {} points ({} run now) in {:.1} s", s.points, s.ran, sec.wall_s);
         sections.push(sec);
+        by_exp.insert(name, rows);
     }
+    let scored = claims::score(&by_exp);
+    attach_claims(&mut sections, &scored);
+    let json = serde_json::to_vec_pretty(&scored).expect("claims serialize");
+    policy.write(&out.join("claims.json"), &json)?;
+    eprintln!("reproduce: {}", claims::headline(&scored));
     if opts.only.is_empty() {
         let sec = calibration_section(&mut policy, out)?;
         eprintln!("reproduce: calibration: {} published points in {:.1} s", sec.points, sec.wall_s);
@@ -342,10 +363,20 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
         out: out.display().to_string(),
         scale: opts.scale.clone(),
         sections,
+        claims: scored,
         wall_s: t0.elapsed().as_secs_f64(),
     };
     write_report(&mut policy, &summary, &opts.command)?;
     Ok(summary)
+}
+
+/// Each drawn figure's table of the paper's numbers, from the scoreboard.
+fn attach_claims(sections: &mut [Section], scored: &[Scored]) {
+    for sec in sections {
+        for f in &mut sec.drawn {
+            f.paper = claims::figure_table(scored, &f.id);
+        }
+    }
 }
 
 /// One experiment's part of a report: its figures drawn from `rows` into
@@ -374,8 +405,7 @@ fn section(
     let mut drawn = Vec::new();
     for id in &meta.figures {
         let fig_fn = figures::by_id(id).ok_or_else(|| format!("{file}: unknown figure '{id}'"))?;
-        if let Some(mut fig) = fig_fn(rows) {
-            fig.paper = crate::paper::table(&fig.id, rows);
+        if let Some(fig) = fig_fn(rows) {
             plot::render(&fig, &out.join("figures"))?;
             drawn.push(fig);
         }
@@ -470,12 +500,16 @@ pub fn report_sweep(dir: &SweepDir, out: &Path, command: &str) -> Result<Summary
     // The command checked the report directory; its files are replaced.
     let mut policy = Policy::new(true);
     dir.protect(&mut policy);
-    let sec = section(&mut policy, out, &r.experiment.meta, file, params, rows_at, &rows, (rows.len(), 0, 0.0))?;
+    let mut sec = section(&mut policy, out, &r.experiment.meta, file, params, rows_at, &rows, (rows.len(), 0, 0.0))?;
     let scales = figures_scales(&rows);
+    // The claims this one experiment can give (the others: not measured).
+    let scored = claims::score(&BTreeMap::from([(r.experiment.meta.name.clone(), rows)]));
+    attach_claims(std::slice::from_mut(&mut sec), &scored);
     let summary = Summary {
         out: out.display().to_string(),
         scale: scales,
         sections: vec![sec],
+        claims: scored,
         wall_s: t0.elapsed().as_secs_f64(),
     };
     write_report(&mut policy, &summary, command)?;
@@ -521,11 +555,18 @@ fn index_html(s: &Summary, command: &str) -> String {
         cpus(),
         s.wall_s
     );
+    let _ = writeln!(h, "<li><a href=\"#claims\">The paper's claims, one by one</a></li>");
     for sec in &s.sections {
         let _ =
             writeln!(h, "<li><a href=\"#{}\">{}</a> ({} points)</li>", sec.name, html_escape(&sec.title), sec.points);
     }
     h.push_str("</ul>\n");
+    let _ = write!(
+        h,
+        "<section id=\"claims\">\n<h2>{}</h2>\n<p>{CLAIMS_INTRO}</p>\n{}<p>Also as <a href=\"claims.json\">claims.json</a>.</p>\n</section>\n",
+        html_escape(&claims::headline(&s.claims)),
+        claims::table(&s.claims).to_html()
+    );
     for sec in &s.sections {
         let _ = write!(
             h,
@@ -567,6 +608,14 @@ fn index_html(s: &Summary, command: &str) -> String {
     h
 }
 
+/// What the scoreboard at the head of a report is.
+const CLAIMS_INTRO: &str = "Every quantitative claim of the NVAlloc paper's abstract, §3 and §6, with the \
+configuration the paper measured it at and pmsim's, the paper's value, pmsim's value from this run's rows and a \
+verdict: agrees (within 25 % of the paper's value, or the same direction where the paper gives only a direction), \
+off, or not measured (with the reason). For a claim that is off, the why says which model terms, switched one at \
+a time (CPU work, contention, thread count, the reflush penalty, the XPBuffer, the reading of an ablation preset), \
+move pmsim towards the paper and which away, with their values.";
+
 /// The heading of a figure's table of published numbers.
 const PAPER_BESIDE: &str = "What the NVAlloc paper reports, beside pmsim";
 
@@ -582,6 +631,12 @@ fn readme_md(s: &Summary, command: &str) -> String {
         host(),
         cpus(),
         s.wall_s
+    );
+    let _ = write!(
+        m,
+        "\n## {}\n\n{CLAIMS_INTRO} Also as `claims.json`.\n\n{}",
+        claims::headline(&s.claims),
+        claims::table(&s.claims).to_markdown()
     );
     for sec in &s.sections {
         let _ = write!(
@@ -606,4 +661,27 @@ fn readme_md(s: &Summary, command: &str) -> String {
         }
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every built-in experiment parses and plans its points at every scale
+    /// (a misspelt allocator, a "-SPEC" that leaves out nothing, a figure
+    /// that does not exist fail here, not in the main job).
+    #[test]
+    fn builtin_experiments_plan_at_every_scale() {
+        for (name, text) in BUILTIN {
+            let exp = Experiment::from_toml(text, name).unwrap_or_else(|e| panic!("{e}"));
+            for id in &exp.meta.figures {
+                assert!(figures::by_id(id).is_some(), "{name}: no figure {id}");
+            }
+            for scale in ["tiny", "small", "paper"] {
+                let mut at = exp.clone();
+                at.set_axis(&format!("scale={scale}")).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert!(!at.points().unwrap_or_else(|e| panic!("{name} at {scale}: {e}")).is_empty());
+            }
+        }
+    }
 }

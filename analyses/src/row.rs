@@ -26,6 +26,11 @@ pub struct Results {
     /// The native run's report without its timings (operations, footprints,
     /// slab breakdown, workload-specific figures).
     pub native: Option<Value>,
+    /// A simulated point's traced run's report without its timings, its
+    /// heap-shape series and its CPU time (operations, footprints, slab
+    /// breakdown): what the simulated run did to the heap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traced: Option<Value>,
 }
 
 /// What a row holds that is not a function of its point alone; equality of
@@ -95,6 +100,9 @@ impl Row {
             fields::check(native, Source::Native)?;
             fields::check(&Value::Object(self.env.native_timing.clone()), Source::Timing)?;
         }
+        if let Some(t) = &self.result.traced {
+            fields::check(t, Source::Traced)?;
+        }
         if let Some(cpu) = &self.env.cpu {
             fields::check(cpu, Source::Cpu)?;
         }
@@ -117,6 +125,7 @@ impl Row {
             Source::Sim => fields::read(self.result.sim.as_ref()?, f),
             Source::Native => fields::read(self.result.native.as_ref()?, f),
             Source::Timing => self.env.native_timing.get(f.path.trim_start_matches('/'))?.as_f64(),
+            Source::Traced => fields::read(self.result.traced.as_ref()?, f),
             Source::Cpu => fields::read(self.env.cpu.as_ref()?, f),
             Source::Estimate => fields::read(self.env.estimate.as_ref()?, f),
             Source::AccessPoint | Source::ShapePoint | Source::Site => None,

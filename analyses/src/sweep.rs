@@ -20,16 +20,18 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmsim_model::registry;
 use pmsim_model::runner::{self, AllocSpec, HeapSpec, RunSpec};
 use pmsim_model::scratch::ScratchHeap;
-use pmsim_model::workloads::{Params, Progress, RunOptions, Workload};
+use pmsim_model::workloads::{Progress, RunOptions, Workload};
 use pmsim_model::{FlushInsn, TraceConfig};
-use pmsim_pintools::{trace_pmdk_threadtest, PintoolsError, PmdkThreadtest};
+use pmsim_pintools::{trace_exec, PintoolsError, TraceExec};
 use pmsim_sim::{Contention, ContentionReport, CpuCosts, Simulator, Timed};
 use pmsim_traces::owned::{self, Place};
 use pmsim_traces::TraceReader;
 use rayon::prelude::*;
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 use std::collections::HashSet;
-use std::sync::RwLock;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// `--shard i/n`: the points whose index is `i` modulo `n` (round robin, so
@@ -98,6 +100,11 @@ pub struct Summary {
 }
 
 static MACHINE: RwLock<()> = RwLock::new(());
+
+/// The Valgrind tool's traces of this process's runs of PMDK, by the run's
+/// arguments (in this process's scratch directory, removed with it); a
+/// point that wants a trace another is making waits for it.
+static DBI_TRACES: Mutex<BTreeMap<String, Arc<Mutex<Option<std::path::PathBuf>>>>> = Mutex::new(BTreeMap::new());
 
 /// Runs the points of `opts.shard` of `exp` into `dir`.
 pub fn run(dir: &SweepDir, exp: Experiment, opts: &Options) -> Result<Summary, String> {
@@ -212,44 +219,81 @@ enum DbiSim {
 }
 
 /// The simulated part of a point on PMDK, whose persistent writes happen
-/// inside libpmemobj where pmsim's tracer cannot see them: the program that
-/// runs the workload on it (Threadtest: `pintools/examples/pmdk_threadtest.c`)
-/// traced by the Valgrind tool into a scratch trace, then replayed.
+/// inside libpmemobj where pmsim's tracer cannot see them: the point's run
+/// itself (`pmsim run --alloc pmdk …`, PMDK through pmsim's FFI wrapper,
+/// which brackets each operation and names the pool's regions for the tool)
+/// traced by the Valgrind tool into a scratch trace, then replayed. Any
+/// workload runs so; it needs the pmsim executable (a test binary cannot
+/// start one) and Valgrind's tool kit.
 fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str, cpu: Option<&CpuCosts>) -> Result<DbiSim, String> {
-    let (cfg, threads) = (p.sim_config()?, p.threads);
+    let cfg = p.sim_config()?;
     let not_traced = || {
         format!(
             "{} is not traceable by pmsim's built-in tracer (its persistent writes happen inside the library)",
             p.alloc
         )
     };
-    let (true, Params::Threadtest(tp)) = (alloc.family().family() == "pmdk", wl.params()) else {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    if exe.file_stem().and_then(|s| s.to_str()) != Some("pmsim") {
         return Ok(DbiSim::Skipped(format!(
-            "{}, and the Valgrind tool has a program for Threadtest only",
-            not_traced()
+            "{}, and only a pmsim process can run it under the Valgrind tool (this is {})",
+            not_traced(),
+            exe.display()
         )));
-    };
-    let run = PmdkThreadtest {
-        iterations: tp.iterations,
-        objects: if tp.split { (tp.objects / threads as u64).max(1) } else { tp.objects },
-        size: tp.size,
-        threads,
-    };
+    }
     // The pool in memory (where the heaps of pmsim's own points are), the
     // trace, which grows with the scale, on disk.
     let scratch = |place| owned::scratch_dir(place).map_err(|e| format!("cannot make a scratch directory: {e}"));
-    let pm_dir = scratch(Place::Memory)?;
+    let pm_dir = scratch(Place::Memory)?.parent().map(Path::to_path_buf).ok_or("a scratch directory has a parent")?;
     let trace = scratch(Place::Temp)?.join(format!("sweep-{id}-dbi.pmt"));
-    let traced = match trace_pmdk_threadtest(&run, &pm_dir, &trace) {
-        Ok(t) => t,
-        Err(e @ PintoolsError::Missing(_)) => {
-            return Ok(DbiSim::Skipped(format!("{}, and it could not be traced here: {e}", not_traced())))
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&trace);
-            return Err(e.to_string());
-        }
+    let mut args: Vec<std::ffi::OsString> =
+        ["run", "--alloc", p.alloc.as_str(), "--workload", wl.name()].iter().map(|s| s.into()).collect();
+    for (k, v) in [
+        ("--scale", wl.scale().name().to_string()),
+        ("--threads", p.threads.to_string()),
+        ("--seed", p.seed.to_string()),
+        ("--heap-size", alloc.heap_size(wl, p.threads).to_string()),
+        // Valgrind cannot decode clwb or clflushopt.
+        ("--flush-insn", "clflush".to_string()),
+    ] {
+        args.extend([k.into(), v.into()]);
+    }
+    for kv in cpu::param_args(wl) {
+        args.extend(["--param".into(), kv.into()]);
+    }
+    // One trace per run in this process: the points that differ only in
+    // how the trace is replayed (eADR, contention, the access map) share it.
+    let key = args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
+    let slot = {
+        let mut cache = DBI_TRACES.lock().unwrap_or_else(|e| e.into_inner());
+        cache.entry(key).or_default().clone()
     };
+    let mut cached = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if cached.is_none() {
+        let mut t = TraceExec::new(exe, args, &trace);
+        t.pm_dir = pm_dir;
+        (t.force, t.quiet) = (true, true);
+        (t.allocator, t.workload) = (p.alloc.clone(), wl.name().to_string());
+        // PMDK's environment, as `pmsim run` would set it for clflush, so
+        // that the run does not re-execute itself (Valgrind would not follow).
+        for (k, v) in pmsim_model::pmdk::required_env(false, Some(FlushInsn::Clflush)) {
+            if let Some(v) = v {
+                t.env.push((k.into(), v.into()));
+            }
+        }
+        match trace_exec(&t) {
+            Ok(t) => *cached = Some(t.out),
+            Err(e @ PintoolsError::Missing(_)) => {
+                return Ok(DbiSim::Skipped(format!("{}, and it could not be traced here: {e}", not_traced())))
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&trace);
+                return Err(e.to_string());
+            }
+        }
+    }
+    let traced_out = cached.clone().expect("traced above");
+    drop(cached);
     type Replayed = (Value, Vec<Value>, Option<ContentionReport>, Option<ContentionReport>);
     let replay = || -> Result<Replayed, String> {
         let contention = |cpu: Option<&CpuCosts>| -> Result<ContentionReport, String> {
@@ -257,20 +301,18 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str, cpu: Option<&C
             if let Some(cpu) = cpu {
                 c.set_cpu(cpu);
             }
-            c.replay(&mut TraceReader::open(&traced.out).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            c.replay(&mut TraceReader::open(&traced_out).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
             Ok(c.report())
         };
         let time = cfg.contention.then(|| contention(None)).transpose()?;
         let time_cpu = cpu.filter(|_| cfg.contention).map(|c| contention(Some(c))).transpose()?;
-        let mut r = TraceReader::open(&traced.out).map_err(|e| e.to_string())?;
+        let mut r = TraceReader::open(&traced_out).map_err(|e| e.to_string())?;
         let mut sim = Simulator::new(cfg, r.header()).map_err(|e| e.to_string())?;
         sim.replay(&mut r).map_err(|e| e.to_string())?;
         let access = sim.access_map().iter().map(|a| serde_json::to_value(a).expect("serializes")).collect();
         Ok((serde_json::to_value(sim.report()).expect("reports serialize"), access, time, time_cpu))
     };
-    let res = replay();
-    let _ = std::fs::remove_file(&traced.out);
-    let (mut report, access, time, time_cpu) = res?;
+    let (mut report, access, time, time_cpu) = replay()?;
     with_contention(&mut report, time);
     let obj = report.as_object_mut().expect("a report is an object");
     let dimms = obj.remove("dimms");
@@ -296,6 +338,19 @@ fn with_contention(report: &mut Value, time: Option<ContentionReport>) {
     if let (Some(obj), Some(t)) = (report.as_object_mut(), time) {
         obj.insert("contention".into(), contention_value(t));
     }
+}
+
+/// A traced run's report as a row keeps it: without what depends on the
+/// machine (timings, CPU time) and the heap-shape series.
+fn traced_report(run: &pmsim_model::workloads::RunReport) -> Value {
+    let mut v = serde_json::to_value(run).expect("serializes");
+    if let Some(o) = v.as_object_mut() {
+        o.retain(|k, _| !is_timing_key(k) && k != "series" && k != "cpu");
+        if let Some(Value::Object(extra)) = o.get_mut("extra") {
+            extra.retain(|k, _| !is_timing_key(k));
+        }
+    }
+    v
 }
 
 /// Runs one point: the simulated part under the shared lock, the native part
@@ -351,6 +406,7 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
             }
             with_contention(&mut report, time);
             result.sim = Some(report);
+            result.traced = Some(traced_report(&outcome.run));
             result.access_map =
                 finished.sink.sim.access_map().iter().map(|a| serde_json::to_value(a).expect("serializes")).collect();
             result.allocator = Some(serde_json::to_value(&outcome.alloc).expect("serializes"));

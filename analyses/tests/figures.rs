@@ -37,6 +37,15 @@ fn contention(ops: f64, makespan_ns: f64) -> Value {
     json!({ "ops": ops, "makespan_ns": makespan_ns, "ops_per_s": ops / (makespan_ns * 1e-9), "forced": 0 })
 }
 
+/// The contention model's estimate with the CPU's work: `ops_per_s`, its
+/// time split evenly over the parts.
+fn estimate(ops_per_s: f64) -> Value {
+    let parts = ["meta", "wal", "log", "data", "unmapped", "fence", "alloc_cpu", "other_cpu", "stores", "wait"];
+    let makespan = 2e4 / ops_per_s * 1e9;
+    let parts: serde_json::Map<String, Value> = parts.iter().map(|p| (p.to_string(), json!(makespan / 10.0))).collect();
+    json!({ "ops_per_s": ops_per_s, "makespan_ns": makespan, "ops": 2e4, "parts_ns": parts })
+}
+
 fn native(peak_mib: f64, slabs: Option<(u64, u64, u64)>) -> Value {
     json!({
         "ops": 1000, "peak": { "live_bytes": peak_mib * 0.6 * 1048576.0, "mapped_bytes": peak_mib * 1048576.0 },
@@ -173,21 +182,58 @@ fn data(id: &str) -> Vec<Row> {
                 }
             }
         }
-        "scaling" | "scaling-threadtest" => {
-            for wl in ["threadtest", "prodcon"] {
-                for (k, a) in ["nvalloc-log", "pmdk"].iter().enumerate() {
+        "fig9" | "fig10" | "fig12" | "fig13a" | "fig13b" | "fig14" | "fig20" | "fig21" => {
+            let (workloads, allocs): (&[&str], &[&str]) = match id {
+                "fig10" => (&["threadtest", "prodcon"], &["nvalloc-gc", "makalu", "llfree"]),
+                "fig12" | "fig21" => (&["larson-large", "dbmstest"], &["nvalloc-log", "pmdk"]),
+                "fig13b" => (&["dbmstest"], &["nvalloc-log", "pmdk"]),
+                "fig14" => (&["fptree"], &["nvalloc-log", "pmdk", "makalu"]),
+                _ => (&["threadtest", "prodcon"], &["nvalloc-log", "pmdk"]),
+            };
+            let e = matches!(id, "fig20" | "fig21");
+            for wl in workloads {
+                for (k, a) in allocs.iter().enumerate() {
                     for t in [1, 2, 4, 8, 16] {
-                        let mut sim = sim(1e5, 0.5, 2e4, false, 1.0);
+                        let mut sim = sim(1e5, 0.5, 2e4, e, 1.0);
                         sim["contention"] = contention(2e4, 1e7 * (k + 1) as f64 / (t as f64).sqrt());
                         let i = rows.len();
-                        rows.push(row(
+                        let mut r = row(
                             i,
-                            spec(a, wl, t, json!({}), json!({"contention": true})),
+                            spec(a, wl, t, json!({}), json!({"contention": true, "eadr": e})),
                             Some(sim),
                             None,
                             None,
-                        ));
+                        );
+                        r.env.estimate = Some(estimate(2e6 * t as f64 / (k + 1) as f64));
+                        r.result.traced = Some(json!({"peak": {"mapped_bytes": (8 + 2 * k + t as usize) << 20,
+                            "live_bytes": 6u64 << 20}}));
+                        rows.push(r);
                     }
+                }
+            }
+        }
+        "fig1b" | "fig15cd" | "fig17" => {
+            let allocs: &[&str] = match id {
+                "fig1b" => &["pmdk", "makalu"],
+                _ => &["nvalloc-log", "nvalloc-log:morphing=false", "pmdk"],
+            };
+            let workloads: &[&str] =
+                if id == "fig17" { &["larson-large", "dbmstest"] } else { &["fragbench-w1", "fragbench-w2"] };
+            for wl in workloads {
+                for (k, a) in allocs.iter().enumerate() {
+                    let ap = if id == "fig17" {
+                        json!({"usage_pmem": if k % 2 == 0 { 0.002 } else { 1.0 }})
+                    } else {
+                        json!({})
+                    };
+                    let i = rows.len();
+                    rows.push(row(
+                        i,
+                        spec(a, wl, 1, ap, json!({})),
+                        Some(sim(1e5, 0.3, 2e4, false, 1.0 + k as f64)),
+                        Some(native(10.0 + 5.0 * k as f64, None)),
+                        Some(1e6),
+                    ));
                 }
             }
         }

@@ -111,6 +111,33 @@ mod x86 {
         }
     }
 
+    /// A Valgrind client request (valgrind.h's `VALGRIND_DO_CLIENT_REQUEST`
+    /// on amd64): `args` is the request code and its five arguments.
+    /// Outside Valgrind it is a handful of no-op instructions (four
+    /// rotations of rdi that add up to a whole turn, and `xchg rbx, rbx`)
+    /// and returns `default`.
+    #[inline(always)]
+    pub(crate) fn valgrind_request(default: u64, args: &[u64; 6]) -> u64 {
+        let mut r = default;
+        // SAFETY: the sequence leaves every register as it was (rdi turns
+        // by 128 bits); Valgrind, when present, reads `args` (valid for the
+        // call) and writes its answer to rdx.
+        unsafe {
+            asm!(
+                "rol rdi, 3",
+                "rol rdi, 13",
+                "rol rdi, 61",
+                "rol rdi, 51",
+                "xchg rbx, rbx",
+                inout("rdx") r,
+                in("rax") args.as_ptr(),
+                inout("rdi") 0u64 => _,
+                options(nostack),
+            );
+        }
+        r
+    }
+
     /// A non-temporal 8-byte store: bypasses the cache, durable after the next sfence.
     ///
     /// # Safety
@@ -145,6 +172,9 @@ mod other {
     }
     pub(crate) unsafe fn movnti(p: *mut u64, v: u64) {
         p.write_volatile(v);
+    }
+    pub(crate) fn valgrind_request(default: u64, _args: &[u64; 6]) -> u64 {
+        default
     }
     pub(crate) unsafe fn store<const N: usize>(p: *mut u8, v: u64) {
         let b = v.to_le_bytes();

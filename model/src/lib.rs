@@ -33,6 +33,7 @@ pub mod pallocator;
 pub mod params;
 pub mod pm;
 pub mod pmdk;
+pub mod pmtrace;
 pub mod ralloc;
 pub mod registry;
 pub mod runner;

@@ -46,6 +46,7 @@ use crate::live::LiveBytes;
 use crate::pm::Pm;
 use crate::pm::{CpuFeatures, FlushInsn};
 use crate::target::{CrashTarget, Recovered};
+use pmsim_traces::OpKind;
 use serde::{Deserialize, Serialize};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::fmt;
@@ -258,6 +259,51 @@ pub struct Pmdk {
     stats: bool,
     is_pmem: bool,
     live: LiveBytes,
+    /// The pool's regions as told to pmsim's Valgrind tool (only under it).
+    regions: std::sync::Mutex<Regions>,
+}
+
+/// The pool's regions for pmsim's Valgrind tool ([`crate::pmtrace`]): the
+/// pool is PMDK's metadata (its headers, lanes and redo logs, run bitmaps,
+/// chunk headers, and the objects it hands out, whose contents PMDK does
+/// not flush), except the root object and the objects a workload allocates
+/// with plain `malloc` — its anchor directory and its arrays of
+/// destination slots — which are user data, as in `pmdk_threadtest.c`. A
+/// region added over others replaces them in the trace's region map, so a
+/// data object is cut out of the metadata piece around it by adding the
+/// pieces left and right of it with the object, and put back by adding a
+/// metadata piece over it.
+#[derive(Debug, Default)]
+struct Regions {
+    next_id: u64,
+    /// The metadata pieces: start offset → end offset.
+    meta: std::collections::BTreeMap<u64, u64>,
+}
+
+impl Regions {
+    fn add(&mut self, base: *const u8, cat: crate::Category, lo: u64, hi: u64) {
+        if hi <= lo {
+            return;
+        }
+        self.next_id += 1;
+        let name = if cat == crate::Category::Data { "user data" } else { "pmdk pool" };
+        crate::pmtrace::region_add(self.next_id, cat, base.wrapping_add(lo as usize), hi - lo, name);
+        if cat == crate::Category::Meta {
+            self.meta.insert(lo, hi);
+        }
+    }
+
+    /// `[off, off + len)` becomes user data.
+    fn carve(&mut self, base: *const u8, off: u64, len: u64) {
+        let Some((&lo, &hi)) = self.meta.range(..=off).next_back() else { return };
+        if off + len > hi {
+            return;
+        }
+        self.meta.remove(&lo);
+        self.add(base, crate::Category::Meta, lo, off);
+        self.add(base, crate::Category::Data, off, off + len);
+        self.add(base, crate::Category::Meta, off + len, hi);
+    }
 }
 
 // SAFETY: libpmemobj's pool handle and its allocation, free, persist and ctl
@@ -299,12 +345,18 @@ impl Pmdk {
         }
         let c = cpath(path)?;
         let layout = CString::new(LAYOUT).expect("no NUL");
+        // The pool's creation is an operation of its own for pmsim's
+        // Valgrind tool (its flushes are not the workload's).
+        crate::pmtrace::op_begin(OpKind::Init, 0);
         // SAFETY: valid NUL-terminated strings; PMDK creates and maps the file.
         let pop = unsafe { pmemobj_create(c.as_ptr(), layout.as_ptr(), size as usize, 0o600) };
-        if pop.is_null() {
-            return Err(err(format!("pmemobj_create: {}", last_error())));
-        }
-        Pmdk::init(pop, path, opts.stats)
+        let r = if pop.is_null() {
+            Err(err(format!("pmemobj_create: {}", last_error())))
+        } else {
+            Pmdk::init(pop, path, opts.stats)
+        };
+        crate::pmtrace::op_end(OpKind::Init, 0);
+        r
     }
 
     /// Opens an existing pmsim pool (PMDK recovers it if it was not closed).
@@ -356,7 +408,19 @@ impl Pmdk {
             stats,
             is_pmem,
             live: LiveBytes::new(0, COUNTERS),
+            regions: std::sync::Mutex::new(Regions::default()),
         }))
+        .inspect(|p| p.tell_regions())
+    }
+
+    /// Under pmsim's Valgrind tool, the pool's regions (see [`Regions`]).
+    fn tell_regions(&self) {
+        if !crate::pmtrace::running() {
+            return;
+        }
+        let mut r = self.regions.lock().unwrap();
+        r.add(self.base, crate::Category::Meta, 0, self.size);
+        r.carve(self.base, self.root_off, ROOT_SLOTS as u64 * 8);
     }
 
     /// Closes the pool (also done on drop); fails while thread handles exist.
@@ -570,10 +634,20 @@ impl PmdkThread {
     }
 }
 
+/// Operations are bracketed for pmsim's Valgrind tool ([`crate::pmtrace`];
+/// nothing outside it), so that a traced `pmsim run --alloc pmdk` counts
+/// them and charges their flushes to them.
 impl AllocThread for PmdkThread {
     fn malloc(&mut self, size: u64) -> Option<u64> {
+        crate::pmtrace::op_begin(OpKind::Malloc, size);
         let mut oid = PmemOid::default();
-        self.alloc_into(size, &mut oid)
+        let off = self.alloc_into(size, &mut oid);
+        crate::pmtrace::op_end(OpKind::Malloc, off.unwrap_or(0));
+        if let (Some(off), true) = (off, crate::pmtrace::running()) {
+            let p = &*self.p;
+            p.regions.lock().unwrap().carve(p.base, off, size);
+        }
+        off
     }
 
     fn free(&mut self, off: u64) {
@@ -581,15 +655,24 @@ impl AllocThread for PmdkThread {
             return;
         }
         let p = &*self.p;
-        p.account(self.tid, -(p.usable(off) as i64));
+        let usable = p.usable(off);
+        p.account(self.tid, -(usable as i64));
         let mut oid = PmemOid { pool_uuid_lo: p.uuid_lo, off };
+        crate::pmtrace::op_begin(OpKind::Free, off);
         // SAFETY: `oid` names a live allocation of this pool.
         unsafe { pmemobj_free(&mut oid) };
+        crate::pmtrace::op_end(OpKind::Free, 0);
+        if crate::pmtrace::running() {
+            p.regions.lock().unwrap().add(p.base, crate::Category::Meta, off, off + usable);
+        }
     }
 
     fn malloc_to(&mut self, size: u64, dest: u64) -> Option<u64> {
         let oidp = self.p.oidp(dest);
-        self.alloc_into(size, oidp)
+        crate::pmtrace::op_begin(OpKind::Malloc, size);
+        let off = self.alloc_into(size, oidp);
+        crate::pmtrace::op_end(OpKind::Malloc, off.unwrap_or(0));
+        off
     }
 
     fn free_from(&mut self, dest: u64) {
@@ -602,8 +685,10 @@ impl AllocThread for PmdkThread {
             return;
         }
         p.account(self.tid, -(p.usable(oid.off) as i64));
+        crate::pmtrace::op_begin(OpKind::Free, oid.off);
         // SAFETY: as above; PMDK frees the object and clears *oidp atomically.
         unsafe { pmemobj_free(oidp) };
+        crate::pmtrace::op_end(OpKind::Free, 0);
     }
 
     fn write(&mut self, off: u64, data: &[u8]) {

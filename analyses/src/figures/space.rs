@@ -1,0 +1,122 @@
+//! The space figures beyond Fragbench's own (Fig. 15a/b): the peers' peak
+//! memory on Fragbench (Fig. 1b) and every allocator's peak memory on
+//! Threadtest and DBMStest (Fig. 13a/b, from the simulated runs' footprints).
+
+use super::{alloc_label, distinct, fragbench, mib};
+use crate::fields::*;
+use crate::peers::{self, Class};
+use crate::plot::{Figure, Kind, Panel, Series};
+use crate::row::Row;
+use crate::table::{num, Table};
+
+/// Fig. 1b: the peers' peak memory on Fragbench W1–W4, beside the live cap.
+pub fn fig1b(rows: &[Row]) -> Option<Figure> {
+    let rs: Vec<&Row> = fragbench(rows)
+        .into_iter()
+        .filter(|r| !r.point.alloc.starts_with("nvalloc") && peers::class(&r.point.alloc) != Class::Other)
+        .collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let wls = distinct(rs.iter().map(|r| r.point.workload.clone()));
+    let allocs = distinct(rs.iter().map(|r| alloc_label(r, &[])));
+    let mut table = Table::new(&["workload", "allocator", "peak mapped (MiB)", "live cap (MiB)", "peak / live cap"]);
+    let mut series: Vec<Series<f64>> = allocs.iter().map(|a| (a.clone(), vec![0.0; wls.len()])).collect();
+    let mut cap = vec![0.0; wls.len()];
+    for r in &rs {
+        let w = wls.iter().position(|x| *x == r.point.workload).expect("listed");
+        let a = allocs.iter().position(|x| *x == alloc_label(r, &[])).expect("listed");
+        let m = mib(r.num(PEAK_MAPPED).unwrap_or(0.0));
+        let c = r.num(LIVE_CAP).map(mib);
+        series[a].1[w] = m;
+        cap[w] = c.unwrap_or(0.0);
+        table.push(vec![
+            r.point.workload.clone(),
+            alloc_label(r, &[]),
+            format!("{m:.2}"),
+            num(c),
+            c.filter(|&c| c > 0.0).map_or("-".into(), |c| format!("{:.2}", m / c)),
+        ]);
+    }
+    series.push(("live-data cap".into(), cap));
+    Some(Figure {
+        id: "fig1b".into(),
+        title: "Peak memory of the existing allocators on Fragbench (NVAlloc Fig. 1b)".into(),
+        caption: "Peak memory mapped by each peer allocator pmsim has (PMDK, the Makalu-style allocator; the paper \
+                  also has nvm_malloc, PAllocator and Ralloc) on Fragbench W1–W4 (native runs; 100 MB allocated \
+                  per phase under a 20 MB live cap at tiny scale, the paper 5 GB under 1 GB), beside the cap: \
+                  static slab segregation keeps slabs of the old size class when the request sizes change."
+            .into(),
+        panels: vec![Panel {
+            title: "peak memory".into(),
+            x_label: "workload".into(),
+            y_label: "MiB".into(),
+            kind: Kind::Bars {
+                categories: wls.iter().map(|w| w.replace("fragbench-", "").to_uppercase()).collect(),
+                series,
+                stacked: false,
+            },
+        }],
+        table,
+        paper: None,
+    })
+}
+
+/// Peak memory of every allocator on `workload` against threads, from the
+/// simulated runs' footprints.
+fn space(rows: &[Row], workload: &str, id: &str, title: &str) -> Option<Figure> {
+    let rs: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.point.workload == workload && r.num(TRACED_PEAK_MAPPED).is_some())
+        .filter(|r| !matches!(r.point.alloc.split(':').next(), Some("base" | "+interleaved" | "+log" | "nvalloc-gc")))
+        .filter(|r| r.point.sim.get("eadr").and_then(|v| v.as_bool()) != Some(true))
+        .collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let mut table = Table::new(&["allocator", "threads", "peak mapped (MiB)", "peak live (MiB)", "mapped / live"]);
+    let mut series = Vec::new();
+    for a in distinct(rs.iter().map(|r| alloc_label(r, &[]))) {
+        let mut pts = Vec::new();
+        for r in rs.iter().filter(|r| alloc_label(r, &[]) == a) {
+            let (m, l) = (r.num(TRACED_PEAK_MAPPED).map(mib), r.num(TRACED_PEAK_LIVE).map(mib));
+            if let Some(m) = m {
+                pts.push((r.point.threads as f64, m));
+            }
+            let ratio = match (m, l) {
+                (Some(m), Some(l)) if l > 0.0 => format!("{:.2}", m / l),
+                _ => "-".into(),
+            };
+            table.push(vec![a.clone(), r.point.threads.to_string(), num(m), num(l), ratio]);
+        }
+        pts.sort_by(|x, y| x.0.total_cmp(&y.0));
+        series.push((a, pts));
+    }
+    Some(Figure {
+        id: id.into(),
+        title: title.into(),
+        caption: format!(
+            "Peak memory mapped by each allocator on {workload} (tiny scale) against threads, from the simulated \
+             runs (the footprint the allocator reports: slabs, extents and its metadata; PMDK's runs in use and its \
+             huge allocations). NVAlloc-GC lays out memory as NVAlloc-LOG does and is left out, as in the paper."
+        ),
+        panels: vec![Panel {
+            title: workload.into(),
+            x_label: "threads".into(),
+            y_label: "peak mapped (MiB)".into(),
+            kind: Kind::Lines { series, log2_x: true, log10_y: false },
+        }],
+        table,
+        paper: None,
+    })
+}
+
+/// Fig. 13a: space on Threadtest.
+pub fn fig13a(rows: &[Row]) -> Option<Figure> {
+    space(rows, "threadtest", "fig13a", "Space consumption on Threadtest (NVAlloc Fig. 13a)")
+}
+
+/// Fig. 13b: space on DBMStest.
+pub fn fig13b(rows: &[Row]) -> Option<Figure> {
+    space(rows, "dbmstest", "fig13b", "Space consumption on DBMStest (NVAlloc Fig. 13b)")
+}
