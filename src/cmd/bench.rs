@@ -28,9 +28,14 @@ pub struct BenchArgs {
     /// copies replayed in alternation: what the per-site tables cost.
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Skip the synthetic-stream rows (time the --trace file only).
-    #[arg(long, requires = "trace")]
+    /// Skip the synthetic-stream rows (time the --trace or --crash files only).
+    #[arg(long)]
     no_synthetic: bool,
+    /// Also run the crash explorer with its default flags on this trace
+    /// (recorded with --values; repeatable), once each, and print its points,
+    /// code paths, images, wall and CPU seconds and images per second.
+    #[arg(long, value_name = "TRACE")]
+    crash: Vec<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -249,6 +254,9 @@ fn contend(path: &std::path::Path) -> Result<u64, Box<dyn std::error::Error>> {
 }
 
 pub fn run(a: BenchArgs) -> CmdResult {
+    if a.no_synthetic && a.trace.is_none() && a.crash.is_empty() {
+        return Err("--no-synthetic leaves nothing to time: give --trace or --crash".into());
+    }
     // The trace is looked at before the synthetic rows take their seconds.
     if let Some(path) = &a.trace {
         drop(TraceReader::open(path)?);
@@ -320,25 +328,33 @@ pub fn run(a: BenchArgs) -> CmdResult {
             site_cost(&a, (&with.0, &without.0), &mut rows)?;
         }
     }
+    let crash_rows = a.crash.iter().map(|p| super::bench_crash::crash_row(p)).collect::<Result<Vec<_>, _>>()?;
     let site_costs: Vec<String> = rows
         .iter()
         .filter_map(|r| Some(format!("{} {:+.1} %", r.what.split(" (").next()?, r.vs_no_sites_pct?)))
         .collect();
-    if a.json {
+    if a.json && !crash_rows.is_empty() {
+        println!("{}", serde_json::json!({ "rows": rows, "crash": crash_rows }));
+    } else if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        println!(
-            "{:<48} {:>10} {:>11} {:>12} {:>12} {:>7}",
-            "benchmark", "events", "bytes/event", "M events/s", "on-CPU M/s", "target"
-        );
-        for r in &rows {
-            let target = r.target.map_or("-".into(), |t| format!(">= {t}"));
-            println!(
-                "{:<48} {:>10} {:>11.3} {:>12.1} {:>12.1} {:>7}",
-                r.what, r.events, r.bytes_per_event, r.mevents_per_s, r.cpu_mevents_per_s, target
-            );
+        if !crash_rows.is_empty() {
+            super::bench_crash::print(&crash_rows);
         }
-        println!("(median of {} runs, one thread; file rows include decoding)", a.runs);
+        if !rows.is_empty() {
+            println!(
+                "{:<48} {:>10} {:>11} {:>12} {:>12} {:>7}",
+                "benchmark", "events", "bytes/event", "M events/s", "on-CPU M/s", "target"
+            );
+            for r in &rows {
+                let target = r.target.map_or("-".into(), |t| format!(">= {t}"));
+                println!(
+                    "{:<48} {:>10} {:>11.3} {:>12.1} {:>12.1} {:>7}",
+                    r.what, r.events, r.bytes_per_event, r.mevents_per_s, r.cpu_mevents_per_s, target
+                );
+            }
+            println!("(median of {} runs, one thread; file rows include decoding)", a.runs);
+        }
         if !site_costs.is_empty() {
             println!("code sites, on-CPU speed with vs without: {}", site_costs.join(", "));
         }

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_crash;
 pub mod calibrate;
 pub mod crash;
 pub mod diff;
