@@ -274,9 +274,10 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str, cpu: Option<&C
         t.pm_dir = pm_dir;
         (t.force, t.quiet) = (true, true);
         (t.allocator, t.workload) = (p.alloc.clone(), wl.name().to_string());
-        // PMDK's environment, as `pmsim run` would set it for clflush, so
-        // that the run does not re-execute itself (Valgrind would not follow).
-        for (k, v) in pmsim_model::pmdk::required_env(false, Some(FlushInsn::Clflush)) {
+        // The environment the allocator's library reads as it loads, as
+        // `pmsim run` would set it for clflush, so that the run does not
+        // re-execute itself (Valgrind would not follow).
+        for (k, v) in alloc.family().process_env(Some(FlushInsn::Clflush), false) {
             if let Some(v) = v {
                 t.env.push((k.into(), v.into()));
             }
