@@ -20,10 +20,13 @@ fn running() -> std::sync::MutexGuard<'static, Vec<u32>> {
     RUNNING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The lock of the children's list, held by the signal handler's thread
-/// while it marks the process as interrupted.
-pub(crate) fn hold() -> std::sync::MutexGuard<'static, Vec<u32>> {
-    running()
+/// Refuses every child from now on (the interrupt handler's first step):
+/// the process is marked as stopping ([`crate::stop`]) under the list's
+/// lock, so a child is either started before this (and forwarded the
+/// signal) or refused.
+pub(crate) fn close() {
+    let _list = running();
+    crate::stop::set();
 }
 
 /// A child process, registered while it runs; dropped before it was waited
@@ -55,7 +58,7 @@ pub fn spawn(cmd: &mut Command) -> io::Result<Guarded> {
     // Registered under the lock the signal handler's thread takes, so a
     // child is either refused (pmsim is being interrupted) or forwarded to.
     let mut r = running();
-    if crate::interrupt::interrupted() {
+    if crate::stop::stopping() {
         return Err(io::Error::new(io::ErrorKind::Interrupted, "pmsim is being interrupted"));
     }
     let child = cmd.spawn()?;

@@ -13,19 +13,16 @@
 //! same directory.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 /// The pipe's write end, for the handler.
 static PIPE: AtomicI32 = AtomicI32::new(-1);
 
-/// Set once a signal arrived.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
 /// Whether this process is being interrupted: nothing may be committed or
-/// started any more.
+/// started any more ([`crate::stop`] holds the flag).
 pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
+    crate::stop::stopping()
 }
 
 extern "C" fn on_signal(sig: libc::c_int) {
@@ -82,11 +79,7 @@ pub fn install() {
         // SAFETY: reads one byte into `b` from the pipe's read end.
         while unsafe { libc::read(read_fd, (&mut b as *mut u8).cast(), 1) } != 1 {}
         let sig = b as libc::c_int;
-        {
-            // Under the children's lock: a child is started before this or not at all.
-            let _no_more = crate::children::hold();
-            INTERRUPTED.store(true, Ordering::SeqCst);
-        }
+        crate::children::close();
         crate::children::forward(sig);
         crate::children::wait_gone(Duration::from_secs(10));
         crate::output::remove_temporaries();

@@ -19,6 +19,7 @@ pub mod regions;
 pub mod sink;
 pub mod sites;
 pub mod stats;
+pub mod stop;
 pub mod synth;
 pub mod varint;
 pub mod writer;

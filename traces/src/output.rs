@@ -387,7 +387,7 @@ impl Staged {
     /// it appears with what belongs beside it). Refused once the process is
     /// being interrupted.
     pub fn commit(self) -> io::Result<()> {
-        if crate::interrupt::interrupted() {
+        if crate::stop::stopping() {
             return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted: not written"));
         }
         let parent = parent_of(&self.path);
@@ -794,7 +794,7 @@ impl Lock {
         n.push(".lock");
         // Made and listed under the list's lock (see `remove_temporaries`).
         let mut l = lock_files();
-        if crate::interrupt::interrupted() {
+        if crate::stop::stopping() {
             return Err(format!("{}: interrupted: not written", path.display()));
         }
         let lock = Self::acquire(&path.with_file_name(n), path, true)?;

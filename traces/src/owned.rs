@@ -93,7 +93,7 @@ impl OwnedDir {
             let path = parent.join(format!("{prefix}{}-{}", std::process::id(), token()));
             {
                 let mut l = live();
-                if crate::interrupt::interrupted() {
+                if crate::stop::stopping() {
                     return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted: nothing more is made"));
                 }
                 match fs::DirBuilder::new().mode(0o700).create(&path) {
