@@ -1516,7 +1516,11 @@ pub fn figure_table(s: &[Scored], id: &str) -> Option<Table> {
 /// that moves a claim, saying why. A claim whose value sits at the edge of
 /// its verdict (Fig. 11's "larger on Threadtest", measured at +0.000; Fig.
 /// 19's spread, 9.7 % against 10 %) is listed by the weaker one, so that
-/// noise in the measured CPU costs does not fail CI.
+/// noise in the measured CPU costs does not fail CI; so is a claim whose
+/// verdict the measured CPU costs decide from one run to the next (Fig.
+/// 11b's +interleaved total: −22.6 % without the CPU's work, from −7 % to
+/// −40 % with it; Fig. 16a's best stripe count: 6 without the CPU's work,
+/// 6 or 8 with it).
 pub const EXPECTED: &[(&str, Verdict)] = {
     use Verdict::*;
     &[
@@ -1540,7 +1544,7 @@ pub const EXPECTED: &[(&str, Verdict)] = {
         ("fig11a-interleaved-total", Off),
         ("fig11a-log-flush", Off),
         ("fig11b-interleaved-meta", Off),
-        ("fig11b-interleaved-total", Agrees),
+        ("fig11b-interleaved-total", Off),
         ("fig11b-log-total", Off),
         ("fig11-threadtest-gains-more", Off),
         ("fig10-makalu", Off),
@@ -1562,7 +1566,7 @@ pub const EXPECTED: &[(&str, Verdict)] = {
         ("fig15b-high-utilization", Agrees),
         ("fig15cd-morphing-cost", Off),
         ("fig15cd-fastest", NotMeasured),
-        ("fig16a-best-stripes", Agrees),
+        ("fig16a-best-stripes", Off),
         ("fig16a-reflush-falls", Agrees),
         ("fig16b-memory-falls", Agrees),
         ("fig16b-time-rises", Agrees),

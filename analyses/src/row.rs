@@ -78,9 +78,12 @@ pub struct Row {
     pub env: Env,
 }
 
-/// Keys of a native report that are timings: they go to [`Env`].
+/// Keys of a native or traced report that are timings (seconds, rates,
+/// nanoseconds per operation): they go to [`Env`], or are dropped, so that
+/// two runs of one point compare equal (a Slurm sweep's rows against a
+/// local one's).
 pub fn is_timing_key(k: &str) -> bool {
-    k.ends_with("_s") || k.ends_with("_per_s")
+    k.ends_with("_s") || k.ends_with("_per_s") || k.ends_with("_ns")
 }
 
 impl Row {

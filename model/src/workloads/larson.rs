@@ -158,7 +158,7 @@ pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadE
     })?;
     sh.end_measure();
     sh.snapshot("end of the last generation");
-    sh.extra("seconds_of_rounds", start.elapsed().as_secs_f64());
+    sh.extra("rounds_s", start.elapsed().as_secs_f64());
     sh.phase("teardown");
     sh.single(0, |w| {
         for o in owned {
