@@ -446,6 +446,16 @@ fn up_to_any(c: &Ctx, exp: &str, ours: &str, class: Class) -> Measured {
     Ok(best)
 }
 
+/// The least `ours` is faster than any peer of `class` in `exp`, minus 1:
+/// positive when it outperforms every one of them everywhere.
+fn least_over_any(c: &Ctx, exp: &str, ours: &str, class: Class) -> Measured {
+    let mut lo = f64::INFINITY;
+    for (_, label) in c.peers_of(exp, class)? {
+        lo = lo.min(min(c.ratios(exp, ours, label, false)?));
+    }
+    Ok(lo - 1.0)
+}
+
 /// Reflush share (%) of a peer's flushes on the four benchmarks of Fig. 1a: (min, max).
 fn reflush_shares(c: &Ctx, p: &str) -> Result<(f64, f64), String> {
     let label = c.peer(FLUSHES, peers::peer(p))?;
@@ -745,13 +755,7 @@ pub const CLAIMS: &[Claim] = &[
         config: "paper: four benchmarks, all thread counts; pmsim: tiny scale, 1–16 threads; pmsim's value: the least \
                  ratio of NVAlloc-LOG's estimated throughput to a peer's, minus 1",
         paper: Paper::Direction("faster everywhere"),
-        measure: |c| {
-            let mut lo = f64::INFINITY;
-            for (_, l) in c.peers_of(SCALING, Class::Strong)? {
-                lo = lo.min(min(c.ratios(SCALING, "nvalloc-log", l, false)?));
-            }
-            Ok(lo - 1.0)
-        },
+        measure: |c| least_over_any(c, SCALING, "nvalloc-log", Class::Strong),
         note: "",
     },
     // ---- §6.2, Fig. 11a/b ------------------------------------------------
@@ -876,13 +880,7 @@ pub const CLAIMS: &[Claim] = &[
         config: "paper: four benchmarks, all thread counts; pmsim: tiny scale, 1–16 threads; pmsim's value: the least \
                  ratio of NVAlloc-GC's estimated throughput to a peer's, minus 1",
         paper: Paper::Direction("faster everywhere"),
-        measure: |c| {
-            let mut lo = f64::INFINITY;
-            for (_, l) in c.peers_of(SCALING, Class::Weak)? {
-                lo = lo.min(min(c.ratios(SCALING, "nvalloc-gc", l, false)?));
-            }
-            Ok(lo - 1.0)
-        },
+        measure: |c| least_over_any(c, SCALING, "nvalloc-gc", Class::Weak),
         note: "",
     },
     // ---- §6.2, Fig. 12 ---------------------------------------------------

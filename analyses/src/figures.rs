@@ -320,6 +320,21 @@ pub(crate) fn fragbench(rows: &[Row]) -> Vec<&Row> {
     rows.iter().filter(|r| r.point.workload.starts_with("fragbench-") && r.result.native.is_some()).collect()
 }
 
+/// The peak-memory bars of Fragbench W1–W4 (Figs. 1b and 15a): one bar
+/// group per workload, one series per allocator (and the live-data line).
+pub(crate) fn fragbench_peak_panel(wls: &[String], series: Vec<Series<f64>>) -> Panel {
+    Panel {
+        title: "peak memory".into(),
+        x_label: "workload".into(),
+        y_label: "MiB".into(),
+        kind: Kind::Bars {
+            categories: wls.iter().map(|w| w.replace("fragbench-", "").to_uppercase()).collect(),
+            series,
+            stacked: false,
+        },
+    }
+}
+
 /// Fig. 15a: peak mapped memory per Fragbench workload and allocator.
 pub fn fig15a(rows: &[Row]) -> Option<Figure> {
     let rs = fragbench(rows);
@@ -354,16 +369,7 @@ pub fn fig15a(rows: &[Row]) -> Option<Figure> {
         caption: "Peak memory mapped by each allocator on Fragbench W1–W4 (native runs), beside the peak of live \
                   data: the gap is fragmentation and metadata. Slab morphing (nvalloc-log) reclaims sparse slabs."
             .into(),
-        panels: vec![Panel {
-            title: "peak memory".into(),
-            x_label: "workload".into(),
-            y_label: "MiB".into(),
-            kind: Kind::Bars {
-                categories: wls.iter().map(|w| w.replace("fragbench-", "").to_uppercase()).collect(),
-                series,
-                stacked: false,
-            },
-        }],
+        panels: vec![fragbench_peak_panel(&wls, series)],
         table,
         paper: None,
     })

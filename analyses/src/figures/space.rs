@@ -42,21 +42,13 @@ pub fn fig1b(rows: &[Row]) -> Option<Figure> {
     Some(Figure {
         id: "fig1b".into(),
         title: "Peak memory of the existing allocators on Fragbench (NVAlloc Fig. 1b)".into(),
-        caption: "Peak memory mapped by each peer allocator pmsim has (PMDK, the Makalu-style allocator; the paper \
-                  also has nvm_malloc, PAllocator and Ralloc) on Fragbench W1–W4 (native runs; 100 MB allocated \
-                  per phase under a 20 MB live cap at tiny scale, the paper 5 GB under 1 GB), beside the cap: \
-                  static slab segregation keeps slabs of the old size class when the request sizes change."
-            .into(),
-        panels: vec![Panel {
-            title: "peak memory".into(),
-            x_label: "workload".into(),
-            y_label: "MiB".into(),
-            kind: Kind::Bars {
-                categories: wls.iter().map(|w| w.replace("fragbench-", "").to_uppercase()).collect(),
-                series,
-                stacked: false,
-            },
-        }],
+        caption: format!(
+            "Peak memory mapped by each of the paper's peers in the sweep ({}) on Fragbench W1–W4 (native runs; \
+             100 MB allocated per phase under a 20 MB live cap at tiny scale, the paper 5 GB under 1 GB), beside \
+             the cap: static slab segregation keeps slabs of the old size class when the request sizes change.",
+            allocs.join(", ")
+        ),
+        panels: vec![super::fragbench_peak_panel(&wls, series)],
         table,
         paper: None,
     })
