@@ -211,8 +211,9 @@ fn figure_effects(out: &Path) {
 }
 
 /// The claims scoreboard: every claim scored, each `off` with a measured
-/// why, and no claim that the expected-verdict list says agrees comes out
-/// otherwise (a loss of fidelity fails here unless the list moves with it).
+/// why, and no claim that the expected-verdict list says agrees is lost
+/// (further off than run-to-run noise takes it: a loss of fidelity fails
+/// here unless the list moves with it).
 fn claims_hold(out: &Path) {
     use pmsim_analyses::claims::{self, Scored, Verdict};
     let json: Vec<serde_json::Value> =
@@ -228,6 +229,7 @@ fn claims_hold(out: &Path) {
             config: text(c, "config"),
             paper: text(c, "paper"),
             pmsim: text(c, "pmsim"),
+            value: c["value"].as_f64(),
             verdict: match text(c, "verdict").as_str() {
                 "agrees" => Verdict::Agrees,
                 "off" => Verdict::Off,
@@ -240,6 +242,9 @@ fn claims_hold(out: &Path) {
         .collect();
     for s in scored.iter().filter(|s| s.verdict != Verdict::Agrees) {
         assert!(!s.why.is_empty(), "{}: {} without a why", s.id, s.verdict.text());
+    }
+    for e in claims::at_the_edge(&scored) {
+        eprintln!("at the edge of its band (noise, not a loss): {e}");
     }
     let lost = claims::regressions(&scored);
     assert!(lost.is_empty(), "claims expected to agree that do not:\n{}", lost.join("\n"));

@@ -60,6 +60,9 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("eadr.toml", include_str!("../experiments/eadr.toml")),
     ("eadr-scaling.toml", include_str!("../experiments/eadr-scaling.toml")),
     ("allocators.toml", include_str!("../experiments/allocators.toml")),
+    ("switch-reflush.toml", include_str!("../experiments/switch-reflush.toml")),
+    ("switch-xpbuffer.toml", include_str!("../experiments/switch-xpbuffer.toml")),
+    ("switch-presets.toml", include_str!("../experiments/switch-presets.toml")),
 ];
 
 /// A simulator report of a trace made outside pmsim's tracer (`pmsim sim
