@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Installs everything pmsim needs on a fresh Debian (12 or later) machine and
 # builds it. Idempotent: what is already there is not installed again.
-#   bash scripts/setup.sh        as root, or as a user with sudo
+#   bash scripts/setup.sh          as root, or as a user with sudo
+#   bash scripts/setup.sh --tests  what the tests need: everything but the
+#                                  release build (the tests build their own)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_release=1
+case "${1:-}" in
+  "") ;;
+  --tests) build_release=0 ;;
+  *) echo "setup: unknown option $1 (usage: bash scripts/setup.sh [--tests])" >&2; exit 2 ;;
+esac
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -56,6 +64,10 @@ if ! python3 -c "import selenium" >/dev/null 2>&1; then
     || python3 -m pip install -q --disable-pip-version-check --break-system-packages "${PIP_PKGS[@]}"
 fi
 
+if [ "$build_release" = 0 ]; then
+  echo "setup: done (the tests build pmsim themselves)"
+  exit 0
+fi
 echo "setup: building pmsim (release)"
 cargo build --release --quiet
 echo "setup: done; the binary is target/release/pmsim"
