@@ -728,3 +728,29 @@ fn a_renamed_statistic_fails_the_merge_naming_file_and_path() {
     assert!(e.contains(shard.to_str().unwrap()) && e.contains("/overall/reflush_ratio"), "{e}");
     assert!(!csv.exists(), "a CSV of zeros was written");
 }
+
+/// `trace info` shows the header's strings escaped: a crafted trace's names
+/// with line breaks or terminal escapes neither add lines nor reach the
+/// terminal as control sequences.
+#[test]
+fn trace_info_escapes_the_headers_strings() {
+    use pmsim_traces::{Category, Component, Event, Region, TraceHeader, TraceWriter, WriterOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("crafted.pmt");
+    let mut header = TraceHeader {
+        allocator: Component { name: "evil\x1b[2J".into(), variant: "v\nforged line".into(), ..Component::default() },
+        regions: vec![Region { id: 0, name: "meta\r\x07".into(), category: Category::Meta, base: 0, len: 4096 }],
+        ..TraceHeader::default()
+    };
+    header.heap.path = "/dev/shm/h\x1b]0;title\x07".into();
+    header.flush_insn = "clwb\x08".into();
+    let mut w = TraceWriter::new(std::fs::File::create(&t).unwrap(), &header, &WriterOptions::default()).unwrap();
+    w.write(0, &Event::Store { addr: 64, size: 8, value: None }).unwrap();
+    w.finish().unwrap();
+    let o = pmsim(&["trace", "info", t.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "control characters in: {out:?}");
+    assert!(!out.lines().any(|l| l.starts_with("forged line")), "{out}");
+    assert!(out.contains("evil\\u{1b}[2J (v\\nforged line)"), "{out}");
+}

@@ -56,10 +56,13 @@ fn info(a: InfoArgs) -> CmdResult {
         writeln!(out)?;
         return Ok(out.flush()?);
     }
+    // The header's strings are the trace writer's: a damaged or crafted
+    // trace may hold line breaks or terminal escapes, shown escaped.
+    let esc = pmsim_traces::input::one_line;
     let comp = |c: &pmsim_traces::Component| {
-        let mut s = c.name.clone();
+        let mut s = esc(&c.name);
         if !c.variant.is_empty() {
-            s += &format!(" ({})", c.variant);
+            s += &format!(" ({})", esc(&c.variant));
         }
         if !c.params.is_empty() {
             s += &format!(" {}", serde_json::Value::Object(c.params.clone()));
@@ -75,8 +78,8 @@ fn info(a: InfoArgs) -> CmdResult {
     writeln!(out, "allocator   {}", comp(&header.allocator))?;
     writeln!(out, "workload    {}", comp(&header.workload))?;
     writeln!(out, "threads     {}", header.threads)?;
-    writeln!(out, "flush insn  {}", if header.flush_insn.is_empty() { "-" } else { &header.flush_insn })?;
-    writeln!(out, "heap        {} base {:#x} size {}", header.heap.path, header.heap.base, header.heap.size)?;
+    writeln!(out, "flush insn  {}", if header.flush_insn.is_empty() { "-".into() } else { esc(&header.flush_insn) })?;
+    writeln!(out, "heap        {} base {:#x} size {}", esc(&header.heap.path), header.heap.base, header.heap.size)?;
     writeln!(out, "values      {}", if header.values { "recorded" } else { "not recorded" })?;
     writeln!(out, "regions     {} in the header", header.regions.len())?;
     writeln!(out)?;
@@ -96,7 +99,8 @@ fn info(a: InfoArgs) -> CmdResult {
     if !stats.by_region.is_empty() {
         writeln!(out, "\n{:<28} {:<8} {:>12} {:>14} {:>12}", "region", "category", "stores", "store bytes", "flushes")?;
         for (name, c) in &stats.by_region {
-            writeln!(out, "{:<28} {:<8} {:>12} {:>14} {:>12}", name, c.category, c.stores, c.store_bytes, c.flushes)?;
+            let (name, cat) = (esc(name), esc(&c.category));
+            writeln!(out, "{name:<28} {cat:<8} {:>12} {:>14} {:>12}", c.stores, c.store_bytes, c.flushes)?;
         }
     }
     Ok(out.flush()?)
