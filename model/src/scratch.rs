@@ -8,19 +8,28 @@
 use pmsim_traces::owned::{self, Place};
 use std::path::{Path, PathBuf};
 
-/// A heap file made for one run and removed when dropped (also on errors).
+/// A heap file made for one run, alone in a directory of its own, which is
+/// removed when dropped (also on errors): whatever an allocator keeps beside
+/// its heap (Metall's datastore directory, say) goes with it, and this
+/// module need know no allocator's side files.
 #[derive(Debug)]
 pub struct ScratchHeap {
+    dir: PathBuf,
     path: PathBuf,
 }
 
 impl ScratchHeap {
-    /// A fresh file name in this process's scratch directory under
-    /// `/dev/shm` (else the temporary directory); `tag` names its use.
+    /// A fresh file name in a fresh directory of this process's scratch
+    /// directory under `/dev/shm` (else the temporary directory); `tag`
+    /// names its use.
     pub fn new(tag: &str) -> Result<ScratchHeap, String> {
-        let path = owned::scratch_path(Place::Memory, &format!("{tag}.heap"))
-            .map_err(|e| format!("cannot make a scratch directory under /dev/shm or the temporary directory: {e}"))?;
-        Ok(ScratchHeap { path })
+        let err = |e: std::io::Error| {
+            format!("cannot make a scratch directory under /dev/shm or the temporary directory: {e}")
+        };
+        let dir = owned::scratch_path(Place::Memory, tag).map_err(err)?;
+        std::fs::create_dir(&dir).map_err(err)?;
+        let path = dir.join(format!("{tag}.heap"));
+        Ok(ScratchHeap { dir, path })
     }
 
     pub fn path(&self) -> &Path {
@@ -30,8 +39,6 @@ impl ScratchHeap {
 
 impl Drop for ScratchHeap {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-        // A Metall datastore's management directory beside the heap.
-        let _ = std::fs::remove_dir_all(crate::metall::store::store_dir(&self.path));
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
