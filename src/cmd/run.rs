@@ -11,7 +11,7 @@ use indicatif::ProgressBar;
 use pmsim_model::runner::{self, AllocInfo, AllocSpec, HeapSpec, Outcome, RunError, RunSpec};
 use pmsim_model::scratch::ScratchHeap;
 use pmsim_model::workloads::series::Every;
-use pmsim_model::workloads::{Progress, RunOptions, RunReport, Scale, Workload};
+use pmsim_model::workloads::{print, Progress, RunOptions, RunReport, Scale, Workload};
 use pmsim_model::{FlushInsn, TraceConfig};
 use pmsim_sim::{Config as SimConfig, Simulator};
 use pmsim_traces::output::{Pending, Policy};
@@ -370,8 +370,9 @@ pub fn run(a: RunArgs) -> CmdResult {
         writeln!(w)?;
     } else if outs.len() > 1 {
         writeln!(w)?;
-        print_summary(&outs, &mut w)?;
-        print_fragbench(&outs, &mut w)?;
+        let runs: Vec<(&AllocInfo, &RunReport)> = outs.iter().map(|o| (&o.allocator, &o.run)).collect();
+        print::write_summary(&mut w, &runs)?;
+        print::write_fragbench(&mut w, &runs)?;
     }
     match w.flush() {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -379,187 +380,23 @@ pub fn run(a: RunArgs) -> CmdResult {
     }
 }
 
-fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
-}
-
-fn rate(x: f64) -> String {
-    if x >= 1e6 {
-        format!("{:.2} M", x / 1e6)
-    } else if x >= 1e3 {
-        format!("{:.1} k", x / 1e3)
-    } else {
-        format!("{x:.0} ")
-    }
-}
-
 fn print_run(o: &RunOut, w: &mut dyn Write) -> std::io::Result<()> {
-    let r = &o.run;
-    writeln!(
-        w,
-        "run          {} ({}) on {} [{}], {} thread(s), seed {}",
-        r.workload, r.scale, o.allocator.spec, o.allocator.name, r.threads, r.seed
-    )?;
+    print::write_head(w, &o.allocator, &o.run)?;
     writeln!(
         w,
         "heap         {} ({}, {}), persistence: {}",
         o.heap.path.display(),
-        mib(o.heap.size),
+        print::mib(o.heap.size),
         if o.heap.kept { "kept" } else { "removed after the run" },
         o.flush_insn
     )?;
-    writeln!(w, "operations   {} allocator operations in {:.3} s", r.ops, r.elapsed_s)?;
-    writeln!(
-        w,
-        "throughput   {}ops/s ({} operations in {:.3} s measured)",
-        rate(r.ops_per_s),
-        r.measured_ops,
-        r.measured_s
-    )?;
-    writeln!(w, "peak         live {}, mapped {}", mib(r.peak.live_bytes), mib(r.peak.mapped_bytes))?;
-    writeln!(w, "end          live {}, mapped {}", mib(r.end.live_bytes), mib(r.end.mapped_bytes))?;
-    if let (Some(first), Some(last)) = (r.series.first(), r.series.last()) {
-        let most = r.series.iter().map(|p| p.footprint.mapped_bytes).max().unwrap_or(0);
-        writeln!(
-            w,
-            "series       {} heap samples from operation {} to {} (mapped up to {}; the points are in --json)",
-            r.series.len(),
-            first.ops,
-            last.ops,
-            mib(most)
-        )?;
-    }
-    match &r.snapshot {
-        Some(s) => {
-            write!(
-                w,
-                "at {:<9} live {}, mapped {}",
-                "snapshot",
-                mib(s.footprint.live_bytes),
-                mib(s.footprint.mapped_bytes)
-            )?;
-            writeln!(w, " ({})", s.at)?;
-            match s.slabs {
-                Some(u) => writeln!(
-                    w,
-                    "slabs        {} (0–30 %: {}, 30–70 %: {}, 70–100 %: {})",
-                    u.low + u.mid + u.high,
-                    u.low,
-                    u.mid,
-                    u.high
-                )?,
-                None => writeln!(w, "slabs        (this allocator reports no slab breakdown)")?,
-            }
-        }
-        None => writeln!(w, "slabs        (this workload has no working-set point)")?,
-    }
-    for (k, v) in &r.extra {
-        writeln!(w, "{:<12} {v}", k)?;
-    }
-    if let Some(c) = &r.cpu {
-        writeln!(
-            w,
-            "cpu          {:.1} ns per operation: malloc {:.1}, free {:.1}, between operations {:.1} \
-             ({:.3} s on CPU of {:.3} s)",
-            c.total_ns, c.malloc_ns, c.free_ns, c.outside_ns, c.cpu_s, c.wall_s
-        )?;
-    }
+    print::write_body(w, &o.run)?;
     if let Some(t) = &o.trace {
         writeln!(w, "trace        {} ({} events, {} bytes)", t.path.display(), t.events, t.bytes)?;
     }
     if let Some(s) = &o.sim {
         writeln!(w)?;
         pmsim_sim::write_text(s, w)?;
-    }
-    Ok(())
-}
-
-/// The summary of several runs. `vs first` is each run's ops/s over that of
-/// the first allocator listed, on the same workload and thread count, so a
-/// native comparison (e.g. `--alloc nvalloc-log,base,pmdk`) reads off directly.
-fn print_summary(outs: &[RunOut], w: &mut dyn Write) -> std::io::Result<()> {
-    let aw = outs.iter().map(|o| o.allocator.spec.chars().count()).max().unwrap_or(0).max(9);
-    let first = outs.first().map(|o| o.allocator.spec.as_str()).unwrap_or("");
-    let vs = format!("vs {first}");
-    let vw = vs.chars().count().max(8);
-    writeln!(
-        w,
-        "{:<14} {:<aw$} {:>3} {:>12} {:>vw$} {:>12} {:>12} {:>16}",
-        "workload", "allocator", "thr", "ops/s", vs, "peak live", "peak mapped", "slabs lo/mid/hi"
-    )?;
-    for o in outs {
-        let r = &o.run;
-        let slabs = match r.snapshot.as_ref().and_then(|s| s.slabs) {
-            Some(u) => format!("{}/{}/{}", u.low, u.mid, u.high),
-            None => "-".into(),
-        };
-        let base = outs
-            .iter()
-            .find(|b| b.allocator.spec == first && b.run.workload == r.workload && b.run.threads == r.threads)
-            .map(|b| b.run.ops_per_s);
-        let ratio = match base {
-            Some(b) if b > 0.0 => format!("{:.2}×", r.ops_per_s / b),
-            _ => "-".into(),
-        };
-        writeln!(
-            w,
-            "{:<14} {:<aw$} {:>3} {:>12.0} {:>vw$} {:>12} {:>12} {:>16}",
-            r.workload,
-            o.allocator.spec,
-            r.threads,
-            r.ops_per_s,
-            ratio,
-            mib(r.peak.live_bytes),
-            mib(r.peak.mapped_bytes),
-            slabs
-        )?;
-    }
-    Ok(())
-}
-
-/// Fragbench's figure: peak mapped memory per workload (rows) and allocator (columns).
-fn print_fragbench(outs: &[RunOut], w: &mut dyn Write) -> std::io::Result<()> {
-    let frag: Vec<&RunOut> = outs.iter().filter(|o| o.run.workload.starts_with("fragbench-")).collect();
-    if frag.is_empty() {
-        return Ok(());
-    }
-    let mut cols: Vec<String> = Vec::new();
-    let mut rows: Vec<String> = Vec::new();
-    let col = |o: &RunOut| format!("{} ×{}", o.allocator.spec, o.run.threads);
-    for o in &frag {
-        if !cols.contains(&col(o)) {
-            cols.push(col(o));
-        }
-        if !rows.contains(&o.run.workload) {
-            rows.push(o.run.workload.clone());
-        }
-    }
-    writeln!(w)?;
-    writeln!(
-        w,
-        "Fragbench peak memory (MiB mapped by the allocator; live-data cap and peak live in the last columns)"
-    )?;
-    let cw = cols.iter().map(|c| c.chars().count()).max().unwrap_or(0).max(10);
-    write!(w, "{:<14}", "workload")?;
-    for c in &cols {
-        write!(w, " {c:>cw$}")?;
-    }
-    writeln!(w, " {:>10} {:>10}", "live cap", "peak live")?;
-    for row in &rows {
-        write!(w, "{row:<14}")?;
-        let mut cap = 0;
-        let mut live = 0;
-        for c in &cols {
-            match frag.iter().find(|o| &o.run.workload == row && &col(o) == c) {
-                Some(o) => {
-                    write!(w, " {:>cw$.1}", o.run.peak.mapped_bytes as f64 / (1 << 20) as f64)?;
-                    cap = o.run.params.get("live_cap").and_then(|v| v.as_u64()).unwrap_or(0);
-                    live = live.max(o.run.peak.live_bytes);
-                }
-                None => write!(w, " {:>cw$}", "-")?,
-            }
-        }
-        writeln!(w, " {:>10.1} {:>10.1}", cap as f64 / (1 << 20) as f64, live as f64 / (1 << 20) as f64)?;
     }
     Ok(())
 }

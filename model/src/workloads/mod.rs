@@ -35,6 +35,7 @@ pub mod fptree;
 pub mod fragbench;
 pub mod larson;
 pub mod llfree_bench;
+pub mod print;
 pub mod prodcon;
 pub mod rng;
 pub mod series;
