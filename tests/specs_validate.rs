@@ -94,6 +94,29 @@ fn llfree_runs_are_behaviours_of_the_spec_and_mutations_are_not() {
     let out = text(&o);
     assert!(out.contains("LEAVES THE SPEC") && out.contains(": IncCounter(child 1: "), "{out}");
     assert!(out.contains("expected ClearBit"), "{out}");
+
+    // Cut into windows of a few steps, each checked from the state the
+    // trace gives at its start, it leaves the spec at the same step.
+    let at = out.split("LEAVES THE SPEC at step ").nth(1).and_then(|r| r.split(' ').next()).unwrap().to_string();
+    let o = pmsim(&["specs", "validate", t.to_str().unwrap(), "--window", "8", "--jobs", "1"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains(&format!("LEAVES THE SPEC at step {at} ")) && out.contains("expected ClearBit"), "{out}");
+    assert!(out.contains("skipped: after the failure"), "{out}");
+}
+
+#[test]
+fn an_llfree_zone_whose_last_tree_is_short_is_validated_in_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    // 72 MiB: a zone of 35 children, trees of 32 and 3.
+    let t = dir.path().join("llfree-72m.pmt");
+    record("llfree", "4096", "72M", &t);
+    let o = pmsim(&["specs", "validate", t.to_str().unwrap(), "--window", "20"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("Trees=2, N=32/3") && out.contains("ALLOWED"), "{out}");
+    let windows = out.split("steps of ").nth(1).and_then(|r| r.split(" in ").nth(1)).unwrap_or("");
+    assert!(!windows.starts_with("1 window"), "{out}");
 }
 
 #[test]

@@ -117,6 +117,7 @@ pub fn check_model(tlc: &Tlc, root: &Path, model: &Model, workers: usize) -> Res
         workers,
         options: &[],
         short: model.size == Size::Small,
+        heap_mb: None,
     })?;
     let seconds = start.elapsed().as_secs_f64();
     let report = tlc::parse(&out);

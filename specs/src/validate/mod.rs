@@ -27,6 +27,8 @@ use crate::SHARED_DIR;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// One trace event as the specification sees it.
@@ -56,6 +58,36 @@ pub struct Mapped {
     /// The spec's invariants checked along the trace.
     pub invariants: Vec<String>,
     pub steps: Vec<Step>,
+    /// The parts TLC checks one by one (empty: the whole trace is one).
+    pub windows: Vec<Window>,
+}
+
+/// A part of a mapped trace TLC checks as a behaviour of its own, from the
+/// state the trace gives at its start (`start`: further definitions of the
+/// generated module, which the trace specification's initial state reads).
+#[derive(Clone, Debug)]
+pub struct Window {
+    /// What it covers, for people.
+    pub label: String,
+    /// Its steps: indices into [`Mapped::steps`], ascending.
+    pub steps: Vec<usize>,
+    /// Its steps as TLA+ records, in the window's own numbering.
+    pub tla: Vec<String>,
+    pub constants: Vec<(String, String)>,
+    pub start: String,
+}
+
+impl Window {
+    /// The whole trace as one window.
+    fn whole(m: &Mapped) -> Window {
+        Window {
+            label: "the whole trace".into(),
+            steps: (0..m.steps.len()).collect(),
+            tla: m.steps.iter().map(|s| s.tla.clone()).collect(),
+            constants: m.constants.clone(),
+            start: String::new(),
+        }
+    }
 }
 
 /// What TLC said about one mapped trace.
@@ -74,8 +106,12 @@ pub struct Outcome {
     pub violated: Option<String>,
     pub states: Option<u64>,
     pub distinct: Option<u64>,
-    /// Wall time of the TLC run.
+    /// TLC's time, summed over the windows.
     pub seconds: f64,
+    /// The windows checked, and those skipped because they start after a
+    /// step an earlier one found outside the spec.
+    pub windows: usize,
+    pub skipped: usize,
 }
 
 /// The specifications a trace can be validated against, by folder name.
@@ -131,7 +167,10 @@ fn push_write_fence(steps: &mut Vec<Step>, event: u64, tid: u32, what: &[String]
 /// Maps the trace at `path` to the specification `spec` (a folder of
 /// [`SPECS`]), or by default to the one its allocator has: LLFree's, and for
 /// NVAlloc slab morphing if the trace morphs a slab, else the bookkeeping log.
-pub fn map(path: &str, spec: Option<&str>) -> Result<Mapped, String> {
+///
+/// Traces of LLFree are cut into windows of about `window` steps (one tree
+/// each); the others are checked whole.
+pub fn map(path: &str, spec: Option<&str>, window: usize) -> Result<Mapped, String> {
     let rd = pmsim_traces::TraceReader::open(path).map_err(|e| e.to_string())?;
     let name = rd.header().allocator.name.clone();
     drop(rd);
@@ -147,15 +186,21 @@ pub fn map(path: &str, spec: Option<&str>) -> Result<Mapped, String> {
         ))
         }
     };
-    match spec {
-        "llfree-single-cas" => llfree::map(path),
-        "slab-morphing" if nvalloc => morphing::map(path),
-        "bookkeeping-log-gc" if nvalloc => bklog::map(path),
+    let mut m = match spec {
+        "llfree-single-cas" => llfree::map(path, window)?,
+        "slab-morphing" if nvalloc => morphing::map(path)?,
+        "bookkeeping-log-gc" if nvalloc => bklog::map(path)?,
         "slab-morphing" | "bookkeeping-log-gc" => {
-            Err(format!("{path}: a trace of {name:?}; {spec} is a specification of NVAlloc"))
+            return Err(format!("{path}: a trace of {name:?}; {spec} is a specification of NVAlloc"))
         }
-        other => Err(format!("no specification {other:?} to validate against (there are {})", SPECS.join(", "))),
+        other => {
+            return Err(format!("no specification {other:?} to validate against (there are {})", SPECS.join(", ")))
+        }
+    };
+    if m.windows.is_empty() {
+        m.windows = vec![Window::whole(&m)];
     }
+    Ok(m)
 }
 
 /// The module the mapped trace becomes (`Trace == << ... >>`), which every
@@ -167,17 +212,44 @@ pub fn tla_str(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-/// Runs TLC on `m` with the specs of `root`; `overrides` replace constants
-/// (`FlushEach="op"`, to check a variant of the spec against the same trace).
-pub fn check(tlc: &Tlc, root: &Path, m: &Mapped, overrides: &[(String, String)]) -> Result<Outcome, String> {
-    let mut consts = m.constants.clone();
+/// Memory each TLC run may take (`-Xmx`): a window's states are few (TLC
+/// keeps only those consistent with the trace) but each holds whole bit
+/// fields; two jobs stay well under 4 GB with the JVMs' own overhead.
+const TLC_HEAP_MB: usize = 1200;
+
+/// What TLC said about one window.
+#[derive(Clone, Debug)]
+struct WindowOutcome {
+    /// The global index of the first step the window could not take (or
+    /// after which an invariant failed), if any.
+    failed: Option<usize>,
+    expected: Vec<String>,
+    violated: Option<String>,
+    states: Option<u64>,
+    distinct: Option<u64>,
+    seconds: f64,
+}
+
+/// Runs TLC on every window of `m` with the specs of `root`, `jobs` at a
+/// time (one TLC worker each); `overrides` replace constants
+/// (`FlushEach="op"`, to check a variant of the spec against the same
+/// trace). `done` counts the windows finished, for a progress bar. Windows
+/// that start after a step an earlier one found outside the spec are
+/// skipped: the first such step in the trace's order is the answer.
+pub fn check(
+    tlc: &Tlc,
+    root: &Path,
+    m: &Mapped,
+    overrides: &[(String, String)],
+    jobs: usize,
+    done: &AtomicUsize,
+) -> Result<Outcome, String> {
     for (k, v) in overrides {
-        match consts.iter_mut().find(|(n, _)| n == k) {
-            Some(c) => {
-                consts::same_kind(k, &c.1, v)?;
-                c.1 = v.clone()
+        match m.constants.iter().find(|(n, _)| n == k) {
+            Some(c) => consts::same_kind(k, &c.1, v)?,
+            None => {
+                return Err(format!("--const {k}: {} has no constant {k} (it has {})", m.spec, names(&m.constants)))
             }
-            None => return Err(format!("--const {k}: {} has no constant {k} (it has {})", m.spec, names(&consts))),
         }
     }
     // A variant the specification does not know would end in a TLC exception.
@@ -185,6 +257,88 @@ pub fn check(tlc: &Tlc, root: &Path, m: &Mapped, overrides: &[(String, String)])
         let spec_text = std::fs::read_to_string(root.join(&m.dir).join(format!("{}.tla", m.spec))).unwrap_or_default();
         if !spec_text.contains(v.as_str()) {
             return Err(format!("--const Variant={v}: {} names no such variant", m.spec));
+        }
+    }
+    let next = AtomicUsize::new(0);
+    let first_fail = AtomicUsize::new(usize::MAX);
+    let results: Mutex<Vec<Option<WindowOutcome>>> = Mutex::new(vec![None; m.windows.len()]);
+    let error: Mutex<Option<String>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, m.windows.len().max(1)) {
+            s.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::SeqCst);
+                let Some(w) = m.windows.get(k) else { break };
+                if error.lock().expect("no panic").is_some() || pmsim_traces::stop::stopping() {
+                    break;
+                }
+                if w.steps[0] <= first_fail.load(Ordering::SeqCst) {
+                    match check_window(tlc, root, m, w, overrides) {
+                        Ok(o) => {
+                            if let Some(g) = o.failed {
+                                first_fail.fetch_min(g, Ordering::SeqCst);
+                            }
+                            results.lock().expect("no panic")[k] = Some(o);
+                        }
+                        Err(e) => {
+                            error.lock().expect("no panic").get_or_insert(e);
+                            break;
+                        }
+                    }
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    });
+    if let Some(e) = error.into_inner().expect("no panic") {
+        return Err(e);
+    }
+    if pmsim_traces::stop::stopping() {
+        return Err("interrupted".into());
+    }
+    let results = results.into_inner().expect("no panic");
+    let ran: Vec<&WindowOutcome> = results.iter().flatten().collect();
+    let sum = |f: fn(&WindowOutcome) -> Option<u64>| ran.iter().map(|o| f(o)).sum::<Option<u64>>();
+    let mut o = Outcome {
+        spec: m.spec.clone(),
+        allowed: false,
+        steps: m.steps.len(),
+        matched: m.steps.len(),
+        failed_at: None,
+        expected: Vec::new(),
+        violated: None,
+        states: sum(|o| o.states),
+        distinct: sum(|o| o.distinct),
+        seconds: ran.iter().map(|o| o.seconds).sum(),
+        windows: ran.len(),
+        skipped: m.windows.len() - ran.len(),
+    };
+    match ran.iter().filter(|w| w.failed.is_some()).min_by_key(|w| w.failed) {
+        None => o.allowed = true,
+        Some(w) => {
+            let g = w.failed.expect("a failure");
+            o.matched = g;
+            o.violated = w.violated.clone();
+            if w.violated.is_none() {
+                o.failed_at = m.steps.get(g).cloned();
+                o.expected = w.expected.clone();
+            }
+        }
+    }
+    Ok(o)
+}
+
+/// Runs TLC on one window.
+fn check_window(
+    tlc: &Tlc,
+    root: &Path,
+    m: &Mapped,
+    w: &Window,
+    overrides: &[(String, String)],
+) -> Result<WindowOutcome, String> {
+    let mut consts = w.constants.clone();
+    for (k, v) in overrides {
+        if let Some(c) = consts.iter_mut().find(|(n, _)| n == k) {
+            c.1 = v.clone()
         }
     }
     let work = tempfile::Builder::new()
@@ -198,12 +352,14 @@ pub fn check(tlc: &Tlc, root: &Path, m: &Mapped, overrides: &[(String, String)])
     // specification extends: TLC evaluates it once. (As a constant
     // substituted in the configuration, `Trace <- TraceSeq`, it is evaluated
     // again at every use, which made a trace of 1,600 steps take minutes.)
-    let mut tla = format!("---- MODULE {TRACE_MODULE} ----\nEXTENDS TLC\nTrace == <<\n");
-    for (k, s) in m.steps.iter().enumerate() {
-        let sep = if k + 1 < m.steps.len() { "," } else { "" };
-        let _ = writeln!(tla, "  {}{sep}", s.tla);
+    let mut tla = format!("---- MODULE {TRACE_MODULE} ----\nEXTENDS Naturals, TLC\nTrace == <<\n");
+    for (k, s) in w.tla.iter().enumerate() {
+        let sep = if k + 1 < w.tla.len() { "," } else { "" };
+        let _ = writeln!(tla, "  {s}{sep}");
     }
-    tla.push_str(">>\n====\n");
+    tla.push_str(">>\n");
+    tla.push_str(&w.start);
+    tla.push_str("====\n");
     let data = format!("{TRACE_MODULE}.tla");
     std::fs::write(work.path().join(&data), tla).map_err(|e| format!("{data}: {e}"))?;
     let mut cfg = String::from("INIT TraceInit\nNEXT TraceNext\nCONSTANTS\n");
@@ -224,6 +380,7 @@ pub fn check(tlc: &Tlc, root: &Path, m: &Mapped, overrides: &[(String, String)])
         workers: 1,
         options: &["-deadlock"],
         short: false,
+        heap_mb: Some(TLC_HEAP_MB),
     })?;
     let seconds = start.elapsed().as_secs_f64();
     if std::env::var_os("PMSIM_TLC_OUTPUT").is_some() {
@@ -231,12 +388,8 @@ pub fn check(tlc: &Tlc, root: &Path, m: &Mapped, overrides: &[(String, String)])
     }
     let report = tlc::parse(&out);
     let (deepest, expected) = reached(&out);
-    let mut o = Outcome {
-        spec: m.spec.clone(),
-        allowed: false,
-        steps: m.steps.len(),
-        matched: deepest,
-        failed_at: None,
+    let mut o = WindowOutcome {
+        failed: None,
         expected: Vec::new(),
         violated: None,
         states: report.states,
@@ -244,14 +397,20 @@ pub fn check(tlc: &Tlc, root: &Path, m: &Mapped, overrides: &[(String, String)])
         seconds,
     };
     match report.verdict {
-        Verdict::Violated { invariant, .. } => o.violated = Some(invariant),
-        Verdict::NoError if deepest == m.steps.len() => o.allowed = true,
+        Verdict::Violated { invariant, .. } => {
+            o.violated = Some(invariant);
+            // The state that violates it is the one after the deepest step taken.
+            o.failed = Some(deepest.checked_sub(1).map_or(w.steps[0], |d| w.steps[d] + 1));
+        }
+        Verdict::NoError if deepest == w.steps.len() => {}
         Verdict::NoError => {
-            o.failed_at = m.steps.get(deepest).cloned();
+            o.failed = Some(w.steps[deepest]);
             o.expected = expected;
         }
         Verdict::Deadlock => return Err("TLC reported a deadlock although deadlock checking is off".into()),
-        Verdict::Failed(msg) => return Err(format!("TLC failed on the trace specification {}: {msg}", m.module)),
+        Verdict::Failed(msg) => {
+            return Err(format!("TLC failed on the trace specification {} ({}): {msg}", m.module, w.label))
+        }
     }
     Ok(o)
 }

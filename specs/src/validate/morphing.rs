@@ -401,6 +401,7 @@ pub fn map(path: &str) -> Result<Mapped, String> {
         constants: constants.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
         invariants: ["TypeOK", "NoNewBlockOverLiveOld", "CountersMatchTable"].map(String::from).to_vec(),
         steps: m.steps,
+        windows: Vec::new(),
     })
 }
 
