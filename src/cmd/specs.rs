@@ -64,8 +64,9 @@ pub struct ValidateArgs {
     /// Print the outcome as JSON.
     #[arg(long)]
     json: bool,
-    /// TLC runs at once (one worker each, each JVM at most 1.2 GB of heap),
-    /// 1 to 64 [default: one per core, at most 2].
+    /// TLC runs at once (one worker each; their JVMs share 2.4 GB of heap,
+    /// at most 1.2 GB and at least 256 MB each), 1 to 64 [default: one per
+    /// core, at most 2].
     #[arg(long, value_parser = pmsim_traces::input::count_in(1, 64))]
     jobs: Option<usize>,
     /// Steps per window of an LLFree trace (each window is cut at the first
@@ -116,7 +117,10 @@ fn validate(a: ValidateArgs) -> CmdResult {
         mapped.steps.len(),
         mapped.spec
     );
-    let bar = crate::progress::bar(Some(windows as u64), "{bar:30} {pos}/{len} windows {elapsed} (about {eta} left)");
+    let bar = crate::progress::bar(
+        Some(mapped.steps.len() as u64),
+        "{bar:30} {pos}/{len} steps checked {elapsed} (about {eta} left)",
+    );
     let done = AtomicUsize::new(0);
     let o = crate::progress::polled(
         Duration::from_millis(200),

@@ -212,10 +212,15 @@ pub fn tla_str(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-/// Memory each TLC run may take (`-Xmx`): a window's states are few (TLC
-/// keeps only those consistent with the trace) but each holds whole bit
-/// fields; two jobs stay well under 4 GB with the JVMs' own overhead.
-const TLC_HEAP_MB: usize = 1200;
+/// The heap all TLC runs at once may take together (`-Xmx` of each is its
+/// share, at most [`TLC_HEAP_MAX_MB`]): a window's states are few (TLC keeps
+/// only those consistent with the trace) but each holds whole bit fields; a
+/// default window peaks at about 750 MB resident, and the JVMs' own overhead
+/// stays inside 4 GB.
+const TLC_HEAP_TOTAL_MB: usize = 2400;
+const TLC_HEAP_MAX_MB: usize = 1200;
+/// The least heap a run is given, however many run at once.
+const TLC_HEAP_MIN_MB: usize = 256;
 
 /// What TLC said about one window.
 #[derive(Clone, Debug)]
@@ -233,7 +238,7 @@ struct WindowOutcome {
 /// Runs TLC on every window of `m` with the specs of `root`, `jobs` at a
 /// time (one TLC worker each); `overrides` replace constants
 /// (`FlushEach="op"`, to check a variant of the spec against the same
-/// trace). `done` counts the windows finished, for a progress bar. Windows
+/// trace). `done` counts the steps of the windows finished, for a progress bar. Windows
 /// that start after a step an earlier one found outside the spec are
 /// skipped: the first such step in the trace's order is the answer.
 pub fn check(
@@ -259,12 +264,14 @@ pub fn check(
             return Err(format!("--const Variant={v}: {} names no such variant", m.spec));
         }
     }
+    let jobs = jobs.clamp(1, m.windows.len().max(1));
+    let heap_mb = (TLC_HEAP_TOTAL_MB / jobs).clamp(TLC_HEAP_MIN_MB, TLC_HEAP_MAX_MB);
     let next = AtomicUsize::new(0);
     let first_fail = AtomicUsize::new(usize::MAX);
     let results: Mutex<Vec<Option<WindowOutcome>>> = Mutex::new(vec![None; m.windows.len()]);
     let error: Mutex<Option<String>> = Mutex::new(None);
     std::thread::scope(|s| {
-        for _ in 0..jobs.clamp(1, m.windows.len().max(1)) {
+        for _ in 0..jobs {
             s.spawn(|| loop {
                 let k = next.fetch_add(1, Ordering::SeqCst);
                 let Some(w) = m.windows.get(k) else { break };
@@ -272,7 +279,7 @@ pub fn check(
                     break;
                 }
                 if w.steps[0] <= first_fail.load(Ordering::SeqCst) {
-                    match check_window(tlc, root, m, w, overrides) {
+                    match check_window(tlc, root, m, w, overrides, heap_mb) {
                         Ok(o) => {
                             if let Some(g) = o.failed {
                                 first_fail.fetch_min(g, Ordering::SeqCst);
@@ -285,7 +292,7 @@ pub fn check(
                         }
                     }
                 }
-                done.fetch_add(1, Ordering::SeqCst);
+                done.fetch_add(w.steps.len(), Ordering::SeqCst);
             });
         }
     });
@@ -334,6 +341,7 @@ fn check_window(
     m: &Mapped,
     w: &Window,
     overrides: &[(String, String)],
+    heap_mb: usize,
 ) -> Result<WindowOutcome, String> {
     let mut consts = w.constants.clone();
     for (k, v) in overrides {
@@ -380,7 +388,7 @@ fn check_window(
         workers: 1,
         options: &["-deadlock"],
         short: false,
-        heap_mb: Some(TLC_HEAP_MB),
+        heap_mb: Some(heap_mb),
     })?;
     let seconds = start.elapsed().as_secs_f64();
     if std::env::var_os("PMSIM_TLC_OUTPUT").is_some() {
