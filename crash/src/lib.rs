@@ -26,8 +26,9 @@
 //! The persistency model is the one of [`persist`]: each line's
 //! not-yet-durable stores form a program-order list, and an image keeps a
 //! prefix of each. The images of a point are enumerated exhaustively while
-//! there are at most `bound` of them (default 1024), else `bound` of them
-//! are sampled with a seeded generator: all persisted, none, random per-line
+//! there are at most `bound` of them (default 1024), else (beyond the
+//! coverage reduction below) `samples` of them (default 128, at most
+//! `bound`) are sampled with a seeded generator: all persisted, none, random per-line
 //! prefixes, accumulative, reverse, all-or-nothing per line ([`images`]).
 //! An image is identified by (point, image, seed): the report of a failure
 //! prints the one command that rebuilds exactly it.
@@ -88,7 +89,7 @@
 //! too. A store the allocator must refuse there (Metall's, without the mark)
 //! is counted as refused, not a violation, and no check applies to it; it
 //! reads nothing of the heap, so such a point has one recovery-visible state
-//! ([`Options::full_sample`] samples `bound` images there anyway).
+//! ([`Options::full_sample`] samples `samples` images there anyway).
 //!
 //! # Coverage
 //!

@@ -8,6 +8,14 @@ use pmsim_traces::OpKind;
 pub struct Options {
     /// Images per crash point: exhaustive up to this many, else sampled.
     pub bound: u64,
+    /// Images sampled at a point beyond `bound` whose pending lines that
+    /// recovery reads have more combinations than `bound` (at most `bound`).
+    /// Such a point has thousands of pending lines (a steady-state run's
+    /// lazily persisted lines), so any number of samples is a small part of
+    /// its images; its code path is covered through its points
+    /// ([`Options::per_path`]) and their in-operation stores, which every
+    /// sample varies.
+    pub samples: u64,
     /// Seed of the sampler.
     pub seed: u64,
     /// Keep every N-th selected crash point.
@@ -46,7 +54,7 @@ pub struct Options {
     /// holds what an earlier `free_from` of the same block left. The one
     /// tolerance of NVAlloc's `wal=artifact` guarantee.
     pub allow_stale_dest: bool,
-    /// At a point with more images than `bound`, check `bound` sampled
+    /// At a point with more images than `bound`, check `samples` sampled
     /// images even once the images checked cover every recovery-visible
     /// state of the point (which otherwise ends the point): the reduction is
     /// then verified rather than trusted (a sampled image in a state not seen
@@ -54,10 +62,18 @@ pub struct Options {
     pub full_sample: bool,
 }
 
+impl Options {
+    /// Images sampled at a point beyond the bound.
+    pub fn sampled(&self) -> u64 {
+        self.samples.min(self.bound).max(1)
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
             bound: 1024,
+            samples: 128,
             seed: 1,
             every: 1,
             all_points: false,

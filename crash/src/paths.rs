@@ -10,12 +10,20 @@
 //! * the classes of the pending stores: each store's region, the code site
 //!   of the flush that eventually covers it (none if nothing ever does) and
 //!   whether that flush has happened yet (the store awaits a fence) — as a
-//!   set, so a thousand pending user-data lines count as one class.
+//!   set, so a thousand pending user-data lines count as one class. A store
+//!   whose thread ends its operation before any flush covers it (a lazily
+//!   persisted line: Makalu's mark bits and header links, flushed when a
+//!   later operation evicts them from a table of dirty lines) is of one
+//!   class per region, "flushed by a later operation": which later
+//!   operation's flush that is depends on what the program does next, not
+//!   on the code path that made the store, and naming it split Makalu's
+//!   Threadtest into a thousand paths that differed only there.
 //!
 //! Points with one signature are one *path*. A removed flush changes the
-//! signature of every point its store is pending at (its store's flush site
-//! is another one, or none, and it never awaits a fence there), so a mutated
-//! run has paths the real one has not. [`plan`] explores the first point of
+//! signature of every point of its operation its store is pending at (the
+//! store's class becomes "flushed by a later operation" or "never flushed"
+//! instead of its flush's site, and it never awaits a fence there), so a
+//! mutated run has paths the real one has not. [`plan`] explores the first point of
 //! every path and `per_path - 1` more of its points, picked by a seeded hash
 //! so they spread over the run (all points with [`Options::all_points`]).
 
@@ -34,6 +42,11 @@ use std::hash::{Hash, Hasher};
 const NEVER: u32 = u32::MAX;
 /// A non-temporal store (covered as it is made).
 const NON_TEMPORAL: u32 = u32::MAX - 1;
+/// A store its own operation leaves pending: the flush that covers it runs
+/// in a later operation (a lazily persisted line), so which one it is
+/// follows from whatever the program does next, not from the code path
+/// that made the store.
+const LATER: u32 = u32::MAX - 2;
 
 /// One crash point to explore.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,18 +136,33 @@ fn sample(all: &[Planned], opts: &Options) -> Vec<Planned> {
 }
 
 /// The site of the flush that first covers each piece of `tr` after it was
-/// stored ([`NEVER`] if none, [`NON_TEMPORAL`] for a non-temporal store).
+/// stored: [`NEVER`] if none, [`NON_TEMPORAL`] for a non-temporal store,
+/// [`LATER`] if the storing thread's operation ended before that flush.
 fn cover_sites(tr: &CrashTrace) -> Vec<u32> {
     let mut cover = vec![NEVER; tr.pieces.len()];
-    let mut uncovered: IntMap<u64, Vec<u32>> = IntMap::default();
+    // Per line: the pieces not covered yet, each with its thread and the
+    // number of operations that thread had ended when it stored it.
+    let mut uncovered: IntMap<u64, Vec<(u32, u32, u64)>> = IntMap::default();
+    // Per thread: operations open, and operations ended.
+    let mut ops: IntMap<u32, (u32, u64)> = IntMap::default();
     for e in &tr.events {
         match *e {
             Ev::Store { piece, nt: true, .. } => cover[piece as usize] = NON_TEMPORAL,
-            Ev::Store { piece, .. } => uncovered.entry(tr.pieces[piece as usize].off & !63).or_default().push(piece),
+            Ev::Store { piece, tid, .. } => {
+                let ended = ops.get(&tid).map_or(0, |o| o.1);
+                uncovered.entry(tr.pieces[piece as usize].off & !63).or_default().push((piece, tid, ended));
+            }
             Ev::Flush { line, site, .. } => {
-                for p in uncovered.remove(&line).unwrap_or_default() {
-                    cover[p as usize] = site;
+                for (p, tid, ended) in uncovered.remove(&line).unwrap_or_default() {
+                    let now = ops.get(&tid).map_or(0, |o| o.1);
+                    cover[p as usize] = if now == ended { site } else { LATER };
                 }
+            }
+            Ev::OpBegin { tid, .. } => ops.entry(tid).or_default().0 += 1,
+            Ev::OpEnd { tid, .. } => {
+                let o = ops.entry(tid).or_default();
+                o.0 = o.0.saturating_sub(1);
+                o.1 += (o.0 == 0) as u64;
             }
             _ => {}
         }
@@ -248,6 +276,8 @@ impl Signatures<'_> {
                 let flush = match c.cover {
                     NEVER => "never flushed".to_string(),
                     NON_TEMPORAL => "non-temporal".to_string(),
+                    LATER if c.flushed => "flushed by a later operation, awaiting a fence".to_string(),
+                    LATER => "to be flushed by a later operation".to_string(),
                     s if c.flushed => format!("flushed at {}, awaiting a fence", tr.sites.label(s)),
                     s => format!("to be flushed at {}", tr.sites.label(s)),
                 };

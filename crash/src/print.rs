@@ -192,6 +192,9 @@ fn violation(o: &mut String, s: &Summary, v: &Violation, trace: &Path, heap_imag
     if opts.bound != Options::default().bound {
         cmd += &format!(" --bound {}", opts.bound);
     }
+    if opts.samples != Options::default().samples {
+        cmd += &format!(" --samples {}", opts.samples);
+    }
     if let Some(h) = heap_image {
         cmd += &format!(" --heap-image {}", h.display());
     }

@@ -17,6 +17,8 @@ pub(crate) struct Sequence<'a> {
     lens: Vec<usize>,
     raw: images::Plan,
     bound: u64,
+    /// Images sampled beyond the bound ([`Options::sampled`]).
+    samples: u64,
     seed: u64,
     point: u64,
     /// Lines that matter, in the order found, and the same as a set.
@@ -43,6 +45,7 @@ impl<'a> Sequence<'a> {
             lens: lines.lens(),
             raw: plan,
             bound: opts.bound,
+            samples: opts.sampled(),
             seed: opts.seed,
             point,
             relevant: Vec::new(),
@@ -83,10 +86,10 @@ impl<'a> Sequence<'a> {
         loop {
             if let Some(s0) = self.sampled_from {
                 let j = k - s0;
-                if j >= self.bound {
+                if j >= self.samples {
                     return Err(self.enumerated_at.is_some());
                 }
-                let plan = images::Plan { images: self.bound, exhaustive: false };
+                let plan = images::Plan { images: self.samples, exhaustive: false };
                 return Ok(keep_of(self.lines, &images::choose(self.lines, plan, self.seed, self.point, j)));
             }
             let radix: Vec<u64> = self.relevant.iter().map(|&i| self.lens[i] as u64 + 1).collect();

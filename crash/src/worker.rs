@@ -190,7 +190,10 @@ impl<'a> Worker<'a> {
         let opts = self.sh.cx.opts;
         let n = p.planned.point;
         let lens = p.lines.lens();
-        let plan = images::plan(&lens, opts.bound);
+        let plan = match images::plan(&lens, opts.bound) {
+            p if p.exhaustive => p,
+            p => images::Plan { images: opts.sampled(), ..p },
+        };
         if let Some(k) = opts.image.filter(|&k| plan.exhaustive && k >= plan.images) {
             return Err(CrashError(format!("crash point {n} has {} images; there is no image {k}", plan.images)));
         }
@@ -390,13 +393,11 @@ fn fingerprint(watch: &AccessWatch, ov: &Overlay) -> (u64, Vec<usize>) {
             continue;
         }
         read.push(i);
-        (line, a.read).hash(&mut h);
+        // The bytes read, the others zero: one write to the hasher per line
+        // (a point of a steady-state run can have thousands read).
         let b = ov.image_line(i);
-        for (j, x) in b.iter().enumerate() {
-            if a.read >> j & 1 == 1 {
-                x.hash(&mut h);
-            }
-        }
+        let seen: [u8; 64] = std::array::from_fn(|j| if a.read >> j & 1 == 1 { b[j] } else { 0 });
+        (line, a.read, seen).hash(&mut h);
     }
     (h.finish(), read)
 }

@@ -29,7 +29,8 @@ Coverage by code path: a steady-state run repeats a few code paths, so each sele
 signature from what the trace holds there: the crashing thread's operations, the code site of the fence
 it crashes before and of its last fence, the same for every other thread with an operation in flight,
 and the classes of the pending stores (region, the code site of the flush that covers each, whether that
-flush has happened). Points with one signature are one path. Every path is explored: its first point and
+flush has happened; a store its operation leaves to a later operation's flush, such as a lazily persisted
+line, is of one class per region whichever later flush that is). Points with one signature are one path. Every path is explored: its first point and
 --per-path N - 1 more chosen by a seeded hash (default 2 per path); the others are covered by path. A
 removed flush changes the signature wherever its store is pending, so a mutated run has paths of its
 own. --all-points explores every selected point instead. --jobs N workers explore at once (default: one
@@ -40,8 +41,9 @@ Persistency model (x86, ADR): a store is durable once its line was flushed and t
 thread fenced (clflush: at once); until then it may or may not be in PM, and the stores to one line
 persist in program order. So an image keeps, for every line, a prefix of its pending stores.
 
-Images per point: all of them while there are at most --bound (default 1024); beyond that --bound
-images chosen by a generator seeded with (--seed, point, image): image 0 persists every pending store,
+Images per point: all of them while there are at most --bound (default 1024); beyond that, those
+that vary only the pending lines recovery reads while they fit the bound (see Coverage), else
+--samples images (default 128, at most --bound) chosen by a generator seeded with (--seed, point, image): image 0 persists every pending store,
 1 none, then in turn random per-line prefixes, accumulative (stores in trace order up to a random cut),
 reverse (only the lines whose last pending store follows a random cut, entirely), and all-or-nothing
 per line.
@@ -71,7 +73,7 @@ its image, the datastore a crash there leaves; the end of the trace is a crash p
 is written after the last fence). A store without the mark must be refused by the allocator's own
 open: counted as refused, not a violation, and no check applies (Metall's consistency is the
 snapshot's). A refusal reads nothing of the heap, so such a point has one recovery-visible state and
-is complete after one image; --full-sample checks --bound images there anyway. With the mark the
+is complete after one image; --full-sample checks --samples images there anyway. With the mark the
 store must open, pass its metadata check and hold every completed allocation:
   pmsim run --alloc metall --workload threadtest --param objects=100 --param keep=true \\
             --heap-size 8M --trace m.pmt --values
@@ -91,6 +93,10 @@ pub struct CrashArgs {
     /// Images per crash point: exhaustive up to this many, else this many sampled (1 to 100,000,000).
     #[arg(long, default_value_t = 1024, value_parser = bound_in(1, MAX_BOUND, "images per crash point"))]
     bound: u64,
+    /// Images sampled at a point beyond --bound whose lines that recovery reads do not fit it
+    /// either (at most --bound; 1 to 100,000,000).
+    #[arg(long, default_value_t = 128, value_parser = bound_in(1, MAX_BOUND, "images sampled per crash point"))]
+    samples: u64,
     /// Seed of the image sampler.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -134,7 +140,7 @@ pub struct CrashArgs {
     /// NVAlloc with wal=artifact). The README states this guarantee.
     #[arg(long)]
     allow_stale_dest: bool,
-    /// At a point with more images than --bound, check --bound sampled images even once the
+    /// At a point with more images than --bound, check --samples sampled images even once the
     /// images checked cover every recovery-visible state of the point (verifies the reduction
     /// instead of trusting it: a sampled image in a new state makes the point incomplete).
     #[arg(long)]
@@ -177,6 +183,7 @@ pub fn run(a: CrashArgs) -> CmdResult {
     let target = target_for(&tr.header)?;
     let opts = Options {
         bound: a.bound,
+        samples: a.samples,
         seed: a.seed,
         every: a.every,
         all_points: a.all_points,
