@@ -1526,16 +1526,23 @@ pub fn figure_table(s: &[Scored], id: &str) -> Option<Table> {
     if of.is_empty() {
         return None;
     }
-    let mut t = Table::new(&["the paper reports", "where", "paper", "pmsim", "verdict"]);
+    let mut t = Table::new(&["the paper reports", "where", "configurations", "paper", "pmsim", "verdict"]);
     for x in of {
-        t.push(vec![x.claim.clone(), x.figure.clone(), x.paper.clone(), x.pmsim.clone(), x.verdict.text().into()]);
+        t.push(vec![
+            x.claim.clone(),
+            x.figure.clone(),
+            x.config.clone(),
+            x.paper.clone(),
+            x.pmsim.clone(),
+            x.verdict.text().into(),
+        ]);
     }
     Some(t)
 }
 
 /// The verdicts the main job (`pmsim reproduce --scale tiny`) gives, by
-/// claim id. A claim listed as `Agrees` that comes out otherwise fails
-/// `tests/reproduce.rs`: update this list in the same commit as a change
+/// claim id. A claim listed as `Agrees` that comes out lost
+/// ([`Paper::lost`]) fails `tests/reproduce.rs`: update this list in the same commit as a change
 /// that moves a claim, saying why. A claim whose value sits at the edge of
 /// its verdict (Fig. 11's "larger on Threadtest", measured at +0.000; Fig.
 /// 19's spread, 9.7 % against 10 %) is listed by the weaker one, so that

@@ -408,8 +408,9 @@ fn section(
     let mut drawn = Vec::new();
     for id in &meta.figures {
         let fig_fn = figures::by_id(id).ok_or_else(|| format!("{file}: unknown figure '{id}'"))?;
-        if let Some(fig) = fig_fn(rows) {
+        if let Some(mut fig) = fig_fn(rows) {
             plot::render(&fig, &out.join("figures"))?;
+            fig.caption = format!("{} {}", fig.caption, run_configuration(rows));
             drawn.push(fig);
         }
     }
@@ -427,6 +428,29 @@ fn section(
         drawn,
         headline,
     })
+}
+
+/// What this run measured a figure at, for its caption: the scale, the
+/// thread counts and the workloads of its rows (the paper's configuration
+/// against pmsim's, claim by claim, is in the figure's table of the paper's
+/// numbers).
+fn run_configuration(rows: &[Row]) -> String {
+    let scales = figures::distinct(rows.iter().map(|r| r.point.scale.as_str()));
+    let mut threads = figures::distinct(rows.iter().map(|r| r.point.threads));
+    threads.sort_unstable();
+    let workloads = figures::distinct(rows.iter().map(|r| r.point.workload.as_str()));
+    let threads: Vec<String> = threads.iter().map(u32::to_string).collect();
+    format!(
+        "Measured here at {} scale ({} of the paper's sizes), {} thread(s) {}, on {}.",
+        scales.join("/"),
+        match scales.as_slice() {
+            ["paper"] => "the",
+            _ => "a fraction",
+        },
+        if threads.len() == 1 { "count" } else { "counts" },
+        threads.join(", "),
+        workloads.join(", ")
+    )
 }
 
 /// The Optane model against the published measurements (`pmsim calibrate`
