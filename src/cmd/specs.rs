@@ -65,8 +65,7 @@ pub struct ValidateArgs {
     #[arg(long)]
     json: bool,
     /// TLC runs at once (one worker each; their JVMs share 2.4 GB of heap,
-    /// at most 1.2 GB and at least 256 MB each), 1 to 64 [default: one per
-    /// core, at most 2].
+    /// at least 256 MB each), 1 to 64 [default: one per core, at most 2].
     #[arg(long, value_parser = pmsim_traces::input::count_in(1, 64))]
     jobs: Option<usize>,
     /// Steps per window of an LLFree trace (each window is cut at the first

@@ -213,12 +213,11 @@ pub fn tla_str(s: &str) -> String {
 }
 
 /// The heap all TLC runs at once may take together (`-Xmx` of each is its
-/// share, at most [`TLC_HEAP_MAX_MB`]): a window's states are few (TLC keeps
-/// only those consistent with the trace) but each holds whole bit fields; a
-/// default window peaks at about 750 MB resident, and the JVMs' own overhead
-/// stays inside 4 GB.
+/// share): a window's states are few (TLC keeps only those consistent with
+/// the trace) but each holds whole bit fields; a default LLFree window peaks
+/// at about 750 MB resident, and the JVMs' own overhead stays inside 4 GB.
+/// A trace checked whole (NVAlloc's) has it all.
 const TLC_HEAP_TOTAL_MB: usize = 2400;
-const TLC_HEAP_MAX_MB: usize = 1200;
 /// The least heap a run is given, however many run at once.
 const TLC_HEAP_MIN_MB: usize = 256;
 
@@ -265,7 +264,7 @@ pub fn check(
         }
     }
     let jobs = jobs.clamp(1, m.windows.len().max(1));
-    let heap_mb = (TLC_HEAP_TOTAL_MB / jobs).clamp(TLC_HEAP_MIN_MB, TLC_HEAP_MAX_MB);
+    let heap_mb = (TLC_HEAP_TOTAL_MB / jobs).max(TLC_HEAP_MIN_MB);
     let next = AtomicUsize::new(0);
     let first_fail = AtomicUsize::new(usize::MAX);
     let results: Mutex<Vec<Option<WindowOutcome>>> = Mutex::new(vec![None; m.windows.len()]);
@@ -417,7 +416,12 @@ fn check_window(
         }
         Verdict::Deadlock => return Err("TLC reported a deadlock although deadlock checking is off".into()),
         Verdict::Failed(msg) => {
-            return Err(format!("TLC failed on the trace specification {} ({}): {msg}", m.module, w.label))
+            let hint = if msg.contains("out of memory") {
+                format!(" [TLC had {heap_mb} MB of heap: fewer --jobs give each run more, and a smaller --window (LLFree) needs less]")
+            } else {
+                String::new()
+            };
+            return Err(format!("TLC failed on the trace specification {} ({}): {msg}{hint}", m.module, w.label));
         }
     }
     Ok(o)
