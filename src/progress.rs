@@ -4,6 +4,7 @@
 //! while the work runs on the caller's thread.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pmsim_analyses::sweep::Tally;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -36,4 +37,39 @@ pub fn polled<T>(every: Duration, mut poll: impl FnMut(bool) + Send, work: impl 
         let _stop = Stop(&stop);
         work()
     })
+}
+
+/// Runs `work` (a sweep, or the main job's sweeps one after the other) with
+/// a bar of the current experiment's points, drawn from `tally`; the bar
+/// starts again (its elapsed time and estimate too) with each experiment.
+pub fn points<T>(tally: &Tally, work: impl FnOnce() -> T) -> T {
+    let mut bar: Option<ProgressBar> = None;
+    let mut experiment = String::new();
+    polled(
+        Duration::from_millis(100),
+        |ended| {
+            if ended {
+                if let Some(b) = bar.take() {
+                    b.finish_and_clear();
+                }
+                return;
+            }
+            let (exp, last) = tally.now();
+            if exp.is_empty() {
+                return;
+            }
+            let b = bar.get_or_insert_with(|| {
+                self::bar(Some(0), "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} points (ETA {eta}) {msg}")
+            });
+            if exp != experiment {
+                b.reset();
+                b.set_prefix(exp.clone());
+                experiment = exp;
+            }
+            b.set_length(tally.total());
+            b.set_position(tally.done());
+            b.set_message(last);
+        },
+        work,
+    )
 }

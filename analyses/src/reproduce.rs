@@ -137,7 +137,8 @@ pub struct Options {
     /// Run only these experiments (by name).
     pub only: Vec<String>,
     pub traced: Vec<Traced>,
-    pub progress: bool,
+    /// Counts each experiment's points as they end, for a progress display.
+    pub tally: std::sync::Arc<sweep::Tally>,
     /// The command line, for the report.
     pub command: String,
 }
@@ -331,7 +332,7 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
         let base = Path::new(&file).file_name().map_or(file.clone(), |f| f.to_string_lossy().into_owned());
         policy.write(&out.join("experiments").join(&base), text.as_bytes())?;
         let dir = SweepDir::new(out.join("sweeps").join(&name));
-        let so = sweep::Options { shard: Shard::default(), resume: true, jobs: opts.jobs, progress: opts.progress };
+        let so = sweep::Options { shard: Shard::default(), resume: true, jobs: opts.jobs, tally: opts.tally.clone() };
         let meta = exp.meta.clone();
         let s = sweep::run(&dir, exp, &so)?;
         if !s.failed.is_empty() {

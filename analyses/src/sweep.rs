@@ -16,7 +16,6 @@ use crate::experiment::Experiment;
 use crate::point::Point;
 use crate::row::{is_timing_key, Env, Results, Row};
 use crate::store::{Resolved, ShardWriter, SweepDir};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pmsim_model::registry;
 use pmsim_model::runner::{self, AllocSpec, HeapSpec, RunSpec};
 use pmsim_model::scratch::ScratchHeap;
@@ -31,6 +30,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -80,8 +80,46 @@ pub struct Options {
     pub resume: bool,
     /// Worker threads (0: one per CPU).
     pub jobs: usize,
-    /// Draw a progress bar on stderr (when it is a terminal).
-    pub progress: bool,
+    /// Counts the points as they end, for a progress display.
+    pub tally: Arc<Tally>,
+}
+
+/// How far a sweep is, for a progress display polled from another thread
+/// (the command line draws it): the experiment, its points to run now and
+/// those done, and the last point done.
+#[derive(Debug, Default)]
+pub struct Tally {
+    done: AtomicU64,
+    total: AtomicU64,
+    now: Mutex<(String, String)>,
+}
+
+impl Tally {
+    /// Points of the current experiment done so far.
+    pub fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// Points of the current experiment to run now.
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// The current experiment and the label of its last point done.
+    pub fn now(&self) -> (String, String) {
+        self.now.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn start(&self, experiment: &str, total: u64) {
+        self.done.store(0, Ordering::Relaxed);
+        self.total.store(total, Ordering::Relaxed);
+        *self.now.lock().unwrap_or_else(|e| e.into_inner()) = (experiment.to_string(), String::new());
+    }
+
+    fn point_done(&self, label: String) {
+        self.now.lock().unwrap_or_else(|e| e.into_inner()).1 = label;
+        self.done.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// What a sweep did.
@@ -138,16 +176,7 @@ pub fn run_resolved(dir: &SweepDir, r: &Resolved, opts: &Options) -> Result<Summ
     let mine: Vec<_> = r.points.iter().filter(|l| opts.shard.contains(l.index)).collect();
     let todo: Vec<_> = mine.iter().filter(|l| !done.contains(l.id.as_str())).collect();
     let writer = ShardWriter::open(&shard_path)?;
-    let bar = if opts.progress {
-        ProgressBar::with_draw_target(Some(todo.len() as u64), ProgressDrawTarget::stderr())
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} points (ETA {eta}) {msg}")
-            .expect("valid template"),
-    );
-    bar.set_prefix(r.experiment.meta.name.clone());
+    opts.tally.start(&r.experiment.meta.name, todo.len() as u64);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.jobs)
         .build()
@@ -156,13 +185,11 @@ pub fn run_resolved(dir: &SweepDir, r: &Resolved, opts: &Options) -> Result<Summ
         todo.par_iter()
             .filter_map(|l| {
                 let res = run_point(&l.point, l.index, &l.id).and_then(|row| writer.append(&row));
-                bar.inc(1);
-                bar.set_message(l.point.label());
+                opts.tally.point_done(l.point.label());
                 res.err().map(|e| (l.point.label(), e))
             })
             .collect()
     });
-    bar.finish_and_clear();
     Ok(Summary {
         experiment: r.experiment.meta.name.clone(),
         fingerprint: r.fingerprint.clone(),

@@ -31,7 +31,7 @@ fn exp() -> Experiment {
 }
 
 fn opts(shard: Shard, resume: bool) -> Options {
-    Options { shard, resume, jobs: 2, progress: false }
+    Options { shard, resume, jobs: 2, tally: Default::default() }
 }
 
 fn rows(dir: &SweepDir) -> Vec<Row> {

@@ -42,7 +42,7 @@ pub fn run(a: ReproduceArgs) -> CmdResult {
         experiments: a.experiments,
         only: a.only,
         traced: a.traced,
-        progress: true,
+        tally: Default::default(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let exps = reproduce::load(&opts)?;
@@ -54,7 +54,7 @@ pub fn run(a: ReproduceArgs) -> CmdResult {
     reproduce::claim_out(&opts.out)?;
     let _one_writer = pmsim_traces::output::Lock::dir(&opts.out)?;
     reproduce::ensure_native_env(&exps)?;
-    let s = reproduce::run(&opts, exps)?;
+    let s = crate::progress::points(&opts.tally, || reproduce::run(&opts, exps))?;
     let mut w = std::io::stdout().lock();
     if a.json {
         serde_json::to_writer_pretty(&mut w, &s)?;

@@ -162,8 +162,8 @@ pub fn run(a: SweepArgs) -> CmdResult {
     let points: Vec<_> = resolved.points.iter().map(|l| l.point.clone()).collect();
     sweep::check_jobs(a.jobs, &points)?;
     sweep::ensure_native_env(&points)?;
-    let opts = Options { shard: a.shard, resume: a.resume.is_some(), jobs: a.jobs, progress: true };
-    let s = sweep::run_resolved(&dir, &resolved, &opts)?;
+    let opts = Options { shard: a.shard, resume: a.resume.is_some(), jobs: a.jobs, tally: Default::default() };
+    let s = crate::progress::points(&opts.tally, || sweep::run_resolved(&dir, &resolved, &opts))?;
     // Points ran (or failed, to be retried with --resume): the directory stays.
     made.keep();
     let mut w = std::io::stdout().lock();
