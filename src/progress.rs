@@ -15,18 +15,34 @@ pub fn bar(len: Option<u64>, template: &str) -> ProgressBar {
     bar
 }
 
-/// Runs `work` while another thread calls `poll(false)` every `every`, then
-/// `poll(true)` once `work` has ended, however it ends (a panic would
-/// otherwise leave the poller running and the scope waiting for it).
-pub fn polled<T>(every: Duration, mut poll: impl FnMut(bool) + Send, work: impl FnOnce() -> T) -> T {
+/// Runs `work` while another thread keeps a bar on stderr current: `make`
+/// is asked for the bar at every poll until it gives one (a command may
+/// show none for its first seconds), `update` then refreshes it every
+/// `every`, and the bar is cleared once `work` has ended, however it ends
+/// (a panic would otherwise leave the poller running and the scope waiting
+/// for it).
+pub fn with_bar<T>(
+    every: Duration,
+    mut make: impl FnMut() -> Option<ProgressBar> + Send,
+    mut update: impl FnMut(&ProgressBar) + Send,
+    work: impl FnOnce() -> T,
+) -> T {
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
+            let mut bar: Option<ProgressBar> = None;
             while !stop.load(Ordering::Relaxed) {
-                poll(false);
+                if bar.is_none() {
+                    bar = make();
+                }
+                if let Some(b) = &bar {
+                    update(b);
+                }
                 std::thread::sleep(every);
             }
-            poll(true);
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
         });
         struct Stop<'a>(&'a AtomicBool);
         impl Drop for Stop<'_> {
@@ -43,24 +59,15 @@ pub fn polled<T>(every: Duration, mut poll: impl FnMut(bool) + Send, work: impl 
 /// a bar of the current experiment's points, drawn from `tally`; the bar
 /// starts again (its elapsed time and estimate too) with each experiment.
 pub fn points<T>(tally: &Tally, work: impl FnOnce() -> T) -> T {
-    let mut bar: Option<ProgressBar> = None;
     let mut experiment = String::new();
-    polled(
+    with_bar(
         Duration::from_millis(100),
-        |ended| {
-            if ended {
-                if let Some(b) = bar.take() {
-                    b.finish_and_clear();
-                }
-                return;
-            }
+        || {
+            (!tally.now().0.is_empty())
+                .then(|| bar(Some(0), "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} points (ETA {eta}) {msg}"))
+        },
+        |b| {
             let (exp, last) = tally.now();
-            if exp.is_empty() {
-                return;
-            }
-            let b = bar.get_or_insert_with(|| {
-                self::bar(Some(0), "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} points (ETA {eta}) {msg}")
-            });
             if exp != experiment {
                 b.reset();
                 b.set_prefix(exp.clone());

@@ -1507,17 +1507,17 @@ pub fn headline(s: &[Scored]) -> String {
 pub fn table(s: &[Scored]) -> Table {
     let mut t = Table::new(&["claim", "where", "configuration", "paper", "pmsim", "verdict", "why"]);
     for x in s {
-        t.push(vec![
-            x.claim.clone(),
-            x.figure.clone(),
-            x.config.clone(),
-            x.paper.clone(),
-            x.pmsim.clone(),
-            x.verdict.text().into(),
-            x.why.clone(),
-        ]);
+        let mut row = cells(x);
+        row.push(x.why.clone());
+        t.push(row);
     }
     t
+}
+
+/// A claim's cells: what, where, the configurations, the paper's value,
+/// pmsim's and the verdict.
+fn cells(x: &Scored) -> Vec<String> {
+    vec![x.claim.clone(), x.figure.clone(), x.config.clone(), x.paper.clone(), x.pmsim.clone(), x.verdict.text().into()]
 }
 
 /// The claims figure `id` shows, as a table (the paper beside pmsim).
@@ -1528,14 +1528,7 @@ pub fn figure_table(s: &[Scored], id: &str) -> Option<Table> {
     }
     let mut t = Table::new(&["the paper reports", "where", "configurations", "paper", "pmsim", "verdict"]);
     for x in of {
-        t.push(vec![
-            x.claim.clone(),
-            x.figure.clone(),
-            x.config.clone(),
-            x.paper.clone(),
-            x.pmsim.clone(),
-            x.verdict.text().into(),
-        ]);
+        t.push(cells(x));
     }
     Some(t)
 }

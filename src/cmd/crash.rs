@@ -216,15 +216,16 @@ pub fn run(a: CrashArgs) -> CmdResult {
 /// stderr: once the points are planned, a line saying how many there are,
 /// then the points explored with an estimate of the time left.
 fn with_progress<T>(progress: &Progress, f: impl FnOnce() -> T) -> T {
-    let bar = crate::progress::bar(None, "{elapsed_precise} [{bar:30}] {pos}/{len} points, {msg} (about {eta} left)");
     let mut planned = false;
-    crate::progress::polled(
+    crate::progress::with_bar(
         Duration::from_millis(100),
-        |ended| {
-            if ended {
-                bar.finish_and_clear();
-                return;
-            }
+        || {
+            Some(crate::progress::bar(
+                None,
+                "{elapsed_precise} [{bar:30}] {pos}/{len} points, {msg} (about {eta} left)",
+            ))
+        },
+        |bar| {
             let n = progress.planned.load(Ordering::Acquire);
             if n > 0 && !planned {
                 planned = true;

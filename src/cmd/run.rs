@@ -7,7 +7,6 @@
 
 use super::CmdResult;
 use clap::Args;
-use indicatif::ProgressBar;
 use pmsim_model::runner::{self, AllocInfo, AllocSpec, HeapSpec, Outcome, RunError, RunSpec};
 use pmsim_model::scratch::ScratchHeap;
 use pmsim_model::workloads::series::Every;
@@ -152,25 +151,16 @@ struct RunOut {
 fn with_bar<T>(label: &str, f: impl FnOnce(&Progress) -> T) -> T {
     let progress = Progress::default();
     let start = Instant::now();
-    let mut bar: Option<ProgressBar> = None;
-    crate::progress::polled(
+    crate::progress::with_bar(
         Duration::from_millis(50),
-        |ended| {
-            if ended {
-                if let Some(b) = bar.take() {
-                    b.finish_and_clear();
-                }
-                return;
-            }
-            if bar.is_none() && start.elapsed() > Duration::from_secs(2) {
-                let template = "{msg:30} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} ops ({per_sec}, {eta})";
-                bar = Some(crate::progress::bar(Some(progress.total()), template));
-            }
-            if let Some(b) = &bar {
-                b.set_length(progress.total().max(progress.done()));
-                b.set_position(progress.done());
-                b.set_message(format!("{label}: {}", progress.phase()));
-            }
+        || {
+            let template = "{msg:30} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} ops ({per_sec}, {eta})";
+            (start.elapsed() > Duration::from_secs(2)).then(|| crate::progress::bar(Some(progress.total()), template))
+        },
+        |b| {
+            b.set_length(progress.total().max(progress.done()));
+            b.set_position(progress.done());
+            b.set_message(format!("{label}: {}", progress.phase()));
         },
         || f(&progress),
     )

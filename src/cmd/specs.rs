@@ -116,20 +116,14 @@ fn validate(a: ValidateArgs) -> CmdResult {
         mapped.steps.len(),
         mapped.spec
     );
-    let bar = crate::progress::bar(
-        Some(mapped.steps.len() as u64),
-        "{bar:30} {pos}/{len} steps checked {elapsed} (about {eta} left)",
-    );
     let done = AtomicUsize::new(0);
-    let o = crate::progress::polled(
+    let o = crate::progress::with_bar(
         Duration::from_millis(200),
-        |ended| {
-            if ended {
-                bar.finish_and_clear();
-            } else {
-                bar.set_position(done.load(Ordering::Relaxed) as u64);
-            }
+        || {
+            let template = "{bar:30} {pos}/{len} steps checked {elapsed} (about {eta} left)";
+            Some(crate::progress::bar(Some(mapped.steps.len() as u64), template))
         },
+        |bar| bar.set_position(done.load(Ordering::Relaxed) as u64),
         || validate::check(&tlc, &root, &mapped, &overrides, jobs, &done),
     )?;
     let wall = start.elapsed().as_secs_f64();
