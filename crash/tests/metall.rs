@@ -38,7 +38,7 @@ fn metall_passes_over_10k_images_refusing_unclean_stores() {
     let end = s.coverage.last().unwrap();
     assert_eq!((end.point, end.images, end.refused, end.pending_lines), (s.fences, 1, 0, 0), "{end:?}");
 
-    let s = run(&t, &Options { bound: 5000, full_sample: true, ..all });
+    let s = run(&t, &Options { bound: 5000, samples: 5000, full_sample: true, ..all });
     if let Some(v) = &s.violation {
         panic!("violation at point {} image {}: {}", v.point, v.image, v.problem);
     }
