@@ -263,6 +263,15 @@ fn cases() -> Vec<Case> {
             "old.py",
             "already exists"
         ),
+        // A --gem5-config no one may write beside (/proc refuses new files,
+        // to root too, where a mode would not): the export fails before its
+        // outputs, and the user's --out, forced, stays as it was.
+        c!(
+            "export --gem5-config into an unwritable directory",
+            "export t.pmt --format gem5 --out old.txt --force --gem5-config /proc/pmsim-gem5.py",
+            "/proc/pmsim-gem5.py",
+            "cannot create"
+        ),
         c!("sim --access-map over a file", "sim t.pmt --access-map old.csv", "old.csv", "already exists"),
         c!("merge --csv over a file", "sweep merge sw --csv old.csv", "old.csv", "already exists"),
         c!("merge --json over a file", "sweep merge sw --json old.json", "old.json", "already exists"),
