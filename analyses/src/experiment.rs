@@ -378,54 +378,22 @@ fn cross(axes: &BTreeMap<String, Vec<Value>>, mode: Mode, scale: &str, out: &mut
     }
     // A workload parameter reaches the workloads that have it (a Threadtest
     // `split` leaves Prod-con alone); one that none of them has is refused.
-    let mut wl_combos = Vec::with_capacity(workloads.len());
-    let mut wl_used = vec![false; wl_keys.len()];
+    let sc = scale.parse::<Scale>().map_err(|e| format!("'scale': {e}"))?;
+    let mut wl_params = Vec::with_capacity(workloads.len());
     for w in &workloads {
-        let sc = scale.parse::<Scale>().map_err(|e| format!("'scale': {e}"))?;
-        let params = Workload::preset(w, sc).map_err(|e| format!("'workload': {e}"))?.params_json();
-        let mine: Vec<(&str, &Vec<Value>)> = wl_keys
-            .iter()
-            .enumerate()
-            .filter(|(_, (k, _))| params.contains_key(*k))
-            .map(|(i, kv)| {
-                wl_used[i] = true;
-                *kv
-            })
-            .collect();
-        wl_combos.push(combos(&mine));
+        wl_params.push(Workload::preset(w, sc).map_err(|e| format!("'workload': {e}"))?.params_json());
     }
-    if let Some(i) = wl_used.iter().position(|u| !u) {
-        return Err(format!(
-            "'param.{}': no workload of the sweep ({}) has this parameter",
-            wl_keys[i].0,
-            workloads.join(", ")
-        ));
-    }
+    let wl_combos = spread(&wl_keys, &wl_params)
+        .map_err(|k| format!("'param.{k}': no workload of the sweep ({}) has this parameter", workloads.join(", ")))?;
     // A bare key reaches the allocators that have the parameter (as
     // `pmsim run --set` does); one that none of them has is refused.
-    let mut alloc_combos = Vec::with_capacity(allocs.len());
-    let mut used = vec![false; alloc_keys.len()];
+    let mut alloc_params = Vec::with_capacity(allocs.len());
     for a in &allocs {
         let name = a.split(':').next().unwrap_or("");
-        let spec = AllocSpec::parse(name, []).map_err(|e| format!("'alloc': {e}"))?;
-        let mine: Vec<(&str, &Vec<Value>)> = alloc_keys
-            .iter()
-            .enumerate()
-            .filter(|(_, (k, _))| spec.params().contains_key(*k))
-            .map(|(i, kv)| {
-                used[i] = true;
-                *kv
-            })
-            .collect();
-        alloc_combos.push(combos(&mine));
+        alloc_params.push(AllocSpec::parse(name, []).map_err(|e| format!("'alloc': {e}"))?.params().clone());
     }
-    if let Some(i) = used.iter().position(|u| !u) {
-        return Err(format!(
-            "'{}': no allocator of the sweep ({}) has this parameter",
-            alloc_keys[i].0,
-            allocs.join(", ")
-        ));
-    }
+    let alloc_combos = spread(&alloc_keys, &alloc_params)
+        .map_err(|k| format!("'{k}': no allocator of the sweep ({}) has this parameter", allocs.join(", ")))?;
     let sim_combos = combos(&sim_keys);
     for (wl, wl_combos) in workloads.iter().zip(&wl_combos) {
         for wp in wl_combos {
@@ -472,6 +440,35 @@ fn no_repeats(key: &str, vals: &[Value]) -> Result<(), String> {
 }
 
 /// Every combination of the keys' values (keys in name order, values as listed).
+/// For each owner (a workload, an allocator) whose parameters are `owners`,
+/// the combinations of the swept `keys` it has; the first key no owner has
+/// is the error.
+fn spread<'k>(
+    keys: &[(&'k str, &'k Vec<Value>)],
+    owners: &[serde_json::Map<String, Value>],
+) -> Result<Vec<Vec<BTreeMap<String, Value>>>, &'k str> {
+    let mut used = vec![false; keys.len()];
+    let per_owner = owners
+        .iter()
+        .map(|params| {
+            let mine: Vec<(&str, &Vec<Value>)> = keys
+                .iter()
+                .enumerate()
+                .filter(|(_, (k, _))| params.contains_key(*k))
+                .map(|(i, kv)| {
+                    used[i] = true;
+                    *kv
+                })
+                .collect();
+            combos(&mine)
+        })
+        .collect();
+    match used.iter().position(|u| !u) {
+        Some(i) => Err(keys[i].0),
+        None => Ok(per_owner),
+    }
+}
+
 fn combos(keys: &[(&str, &Vec<Value>)]) -> Vec<BTreeMap<String, Value>> {
     let mut out = vec![BTreeMap::new()];
     for (k, vs) in keys {

@@ -320,6 +320,39 @@ pub(crate) fn fragbench(rows: &[Row]) -> Vec<&Row> {
     rows.iter().filter(|r| r.point.workload.starts_with("fragbench-") && r.result.native.is_some()).collect()
 }
 
+/// The peak mapped memory (MiB) of Fragbench rows `rs` as bar data: the
+/// workloads, the allocators, and one series per allocator with its peak
+/// on each workload (Figs. 1b and 15a).
+pub(crate) fn fragbench_peaks(rs: &[&Row]) -> (Vec<String>, Vec<String>, Vec<Series<f64>>) {
+    let wls = distinct(rs.iter().map(|r| r.point.workload.clone()));
+    let allocs = distinct(rs.iter().map(|r| alloc_label(r, &[])));
+    let mut series: Vec<Series<f64>> = allocs.iter().map(|a| (a.clone(), vec![0.0; wls.len()])).collect();
+    for r in rs {
+        let w = wls.iter().position(|x| *x == r.point.workload).expect("listed");
+        let a = allocs.iter().position(|x| *x == alloc_label(r, &[])).expect("listed");
+        series[a].1[w] = mib(r.num(PEAK_MAPPED).unwrap_or(0.0));
+    }
+    (wls, allocs, series)
+}
+
+/// How Fragbench was sized in rows `rs`, for a caption ("100 MiB allocated
+/// per phase under a 20 MiB live cap"), read from the runs' parameters;
+/// empty when the rows do not say.
+pub(crate) fn fragbench_sizing(rs: &[&Row]) -> String {
+    let param = |k: &str| {
+        let mut v = distinct(rs.iter().filter_map(|r| {
+            let report = r.result.native.as_ref().or(r.result.traced.as_ref())?;
+            report.pointer(&format!("/params/{k}"))?.as_f64().map(|b| format!("{:.0} MiB", mib(b)))
+        }));
+        v.sort();
+        v.join(" or ")
+    };
+    match (param("alloc_bytes"), param("live_cap")) {
+        (a, c) if !a.is_empty() && !c.is_empty() => format!("{a} allocated per phase under a {c} live cap"),
+        _ => String::new(),
+    }
+}
+
 /// The peak-memory bars of Fragbench W1–W4 (Figs. 1b and 15a): one bar
 /// group per workload, one series per allocator (and the live-data line).
 pub(crate) fn fragbench_peak_panel(wls: &[String], series: Vec<Series<f64>>) -> Panel {
@@ -341,17 +374,13 @@ pub fn fig15a(rows: &[Row]) -> Option<Figure> {
     if rs.is_empty() {
         return None;
     }
-    let wls = distinct(rs.iter().map(|r| r.point.workload.clone()));
-    let allocs = distinct(rs.iter().map(|r| alloc_label(r, &[])));
+    let (wls, _, mut series) = fragbench_peaks(&rs);
     let mut table = Table::new(&["workload", "allocator", "peak mapped (MiB)", "peak live (MiB)", "live cap (MiB)"]);
-    let mut series: Vec<Series<f64>> = allocs.iter().map(|a| (a.clone(), vec![0.0; wls.len()])).collect();
     let mut live = vec![0.0f64; wls.len()];
     for r in &rs {
         let w = wls.iter().position(|x| *x == r.point.workload).expect("listed");
-        let a = allocs.iter().position(|x| *x == alloc_label(r, &[])).expect("listed");
         let mapped = mib(r.num(PEAK_MAPPED).unwrap_or(0.0));
         let l = mib(r.num(PEAK_LIVE).unwrap_or(0.0));
-        series[a].1[w] = mapped;
         live[w] = live[w].max(l);
         let cap = r.num(LIVE_CAP).map(mib);
         table.push(vec![

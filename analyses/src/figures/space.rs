@@ -5,7 +5,7 @@
 use super::{alloc_label, distinct, fragbench, mib};
 use crate::fields::*;
 use crate::peers::{self, Class};
-use crate::plot::{Figure, Kind, Panel, Series};
+use crate::plot::{Figure, Kind, Panel};
 use crate::row::Row;
 use crate::table::{num, Table};
 
@@ -18,17 +18,13 @@ pub fn fig1b(rows: &[Row]) -> Option<Figure> {
     if rs.is_empty() {
         return None;
     }
-    let wls = distinct(rs.iter().map(|r| r.point.workload.clone()));
-    let allocs = distinct(rs.iter().map(|r| alloc_label(r, &[])));
+    let (wls, allocs, mut series) = super::fragbench_peaks(&rs);
     let mut table = Table::new(&["workload", "allocator", "peak mapped (MiB)", "live cap (MiB)", "peak / live cap"]);
-    let mut series: Vec<Series<f64>> = allocs.iter().map(|a| (a.clone(), vec![0.0; wls.len()])).collect();
     let mut cap = vec![0.0; wls.len()];
     for r in &rs {
         let w = wls.iter().position(|x| *x == r.point.workload).expect("listed");
-        let a = allocs.iter().position(|x| *x == alloc_label(r, &[])).expect("listed");
         let m = mib(r.num(PEAK_MAPPED).unwrap_or(0.0));
         let c = r.num(LIVE_CAP).map(mib);
-        series[a].1[w] = m;
         cap[w] = c.unwrap_or(0.0);
         table.push(vec![
             r.point.workload.clone(),
@@ -44,9 +40,10 @@ pub fn fig1b(rows: &[Row]) -> Option<Figure> {
         title: "Peak memory of the existing allocators on Fragbench (NVAlloc Fig. 1b)".into(),
         caption: format!(
             "Peak memory mapped by each of the paper's peers in the sweep ({}) on Fragbench W1–W4 (native runs; \
-             100 MB allocated per phase under a 20 MB live cap at tiny scale, the paper 5 GB under 1 GB), beside \
-             the cap: static slab segregation keeps slabs of the old size class when the request sizes change.",
-            allocs.join(", ")
+             {} here, the paper 5 GB under 1 GB), beside the cap: static slab segregation keeps slabs of the old \
+             size class when the request sizes change.",
+            allocs.join(", "),
+            super::fragbench_sizing(&rs)
         ),
         panels: vec![super::fragbench_peak_panel(&wls, series)],
         table,

@@ -244,10 +244,12 @@ pub fn fig15cd(rows: &[Row]) -> Option<Figure> {
     Some(Figure {
         id: "fig15cd".into(),
         title: "Fragbench throughput (NVAlloc Fig. 15c/d)".into(),
-        caption: "Estimated throughput (CPU work plus persistence, one thread) of NVAlloc-LOG with and without slab \
-                  morphing and of the peers on Fragbench W1–W4, sized so that slabs morph (20 MB allocated per phase \
-                  under a 4 MB live cap at tiny scale). Morphing costs the flushes of its slab-header steps."
-            .into(),
+        caption: format!(
+            "Estimated throughput (CPU work plus persistence, one thread) of NVAlloc-LOG with and without slab \
+             morphing and of the peers on Fragbench W1–W4, sized so that slabs morph ({}). Morphing costs the \
+             flushes of its slab-header steps.",
+            super::fragbench_sizing(&rs)
+        ),
         panels: vec![panel],
         table,
         paper: None,
