@@ -85,7 +85,7 @@ fn space(rows: &[Row], workload: &str, id: &str, title: &str) -> Option<Figure> 
         id: id.into(),
         title: title.into(),
         caption: format!(
-            "Peak memory mapped by each allocator on {workload} (tiny scale) against threads, from the simulated \
+            "Peak memory mapped by each allocator on {workload} against threads, from the simulated \
              runs (the footprint the allocator reports: slabs, extents and its metadata; PMDK's runs in use and its \
              huge allocations). NVAlloc-GC lays out memory as NVAlloc-LOG does and is left out, as in the paper."
         ),

@@ -104,30 +104,39 @@ const ESTIMATE: &str = "Estimated operations per second (log10, as the paper dra
 
 /// Fig. 9: small allocations, strongly consistent allocators.
 pub fn fig9(rows: &[Row]) -> Option<Figure> {
+    let of = |r: &Row| peers::class(&r.point.alloc) == Class::Strong && !ablation(r) && !eadr(r);
     lines(
         rows,
-        |r| peers::class(&r.point.alloc) == Class::Strong && !ablation(r) && !eadr(r),
+        of,
         "fig9",
         "Small allocations, strongly consistent allocators (NVAlloc Fig. 9)",
         &format!(
-            "NVAlloc-LOG against PMDK (the real libpmemobj) and the other strongly consistent allocators pmsim has \
-             (the paper also has nvm_malloc and PAllocator) on Threadtest (objects split over the threads, as the \
-             artifact's scripts run it), Prod-con, Shbench and Larson-small, tiny scale. {ESTIMATE}"
+            "NVAlloc-LOG against the strongly consistent allocators of the sweep ({}; PMDK is the real libpmemobj) \
+             on Threadtest (objects split over the threads, as the artifact's scripts run it), Prod-con, Shbench \
+             and Larson-small. {ESTIMATE}",
+            allocators(rows, of)
         ),
     )
 }
 
+/// The allocators of `rows` that `of` keeps, for a caption.
+fn allocators(rows: &[Row], of: impl Fn(&Row) -> bool) -> String {
+    distinct(rows.iter().filter(|r| of(r)).map(|r| alloc_label(r, &[]))).join(", ")
+}
+
 /// Fig. 10: small allocations, weakly consistent allocators (and pmsim's others).
 pub fn fig10(rows: &[Row]) -> Option<Figure> {
+    let of = |r: &Row| peers::class(&r.point.alloc) != Class::Strong && !eadr(r);
     lines(
         rows,
-        |r| peers::class(&r.point.alloc) != Class::Strong && !eadr(r),
+        of,
         "fig10",
         "Small allocations, weakly consistent allocators (NVAlloc Fig. 10)",
         &format!(
-            "NVAlloc-GC against the Makalu-style allocator (as shipped and as fixed, where both ran; the paper also \
-             has Ralloc), with pmsim's other allocators (LLFree, Metall-style: not in the paper) beside them, on the \
-             four small-object benchmarks at tiny scale. {ESTIMATE}"
+            "NVAlloc-GC against the weakly consistent allocators of the sweep and pmsim's others that are not in \
+             the paper ({}; Makalu-style as shipped and as fixed where both ran), on the four small-object \
+             benchmarks. {ESTIMATE}",
+            allocators(rows, of)
         ),
     )
 }
@@ -140,9 +149,8 @@ pub fn fig12(rows: &[Row]) -> Option<Figure> {
         "fig12",
         "Large allocations (NVAlloc Fig. 12)",
         &format!(
-            "NVAlloc-LOG against every other allocator pmsim has on Larson-large and DBMStest (objects of 32–512 KB), \
-             tiny scale; NVAlloc-GC takes NVAlloc-LOG's path for large allocations and is left out, as in the paper. \
-             {ESTIMATE}"
+            "NVAlloc-LOG against every other allocator pmsim has on Larson-large and DBMStest (objects of 32–512 KB); \
+             NVAlloc-GC takes NVAlloc-LOG's path for large allocations and is left out, as in the paper. {ESTIMATE}"
         ),
     )
 }
@@ -156,7 +164,7 @@ pub fn fig14(rows: &[Row]) -> Option<Figure> {
         "FPTree (NVAlloc Fig. 14)",
         &format!(
             "A persistent FPTree (leaves and 128 B key-value objects in PM, inner nodes in DRAM; 50 % inserts, 50 % \
-             deletes after a warm-up) on every allocator, tiny scale. {ESTIMATE}"
+             deletes after a warm-up) on every allocator. {ESTIMATE}"
         ),
     )
 }
