@@ -150,6 +150,23 @@ fn an_nvalloc_run_that_morphs_is_a_behaviour_of_slab_morphing_and_mutations_are_
     let out = text(&o);
     assert!(out.contains("LEAVES THE SPEC") && out.contains("flag 2, index_len 5} (not flushed)"), "{out}");
     assert!(out.contains("expected MorphStep2Flag"), "{out}");
+
+    // Cut into windows of about 100 steps, each checked from the state the
+    // trace gives the slab at its start, it leaves the spec at the same step,
+    // in a later window: the ones before it are behaviours of the spec.
+    let at = out.split("LEAVES THE SPEC at step ").nth(1).and_then(|r| r.split(' ').next()).unwrap().to_string();
+    assert!(at.parse::<usize>().unwrap() > 200, "{out}");
+    let o = pmsim(&["specs", "validate", t.to_str().unwrap(), "--window", "100", "--jobs", "1"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(
+        out.contains(&format!("LEAVES THE SPEC at step {at} ")) && out.contains("expected MorphStep2Flag"),
+        "{out}"
+    );
+    // "TLC ... in N window(s) (M skipped: after the failure)": the windows up to the failing one ran.
+    let tlc = out.lines().find(|l| l.starts_with("TLC ")).unwrap_or("");
+    let ran = tlc.split(" in ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<usize>().ok());
+    assert!(ran.is_some_and(|n| n >= 3) && tlc.contains("skipped: after the failure"), "{out}");
 }
 
 /// A one-thread Larson-large run whose bookkeeping log is collected: a log

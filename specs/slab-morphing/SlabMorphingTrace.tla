@@ -1,11 +1,20 @@
 ------------------------- MODULE SlabMorphingTrace -------------------------
 (***************************************************************************)
 (* Trace validation of SlabMorphing (`pmsim specs validate`): the life of  *)
-(* one slab in a run of pmsim's NVAlloc, from its init_header to the end   *)
-(* of the trace (or the slab's return to the large allocator, or a second  *)
-(* morph), mapped by specs/src/validate/morphing.rs. The first slab that   *)
-(* morphs is the one followed; its class before the morph is "A", after    *)
-(* it "B", and the constants are the code's geometry in bytes.             *)
+(* a slab in a run of pmsim's NVAlloc around one morph, from its           *)
+(* init_header (or the end of its previous morph's segment) to the end of  *)
+(* the trace, the slab's return to the large allocator or its next morph,  *)
+(* mapped by specs/src/validate/morphing.rs for every slab that morphs;    *)
+(* its class before the morph is "A", after it "B", and the constants are  *)
+(* the code's geometry in bytes.                                           *)
+(*                                                                         *)
+(* A trace is checked in windows, each from the state the trace gives the  *)
+(* slab at the window's start: TraceData's StartImg (header, bitmap and    *)
+(* table as the steps before it left them). The mapping starts a window    *)
+(* only where the slab is quiet (every line written flushed, flag 0, no    *)
+(* finish_morph due), where the spec's whole state follows from the image  *)
+(* as recovery's Rebuild derives it: InitFrom below (Init is               *)
+(* InitFrom(InitImg)).                                                     *)
 (*                                                                         *)
 (* The mapping cuts the slab's persistent writes at the fences of the      *)
 (* thread writing them: each cut is a "Write" step (the new value of every *)
@@ -86,7 +95,26 @@ Visible(e) ==
       [] e.a = "Fence" -> FenceStep
       [] OTHER -> FALSE
 
-TraceInit == Init /\ i = 0 /\ PrintT(<<"pmsim-reached", 0, NextExpected>>)
+\* A quiet slab with image img: nothing queued, no operation or morph in
+\* flight, the vslab, counters and phase as Rebuild derives them, and the
+\* user holding what the image has allocated.
+InitFrom(img) ==
+    LET live == IF img.hdr.ilen > 0 THEN LiveEntries(img.hdr, img.tbl) ELSE {}
+    IN /\ PM!PMInit(img)
+       /\ vtaken = img.bm \cup (IF live # {} THEN Pinned(live) ELSE {})
+       /\ cntSlab = Cardinality(live)
+       /\ cntBlock = IF live # {} THEN Pins(live) ELSE [nb \in NewBlk |-> 0]
+       /\ op = NoOp
+       /\ morphPc = "idle"
+       /\ recPc = "none"
+       /\ mode = "run"
+       /\ owned = Allocated(img)
+       /\ phase = CASE img.hdr.ilen > 0 -> "in" [] img.hdr.cls = "A" -> "before" [] OTHER -> "after"
+       /\ preLive = {}
+       /\ crashPhase = "none"
+       /\ crashImg = img
+
+TraceInit == InitFrom(StartImg) /\ i = 0 /\ PrintT(<<"pmsim-reached", 0, NextExpected>>)
 
 TraceNext ==
     /\ i < Len(Trace)

@@ -29,13 +29,15 @@ pub enum SpecsCmd {
     /// the whole trace is a behaviour of the spec or at which event it
     /// leaves it, with the action the spec expected there. LLFree traces
     /// are checked against LLFreeSingleCAS; NVAlloc traces against
-    /// SlabMorphing (the first slab that morphs, from its creation on) or
+    /// SlabMorphing (every slab that morphs, from its creation on) or
     /// BookkeepingLogGC (the bookkeeping log from the heap's creation on).
     ///
-    /// An LLFree trace is cut into windows, one tree each (the operations
-    /// whose CASes land in it), about --window steps long and cut between
-    /// operations; each is checked from the state the trace gives its tree
-    /// at the window's start, --jobs of them at once. A zone of any shape
+    /// A trace is cut into windows, each checked from the state the trace
+    /// gives at the window's start, --jobs of them at once: an LLFree trace
+    /// into windows of one tree each (the operations whose CASes land in
+    /// it), a slab-morphing trace into windows of one slab each (each morph
+    /// with the slab's life around it), about --window steps long and cut
+    /// where nothing of the tree or slab is in flight. A zone of any shape
     /// is checked this way (each tree with its own number of children), and
     /// traces of hundreds of thousands of steps in minutes. The answer is
     /// the first step (in the trace's order) any window finds outside the
@@ -68,9 +70,10 @@ pub struct ValidateArgs {
     /// at least 256 MB each), 1 to 64 [default: one per core, at most 2].
     #[arg(long, value_parser = pmsim_traces::input::count_in(1, 64))]
     jobs: Option<usize>,
-    /// Steps per window of an LLFree trace (each window is cut at the first
-    /// point after this many where no operation of its tree is in flight).
-    #[arg(long, default_value_t = validate::llfree::WINDOW_STEPS, value_name = "STEPS",
+    /// Steps per window of an LLFree or slab-morphing trace (each window is
+    /// cut at the first point after this many where nothing of its tree or
+    /// slab is in flight).
+    #[arg(long, default_value_t = validate::WINDOW_STEPS, value_name = "STEPS",
           value_parser = pmsim_traces::input::count_in(1, usize::MAX))]
     window: usize,
 }

@@ -26,7 +26,7 @@
 //! `init` operation) only set the words' starting values, which must be the
 //! spec's initial state (every child free, every bit clear).
 
-use super::{tla_str, Mapped, Step, Window};
+use super::{tla_set, tla_str, Cutter, Mapped, Step, Window};
 use pmsim_traces::{line_of, Event, FenceKind, OpKind, TraceReader};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -42,11 +42,6 @@ const HUGE_FLAG: u64 = 0x8000;
 
 /// The spec's invariants checked along the trace.
 const INVARIANTS: [&str; 4] = ["TypeOK", "NoFrameAllocatedTwice", "CountersInBounds", "NoAllocationStuck"];
-
-/// Steps per window by default: long enough that TLC's start (about 2 s of
-/// JVM and parsing) is small beside the check, short enough that a window
-/// of a full tree stays well inside the memory TLC is given.
-pub const WINDOW_STEPS: usize = 20_000;
 
 /// The zone's shape: trees of [`TREE_CHILDREN`] children, the last one
 /// holding what is left (a zone of 95 children: 32, 32, 31).
@@ -290,27 +285,9 @@ impl TreeState {
     }
 }
 
-/// A bit field as a TLA+ set: a union of runs (`0..127 \cup {130}`).
+/// A bit field as a TLA+ set.
 fn bit_set(f: &[u64; 8]) -> String {
-    let on = |b: usize| f[b / 64] >> (b % 64) & 1 == 1;
-    let mut runs = Vec::new();
-    let mut b = 0;
-    while b < 512 {
-        if on(b) {
-            let start = b;
-            while b < 512 && on(b) {
-                b += 1;
-            }
-            runs.push(if b - start == 1 { format!("{{{start}}}") } else { format!("({start}..{})", b - 1) });
-        } else {
-            b += 1;
-        }
-    }
-    if runs.is_empty() {
-        "{}".into()
-    } else {
-        runs.join(" \\cup ")
-    }
+    tla_set((0..512u64).filter(|&b| f[b as usize / 64] >> (b % 64) & 1 == 1))
 }
 
 /// Cuts the mapped steps into windows, each a behaviour of one tree (the
@@ -347,7 +324,7 @@ fn cut(steps: &[LStep], shape: &Shape, window: usize, eadr: bool) -> Vec<Window>
     for t in 1..=shape.trees() {
         let mut state = TreeState::new(shape, t);
         let trees_before = t - 1;
-        let mut w: Option<Window> = None;
+        let mut cutter = Cutter::new(window);
         let mut cpus = BTreeSet::new();
         let mut in_flight: HashSet<u32> = HashSet::new();
         for (i, s) in steps.iter().enumerate() {
@@ -356,27 +333,18 @@ fn cut(steps: &[LStep], shape: &Shape, window: usize, eadr: bool) -> Vec<Window>
             if tree.is_some_and(|x| x != t) {
                 continue;
             }
-            if in_flight.is_empty() && w.as_ref().is_some_and(|w| w.steps.len() >= window) {
-                windows.push(finish(w.take().expect("a window"), &mut cpus, shape, t, eadr));
+            if let Some(w) = cutter.cut(in_flight.is_empty()) {
+                windows.push(finish(w, &mut cpus, shape, t, eadr));
             }
-            let cur = w.get_or_insert_with(|| Window {
-                label: String::new(),
-                steps: Vec::new(),
-                tla: Vec::new(),
-                constants: Vec::new(),
-                start: state.tla(),
-            });
-            cur.steps.push(i);
-            match s.kind.tree(shape) {
+            let tla = match s.kind.tree(shape) {
                 // A CAS of the operation in another tree than its first: no action of the spec does that.
-                Some(x) if x != t => cur.tla.push(
-                    Kind::Unknown(
-                        format!("{} in tree {x}, after the operation's CASes in tree {t}", s.kind.action()).into(),
-                    )
-                    .tla(s.tid, state.base, trees_before),
-                ),
-                _ => cur.tla.push(s.kind.tla(s.tid, state.base, trees_before)),
-            }
+                Some(x) if x != t => Kind::Unknown(
+                    format!("{} in tree {x}, after the operation's CASes in tree {t}", s.kind.action()).into(),
+                )
+                .tla(s.tid, state.base, trees_before),
+                _ => s.kind.tla(s.tid, state.base, trees_before),
+            };
+            cutter.push(i, tla, || state.tla());
             cpus.insert(s.tid);
             if op != NONE {
                 if s.kind.ends() {
@@ -387,11 +355,11 @@ fn cut(steps: &[LStep], shape: &Shape, window: usize, eadr: bool) -> Vec<Window>
             }
             state.apply(&s.kind);
         }
-        if let Some(w) = w {
+        if let Some(w) = cutter.take() {
             windows.push(finish(w, &mut cpus, shape, t, eadr));
         }
     }
-    windows.sort_by_key(|w| w.steps[0]);
+    super::sort_windows(&mut windows);
     windows
 }
 

@@ -90,6 +90,88 @@ impl Window {
     }
 }
 
+/// Steps per window by default: long enough that TLC's start (about 2 s of
+/// JVM and parsing) is small beside the check, short enough that a window
+/// of a full LLFree tree stays well inside the memory TLC is given.
+pub const WINDOW_STEPS: usize = 20_000;
+
+/// Cuts the steps of one part of a trace (an LLFree tree, an NVAlloc slab)
+/// into windows. A window opens at the part's next step with the state the
+/// steps before it left the part in (its `start`), and closes at the first
+/// point after `limit` steps where the part is *quiet*: nothing of it in
+/// flight, so that state is one the trace specification can start from.
+/// Each mapping says what quiet means for its spec and why its parts are
+/// independent; the windows sort by their first step ([`sort_windows`]).
+pub(super) struct Cutter {
+    limit: usize,
+    cur: Option<Window>,
+}
+
+impl Cutter {
+    pub(super) fn new(limit: usize) -> Cutter {
+        Cutter { limit: limit.max(1), cur: None }
+    }
+
+    /// The window being filled, if it has its `limit` steps and the part
+    /// is `quiet` here (the caller gives it its constants and label).
+    pub(super) fn cut(&mut self, quiet: bool) -> Option<Window> {
+        if quiet && self.cur.as_ref().is_some_and(|w| w.steps.len() >= self.limit) {
+            self.cur.take()
+        } else {
+            None
+        }
+    }
+
+    /// The window being filled, whatever its length (the part ends here).
+    pub(super) fn take(&mut self) -> Option<Window> {
+        self.cur.take()
+    }
+
+    /// Adds step `i` of [`Mapped::steps`] (`tla` in the window's numbering)
+    /// to the window being filled, opening one from the state `start`
+    /// gives (further definitions of the generated module) if none is open.
+    pub(super) fn push(&mut self, i: usize, tla: String, start: impl FnOnce() -> String) {
+        let w = self.cur.get_or_insert_with(|| Window {
+            label: String::new(),
+            steps: Vec::new(),
+            tla: Vec::new(),
+            constants: Vec::new(),
+            start: start(),
+        });
+        w.steps.push(i);
+        w.tla.push(tla);
+    }
+
+    /// Steps in the window being filled.
+    pub(super) fn len(&self) -> usize {
+        self.cur.as_ref().map_or(0, |w| w.steps.len())
+    }
+}
+
+/// Windows in the order of their first steps (the order TLC takes them, so
+/// a failure early in the trace skips the windows after it).
+pub(super) fn sort_windows(windows: &mut [Window]) {
+    windows.sort_by_key(|w| w.steps[0]);
+}
+
+/// A set of numbers as TLA+, runs written as ranges (`(0..127) \cup {130}`):
+/// a window's start names whole bit fields and bitmaps.
+pub(super) fn tla_set(sorted: impl IntoIterator<Item = u64>) -> String {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for x in sorted {
+        match runs.last_mut() {
+            Some((_, hi)) if *hi + 1 == x => *hi = x,
+            _ => runs.push((x, x)),
+        }
+    }
+    if runs.is_empty() {
+        return "{}".into();
+    }
+    let parts: Vec<String> =
+        runs.iter().map(|&(lo, hi)| if lo == hi { format!("{{{lo}}}") } else { format!("({lo}..{hi})") }).collect();
+    parts.join(" \\cup ")
+}
+
 /// What TLC said about one mapped trace.
 #[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
@@ -168,8 +250,10 @@ fn push_write_fence(steps: &mut Vec<Step>, event: u64, tid: u32, what: &[String]
 /// [`SPECS`]), or by default to the one its allocator has: LLFree's, and for
 /// NVAlloc slab morphing if the trace morphs a slab, else the bookkeeping log.
 ///
-/// Traces of LLFree are cut into windows of about `window` steps (one tree
-/// each); the others are checked whole.
+/// LLFree traces are cut into windows of about `window` steps of one tree
+/// each, slab-morphing traces into windows of one slab each; the
+/// bookkeeping log is checked whole (one log, whose GC moves records
+/// between its chunks).
 pub fn map(path: &str, spec: Option<&str>, window: usize) -> Result<Mapped, String> {
     let rd = pmsim_traces::TraceReader::open(path).map_err(|e| e.to_string())?;
     let name = rd.header().allocator.name.clone();
@@ -188,7 +272,7 @@ pub fn map(path: &str, spec: Option<&str>, window: usize) -> Result<Mapped, Stri
     };
     let mut m = match spec {
         "llfree-single-cas" => llfree::map(path, window)?,
-        "slab-morphing" if nvalloc => morphing::map(path)?,
+        "slab-morphing" if nvalloc => morphing::map(path, window, false)?,
         "bookkeeping-log-gc" if nvalloc => bklog::map(path)?,
         "slab-morphing" | "bookkeeping-log-gc" => {
             return Err(format!("{path}: a trace of {name:?}; {spec} is a specification of NVAlloc"))
