@@ -753,6 +753,112 @@ fn interrupted_runs_leave_no_scratch_heaps() {
     assert_eq!(scratch_of(pid), Vec::<PathBuf>::new(), "the next run removes a killed run's scratch heap");
 }
 
+/// Runs `args` in `dir` again and again, each run sent SIGTERM moments after
+/// it has taken the lock `lock` (and begun writing), the next started at once
+/// (half the time before the killed one has even ended, half just after):
+/// no run may be refused, whatever the timing. Then one runs to its end.
+/// Whenever no run is left, every file `dir/out` held is whole:
+/// byte-identical, or replaced by a whole new copy (JSON that parses, HTML
+/// that ends), and nothing is left beside them.
+fn rerun_after_sigterm(dir: &Path, args: &[&str], out: &str, lock: &str, rounds: usize) {
+    use std::os::unix::process::ExitStatusExt;
+    let o = run_in(dir, &args.iter().map(|s| s.to_string()).collect::<Vec<_>>(), Duration::from_secs(300));
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    let out = dir.join(out);
+    let lock = out.join(lock);
+    let before = snapshot(&out);
+    let whole = |what: &str| {
+        // What a worker made while the handler cleaned is removed by the
+        // cleaner it started, within moments of the process's end.
+        let start = Instant::now();
+        let mut after = snapshot(&out);
+        while after.keys().any(|p| !before.contains_key(p)) && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+            after = snapshot(&out);
+        }
+        let mut bad = Vec::new();
+        for (p, b) in &before {
+            let a = after.get(p);
+            let is_lock = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(".lock"));
+            let ok = match a {
+                None => false,
+                Some(a) if a == b || is_lock => true,
+                Some(a) => match p.extension().and_then(|e| e.to_str()) {
+                    Some("json") => serde_json::from_slice::<serde_json::Value>(a).is_ok(),
+                    Some("html") => a.trim_ascii_end().ends_with(b"</html>"),
+                    _ => !a.is_empty(),
+                },
+            };
+            if !ok {
+                bad.push(format!("{} {}", p.display(), if a.is_none() { "removed" } else { "torn" }));
+            }
+        }
+        bad.extend(after.keys().filter(|p| !before.contains_key(*p)).map(|p| format!("{} left", p.display())));
+        assert!(bad.is_empty(), "{args:?} {what}: {bad:?}");
+    };
+    let mut killed: Option<Child> = None;
+    let mut signalled = 0;
+    for round in 0..=rounds {
+        let mut c = spawn_in(dir, args);
+        let pid = c.id().to_string();
+        // Not refused: it takes the lock (the killed run, still ending,
+        // is waited for), or runs to its end before it can be seen to.
+        let start = Instant::now();
+        let mut ended = None;
+        while !std::fs::read_to_string(&lock).is_ok_and(|s| s.lines().next() == Some(pid.as_str())) {
+            if let Some(st) = c.try_wait().unwrap() {
+                ended = Some(st);
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "{args:?}: round {round} never took its lock");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if let Some(k) = killed.take() {
+            let o = wait_limited(k, Duration::from_secs(60), &[]);
+            assert!(o.status.signal() == Some(libc::SIGTERM) || o.status.success(), "{:?}", o.status);
+        }
+        if ended.is_some() || round == rounds {
+            let o = wait_limited(c, Duration::from_secs(300), &[]);
+            assert!(o.status.success(), "{args:?} round {round}: {}", stderr(&o));
+            whole(&format!("round {round}, which ended"));
+            continue;
+        }
+        std::thread::sleep(Duration::from_millis(round as u64 * 7 % 40));
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        signalled += 1;
+        if round % 2 == 0 {
+            let st = c.wait().unwrap();
+            assert!(st.signal() == Some(libc::SIGTERM) || st.success(), "{st:?}");
+            whole(&format!("killed in round {round}"));
+        } else {
+            killed = Some(c);
+        }
+    }
+    assert!(signalled >= rounds / 2, "{args:?}: only {signalled} of {rounds} runs lived to be signalled");
+}
+
+/// Rerunning a command right after SIGTERM to it is never refused as "being
+/// written by another pmsim" naming the process that was ending: the ending
+/// process marks its locks so, and the rerun waits for it.
+#[test]
+fn a_rerun_right_after_sigterm_is_not_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::create_dir(d.join("exps")).unwrap();
+    std::fs::write(
+        d.join("exps/t.toml"),
+        "[experiment]\nname = \"t\"\nmode = \"sim\"\nfigures = []\n[sweep]\nalloc = [\"nvalloc-log\"]\n\
+         workload = [\"threadtest\"]\nthreads = [1]\nseed = [1, 2]\n\"param.iterations\" = [20]\n",
+    )
+    .unwrap();
+    let reproduce = ["reproduce", "--experiments", "exps", "--only", "t", "--out", "rep", "--jobs", "1"];
+    rerun_after_sigterm(d, &reproduce, "rep", ".lock", 8);
+    let sweep =
+        ["sweep", "--set", "param.iterations=20", "--set", "seed=1,2", "--out", "sw", "--resume", "--jobs", "1"];
+    rerun_after_sigterm(d, &sweep, "sw", ".lock", 4);
+}
+
 /// Every process descended from `pid`, with its command line.
 fn descendants(pid: u32) -> Vec<(u32, String)> {
     let parent_of = |p: u32| -> Option<u32> {

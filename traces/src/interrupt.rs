@@ -2,7 +2,9 @@
 //! caught by a handler that only writes the signal's number into a pipe (the
 //! one thing a handler may safely do); a thread reading the pipe marks the
 //! process as interrupted (no output is committed and no child started
-//! from then on), forwards the signal to every process pmsim started
+//! from then on) and marks its locks as held by a process that is ending
+//! (a pmsim started on the same output meanwhile waits for it rather than
+//! being refused), forwards the signal to every process pmsim started
 //! ([`crate::children`]) and waits for them, removes this process's
 //! temporary outputs, locks and scratch directories ([`crate::owned`]),
 //! then ends the process by the same signal. A worker thread still running
@@ -80,6 +82,7 @@ pub fn install() {
         while unsafe { libc::read(read_fd, (&mut b as *mut u8).cast(), 1) } != 1 {}
         let sig = b as libc::c_int;
         crate::children::close();
+        crate::output::mark_interrupted();
         crate::children::forward(sig);
         crate::children::wait_gone(Duration::from_secs(10));
         crate::output::remove_temporaries();

@@ -27,7 +27,10 @@
 //! * [`Lock`]: one writer at a time. A `flock` on a lock file beside the
 //!   output (or inside a sweep directory); a second writer is refused at once
 //!   with one line naming the holder's pid. The kernel drops the lock when
-//!   its process dies, so a killed writer never blocks the next one. A lock
+//!   its process dies, so a killed writer never blocks the next one; a
+//!   writer being interrupted marks its locks so (it ends within moments,
+//!   once its children are gone), and the next writer waits for it instead
+//!   of being refused with the pid of a process about to end. A lock
 //!   file says it is pmsim's; a file of that name that does not (the
 //!   user's), or a symbolic link, is refused, never written or removed.
 
@@ -323,25 +326,6 @@ fn parent_of(path: &Path) -> PathBuf {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     }
-}
-
-/// Lock files to remove if the process is interrupted.
-static LOCK_FILES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-fn lock_files() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
-    LOCK_FILES.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Removes this process's lock files beside its outputs (called when the
-/// process is interrupted; its staging directories go with its other owned
-/// directories). The list stays locked until the process ends, so no
-/// thread makes another lock file (see [`Lock::output`]).
-pub fn remove_temporaries() {
-    let l = lock_files();
-    for p in l.iter() {
-        let _ = fs::remove_file(p);
-    }
-    std::mem::forget(l);
 }
 
 /// An output made under a temporary name: everything made in
@@ -718,6 +702,79 @@ pub fn inside_own_dir(path: &Path) -> Option<(PathBuf, &'static str)> {
 /// names the holder's pid, empty when nobody holds it).
 const LOCK_MAGIC: &str = "pmsim lock file: pmsim writes what this names while a pmsim process holds it";
 
+/// The third line of a lock file whose holder is being interrupted: it
+/// ends within moments, once its children are gone (see
+/// [`mark_interrupted`]), and a writer that finds it waits for that instead
+/// of being refused.
+const LOCK_STOPPING: &str = "interrupted: ending";
+
+/// How long a writer waits for a holder that is being interrupted: longer
+/// than the interrupt handler waits for the holder's children
+/// ([`crate::children::wait_gone`]: 10 s, then 2 s after SIGKILL).
+const STOPPING_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// How long a writer waits for a lock whose holder named in it has ended,
+/// or that names none: a lock being released (its file emptied, or a child
+/// between fork and exec holding a copy) or just taken (its pid not yet
+/// written).
+const RELEASING_WAIT: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// A lock this process holds, as the interrupt handler sees it.
+struct Held {
+    path: PathBuf,
+    fd: std::os::fd::RawFd,
+    /// The length of what the lock file says (pid and magic line).
+    len: u64,
+    /// Removed on release (a lock beside an output).
+    remove: bool,
+}
+
+/// The locks this process holds. A lock is taken and listed under this
+/// list's lock, and unlisted before its descriptor closes, so the interrupt
+/// handler, which takes the list for good, writes only to open lock files.
+static HELD: Mutex<Vec<Held>> = Mutex::new(Vec::new());
+
+fn held() -> std::sync::MutexGuard<'static, Vec<Held>> {
+    HELD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The lock files to remove once an interrupted process's children are
+/// gone ([`remove_temporaries`]), set by [`mark_interrupted`].
+static TO_REMOVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Marks every lock of this process as held by a process that is ending
+/// (the interrupt handler's step right after refusing new children): a
+/// pmsim started meanwhile on the same output waits for this one to end
+/// rather than being refused with the pid of a process about to be gone.
+/// The list stays locked until the process ends, so no thread takes or
+/// releases a lock after this (see [`Lock::acquire`]).
+pub fn mark_interrupted() {
+    let l = held();
+    let mut rm = TO_REMOVE.lock().unwrap_or_else(|e| e.into_inner());
+    let line = format!("{LOCK_STOPPING}\n");
+    for h in l.iter() {
+        // SAFETY: the descriptor is open: its lock is listed, and it is
+        // unlisted before it closes, which no thread can do any more.
+        unsafe {
+            libc::pwrite(h.fd, line.as_ptr().cast(), line.len(), h.len as libc::off_t);
+        }
+        if h.remove {
+            rm.push(h.path.clone());
+        }
+    }
+    std::mem::forget(l);
+}
+
+/// Removes this process's lock files beside its outputs (called when the
+/// interrupted process's children are gone, after [`mark_interrupted`]; its
+/// staging directories go with its other owned directories). A directory's
+/// own lock file stays; the kernel releases its lock with the process.
+pub fn remove_temporaries() {
+    for p in TO_REMOVE.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let _ = fs::remove_file(p);
+    }
+}
+
 /// An exclusive `flock` held while one writer writes a file or a directory.
 #[derive(Debug)]
 pub struct Lock {
@@ -734,12 +791,17 @@ fn same_file(f: &File, path: &Path) -> bool {
     }
 }
 
+/// What a lock file says: this process's pid and the magic line.
+fn lock_content() -> String {
+    format!("{}\n{LOCK_MAGIC}\n", std::process::id())
+}
+
 /// Makes the lock file `lock` holding this process's pid, locked, unless a
 /// file of that name exists (`Ok(None)`). The file appears with its content
 /// and its lock at once (`O_TMPFILE`, then a link), so no reader ever sees
 /// a pmsim lock file that does not say so.
 fn create_lock_file(lock: &Path) -> io::Result<Option<File>> {
-    let content = format!("{}\n{LOCK_MAGIC}\n", std::process::id());
+    let content = lock_content();
     let tmp = OpenOptions::new().read(true).write(true).custom_flags(libc::O_TMPFILE).mode(0o644).open(parent_of(lock));
     match tmp {
         Ok(mut f) => {
@@ -785,6 +847,36 @@ fn create_lock_file(lock: &Path) -> io::Result<Option<File>> {
     }
 }
 
+/// Who holds a lock, as its file says.
+#[derive(Debug, PartialEq)]
+enum Holder {
+    /// No pid (a lock being released empties its file, one just taken has
+    /// not said whose it is yet).
+    Unnamed,
+    /// A live process, writing.
+    Writing(u32),
+    /// A live process that is being interrupted: it ends within moments.
+    Ending(u32),
+    /// A process that has ended (its lock is held by what it left: a child
+    /// between fork and exec, or a process that took it since and has not
+    /// written its pid yet).
+    Gone(u32),
+}
+
+impl Holder {
+    fn of(text: &str) -> Holder {
+        let mut lines = text.lines();
+        let Some(pid) = lines.next().and_then(|l| l.trim().parse::<u32>().ok()) else { return Holder::Unnamed };
+        if !pid_alive(pid) {
+            Holder::Gone(pid)
+        } else if lines.nth(1) == Some(LOCK_STOPPING) {
+            Holder::Ending(pid)
+        } else {
+            Holder::Writing(pid)
+        }
+    }
+}
+
 impl Lock {
     /// Locks the output `path` through `.NAME.lock` beside it (removed on
     /// release); `Err` names the holder's pid.
@@ -792,14 +884,7 @@ impl Lock {
         let mut n = OsString::from(".");
         n.push(path.file_name().unwrap_or_default());
         n.push(".lock");
-        // Made and listed under the list's lock (see `remove_temporaries`).
-        let mut l = lock_files();
-        if crate::stop::stopping() {
-            return Err(format!("{}: interrupted: not written", path.display()));
-        }
-        let lock = Self::acquire(&path.with_file_name(n), path, true)?;
-        l.push(lock.path.clone());
-        Ok(lock)
+        Self::acquire(&path.with_file_name(n), path, true)
     }
 
     /// Locks a directory through its lock file `DIR/.lock` (kept: it is the
@@ -814,7 +899,12 @@ impl Lock {
         Self::acquire(&dir.join(name), dir, false)
     }
 
+    /// Takes the lock `lock` of `target`. The lock is made and listed under
+    /// the list of held locks ([`HELD`]), which is let go only while
+    /// waiting, so that a lock is either listed for the interrupt handler
+    /// or never taken: once this process is being interrupted, none is.
     fn acquire(lock: &Path, target: &Path, remove: bool) -> Result<Lock, OutputError> {
+        use std::time::{Duration, Instant};
         let name = target.display();
         let ln = lock.display();
         let foreign = || {
@@ -822,82 +912,136 @@ impl Lock {
                 "{name}: {ln} exists and is not a pmsim lock file; pmsim leaves it alone: remove it, or write elsewhere"
             )
         };
-        for attempt in 0..200 {
+        let interrupted = || format!("{name}: interrupted: not written");
+        let mut list = Some(held());
+        // Waits a moment with the list let go (the interrupt handler may
+        // take it meanwhile), then takes it again.
+        let pause = |list: &mut Option<std::sync::MutexGuard<'static, Vec<Held>>>| {
+            *list = None;
+            std::thread::sleep(Duration::from_millis(10));
+            *list = Some(held());
+        };
+        let start = Instant::now();
+        // When the holder first seemed to be releasing the lock, and the
+        // text the last refusal was about to name.
+        let mut releasing: Option<Instant> = None;
+        let mut seen: Option<String> = None;
+        loop {
+            if crate::stop::stopping() {
+                return Err(interrupted());
+            }
             let made = create_lock_file(lock).map_err(|e| format!("{name}: cannot create its lock file {ln}: {e}"))?;
-            if let Some(file) = made {
-                return Ok(Lock { file, path: lock.to_path_buf(), remove });
-            }
-            let mut file = match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                .open(lock)
-            {
-                Ok(f) => f,
-                // Released and removed meanwhile: make it again.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                    return Err(format!(
-                        "{name}: its lock file {ln} is a symbolic link; pmsim does not follow it (remove it)"
-                    ))
+            let file = match made {
+                Some(file) => file,
+                None => {
+                    let mut file = match OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                        .open(lock)
+                    {
+                        Ok(f) => f,
+                        // Released and removed meanwhile: make it again.
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                            return Err(format!(
+                                "{name}: its lock file {ln} is a symbolic link; pmsim does not follow it (remove it)"
+                            ))
+                        }
+                        Err(e) => return Err(format!("{name}: cannot open its lock file {ln}: {e}")),
+                    };
+                    if !file.metadata().is_ok_and(|m| m.is_file()) {
+                        return Err(format!("{name}: its lock file {ln} is not a regular file; pmsim leaves it alone"));
+                    }
+                    let mut text = String::new();
+                    let _ = (&mut file).take(4096).read_to_string(&mut text);
+                    // A directory's own lock (inside pmsim's own sweep directory) may
+                    // also be empty, as an older pmsim left it.
+                    let pmsims = text.lines().nth(1) == Some(LOCK_MAGIC) || (!remove && text.is_empty());
+                    if !pmsims {
+                        // Not pmsim's (a file made by name is written just after it
+                        // appears: a moment's patience first).
+                        if text.is_empty() && start.elapsed() < Duration::from_millis(200) {
+                            pause(&mut list);
+                            continue;
+                        }
+                        return Err(foreign());
+                    }
+                    if let Err(e) = flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+                        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                            return Err(format!("{name}: cannot lock {ln}: {e}"));
+                        }
+                        let holder = Holder::of(&text);
+                        let wait = match holder {
+                            Holder::Ending(_) => start.elapsed() < STOPPING_WAIT,
+                            Holder::Unnamed | Holder::Gone(_) => {
+                                releasing.get_or_insert_with(Instant::now).elapsed() < RELEASING_WAIT
+                            }
+                            // Refused, once the file said the same thing
+                            // twice: a pid read just before its lock changed
+                            // hands would name the wrong process.
+                            Holder::Writing(_) => seen.as_deref() != Some(text.as_str()),
+                        };
+                        if wait {
+                            seen = Some(text);
+                            pause(&mut list);
+                            continue;
+                        }
+                        return Err(match holder {
+                            Holder::Writing(p) => {
+                                format!("{name}: being written by another pmsim (pid {p}); wait for it to end")
+                            }
+                            Holder::Ending(p) => format!(
+                                "{name}: being written by another pmsim (pid {p}), interrupted but still ending after \
+                                 {} s; wait for it to end",
+                                STOPPING_WAIT.as_secs()
+                            ),
+                            Holder::Gone(p) => format!(
+                                "{name}: locked by a process left by pmsim pid {p}, which has ended; wait for it to \
+                                 end"
+                            ),
+                            Holder::Unnamed => {
+                                format!("{name}: being written by another process; wait for it to end")
+                            }
+                        });
+                    }
+                    // A releasing writer may have removed the file between our open
+                    // and our lock: then the lock is on a name nobody else sees.
+                    if !same_file(&file, lock) {
+                        continue;
+                    }
+                    let _ = file.set_len(0);
+                    let _ = file.rewind();
+                    let _ = file.write_all(lock_content().as_bytes());
+                    file
                 }
-                Err(e) => return Err(format!("{name}: cannot open its lock file {ln}: {e}")),
             };
-            if !file.metadata().is_ok_and(|m| m.is_file()) {
-                return Err(format!("{name}: its lock file {ln} is not a regular file; pmsim leaves it alone"));
-            }
-            let mut text = String::new();
-            let _ = (&mut file).take(4096).read_to_string(&mut text);
-            // A directory's own lock (inside pmsim's own sweep directory) may
-            // also be empty, as an older pmsim left it.
-            let pmsims = text.lines().nth(1) == Some(LOCK_MAGIC) || (!remove && text.is_empty());
-            if !pmsims {
-                // Not pmsim's (a file made by name is written just after it
-                // appears: a moment's patience first).
-                if text.is_empty() && attempt < 20 {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                    continue;
+            // Taken: listed (the list is held), unless this process is being
+            // interrupted meanwhile, when it is let go at once.
+            if crate::stop::stopping() {
+                if remove && same_file(&file, lock) {
+                    let _ = fs::remove_file(lock);
                 }
-                return Err(foreign());
+                return Err(interrupted());
             }
-            if let Err(e) = flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
-                if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                    return Err(format!("{name}: cannot lock {ln}: {e}"));
-                }
-                let holder = text.lines().next().unwrap_or("").trim().to_string();
-                // A holder that has just ended may still be releasing it
-                // (a child it started between fork and exec holds a copy).
-                let gone = holder.parse::<u32>().is_ok_and(|p| !pid_alive(p));
-                if gone && attempt < 150 {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                    continue;
-                }
-                let holder = if holder.is_empty() { "another process".to_string() } else { format!("pid {holder}") };
-                return Err(format!("{name}: being written by another pmsim ({holder}); wait for it to end"));
-            }
-            // A releasing writer may have removed the file between our open
-            // and our lock: then the lock is on a name nobody else sees.
-            if !same_file(&file, lock) {
-                continue;
-            }
-            let _ = file.set_len(0);
-            let _ = file.rewind();
-            let _ = file.write_all(format!("{}\n{LOCK_MAGIC}\n", std::process::id()).as_bytes());
+            let l = list.as_mut().expect("the list is held but while pausing");
+            l.push(Held { path: lock.to_path_buf(), fd: file.as_raw_fd(), len: lock_content().len() as u64, remove });
             return Ok(Lock { file, path: lock.to_path_buf(), remove });
         }
-        Err(format!("{name}: cannot lock {ln}: it keeps changing"))
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        if self.remove {
-            {
-                let mut l = lock_files();
-                if let Some(i) = l.iter().position(|q| *q == self.path) {
-                    l.swap_remove(i);
-                }
+        // Unlisted first (the file is still open), so the interrupt handler
+        // never writes to a closed descriptor.
+        {
+            let mut l = held();
+            if let Some(i) = l.iter().position(|h| h.fd == self.file.as_raw_fd()) {
+                l.swap_remove(i);
             }
+        }
+        if self.remove {
             // Removed while still locked, so no one locks the old inode
             // after; and only if it is still this lock's file.
             if same_file(&self.file, &self.path) {
@@ -909,7 +1053,6 @@ impl Drop for Lock {
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1026,6 +1169,27 @@ mod tests {
         assert!(Lock::dir(d.path()).is_err());
         drop(dl);
         let _again = Lock::dir(d.path()).unwrap();
+    }
+
+    /// A holder being interrupted (its lock file says so) is waited for;
+    /// one writing is refused at once.
+    #[test]
+    fn a_holder_that_is_ending_is_waited_for() {
+        let d = tempfile::tempdir().unwrap();
+        let l = Lock::dir(d.path()).unwrap();
+        assert!(Lock::dir(d.path()).unwrap_err().contains(&format!("pid {}", std::process::id())));
+        let mut f = OpenOptions::new().append(true).open(d.path().join(".lock")).unwrap();
+        writeln!(f, "{LOCK_STOPPING}").unwrap();
+        let t = std::time::Instant::now();
+        let ender = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(l);
+        });
+        let _l = Lock::dir(d.path()).unwrap();
+        assert!(t.elapsed() >= std::time::Duration::from_millis(200));
+        ender.join().unwrap();
+        let text = fs::read_to_string(d.path().join(".lock")).unwrap();
+        assert_eq!(text, lock_content(), "the new holder's pid, no longer marked as ending");
     }
 
     #[test]

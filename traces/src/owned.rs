@@ -122,19 +122,22 @@ impl OwnedDir {
         &self.path
     }
 
-    /// Removes the directory and everything in it now.
+    /// Removes the directory and everything in it now. It stays listed
+    /// until it is gone: a process interrupted meanwhile (and ended by its
+    /// handler before this thread is done) has its handler remove it too.
     pub fn remove(mut self) -> io::Result<()> {
         self.gone = true;
+        let r = remove_contents(&self.path);
         forget(&self.path);
-        remove_contents(&self.path)
+        r
     }
 }
 
 impl Drop for OwnedDir {
     fn drop(&mut self) {
         if !self.gone {
-            forget(&self.path);
             let _ = remove_contents(&self.path);
+            forget(&self.path);
         }
     }
 }
@@ -190,8 +193,13 @@ fn remove_contents(dir: &Path) -> io::Result<()> {
                 Ok(t) if t.is_dir() => fs::remove_dir_all(&p),
                 _ => fs::remove_file(&p),
             };
-            if let Err(e) = r {
-                first.get_or_insert(e);
+            // Gone already: removed by the interrupt handler and the
+            // thread that owns the directory at once.
+            match r {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    first.get_or_insert(e);
+                }
+                _ => {}
             }
         }
     }
