@@ -107,6 +107,16 @@ fn fixture(d: &Path) {
         assert!(o.status.success(), "fixture {args:?}: {}", stderr(&o));
     };
     std::fs::copy(SAMPLE, d.join("t.pmt")).unwrap();
+    // The user's files named like the side files pmsim once made beside an
+    // output (`.NAME.PID.tmp`, `.NAME.PID.old/`) and like its staging
+    // directories (`.pmsim-PID-…`), of a dead pid: the runs below write
+    // v.pmt beside them, and every case after must leave them too.
+    let dead = (1000..4_000_000u32).rev().find(|p| !Path::new(&format!("/proc/{p}")).exists()).unwrap();
+    let side = [format!(".v.pmt.{dead}.tmp"), format!(".v.pmt.{dead}.old/notes"), format!(".pmsim-{dead}-mine/notes")];
+    for f in &side {
+        std::fs::create_dir_all(d.join(f).parent().unwrap()).unwrap();
+        std::fs::write(d.join(f), "the user's").unwrap();
+    }
     for f in ["old.txt", "old.py", "old.csv", "old.json", "v2.pmt.img"] {
         std::fs::write(d.join(f), format!("{f}: the user's\n")).unwrap();
     }
@@ -128,6 +138,9 @@ fn fixture(d: &Path) {
         "v.pmt",
         "--values",
     ]);
+    for f in &side {
+        assert_eq!(std::fs::read(d.join(f)).ok().as_deref(), Some(&b"the user's"[..]), "{f} written over");
+    }
     let img = std::fs::read(d.join("v.pmt.img")).unwrap();
     // Single-byte changes of the header fields the old check let through:
     // the clean flag, the checksum, reserved bytes, a root out of the heap.
@@ -400,6 +413,7 @@ fn cases() -> Vec<Case> {
             "sweep --set param.iterations=1 --set param.objects=20 --out sw --shard 2/4",
             "shard"
         ),
+        c!("a second shard scheme on --resume", "sweep --resume sw --shard 1/3", "sw", "shard"),
         // Parameters checked up front, once.
         c!("--param given twice", "RUN --param objects=30", "objects=20", "objects=30", "twice"),
         c!(
@@ -409,6 +423,22 @@ fn cases() -> Vec<Case> {
             "stripes=8"
         ),
         c!("a calibration point key twice", "calibrate --point threads=1,threads=2", "threads=1", "threads=2"),
+        c!("--stripes and --set stripes", "RUN --stripes 2 --set stripes=8", "stripes=2", "stripes=8", "twice"),
+        c!(
+            "--stripes that the allocator's own stripes override",
+            "run --alloc nvalloc-log:stripes=2 --workload threadtest --stripes 8",
+            "stripes=8",
+            "nvalloc-log:stripes=2",
+            "twice"
+        ),
+        c!("run --threads 2,2", "RUN --threads 2,2", "--threads", "listed twice"),
+        c!("run --alloc listed twice", "run --alloc nvalloc-log,nvalloc-log --workload threadtest", "listed twice"),
+        c!(
+            "run --workload reached twice",
+            "run --alloc nvalloc-log --workload larson,larson-small",
+            "larson-small",
+            "listed twice"
+        ),
         c!("a sweep value twice", "sweep --set seed=1,1 --out d", "listed twice"),
         c!("an allocator twice in a sweep", "sweep --set alloc=nvalloc-log,nvalloc-log --out d", "listed twice"),
         c!("a TOML sweep value twice", "sweep dup.toml --out d", "dup.toml", "listed twice"),
@@ -468,6 +498,7 @@ fn cases() -> Vec<Case> {
         c!("an experiment that is a device", "sweep /dev/zero --out d", "/dev/zero", "not a regular file"),
         c!("a --config that is a device", "sim t.pmt --config /dev/urandom", "/dev/urandom", "not a regular file"),
         c!("a --config that is a FIFO", "sim t.pmt --config fifo", "fifo", "not a regular file"),
+        c!("run --sim a device", "RUN --sim /dev/zero", "/dev/zero", "not a regular file"),
         c!("an experiment past 64 MiB", "sweep BIG --out d", "big.toml", "64 MiB"),
         c!("a --config past 64 MiB", "sim t.pmt --config BIG", "big.toml", "64 MiB"),
         c!("diff a report with a string figure", "diff r.json rs.json", "rs.json", "not a number"),
@@ -662,11 +693,22 @@ fn one_writer_per_trace_and_per_sweep_directory() {
     let export = ["export", SAMPLE, "--format", "gem5", "--out", "two.pmt", "--force"];
     exactly_one_writer(d, [&run2, &export], &d.join(".two.pmt.lock"));
 
+    // A run tracing into a .csv, and the commands that write a .csv: the
+    // simulator's access map, a sweep's merged table (below).
+    let run3: Vec<&str> =
+        "run --alloc nvalloc-log --workload threadtest --param iterations=20 --trace three.csv".split(' ').collect();
+    let access_map = ["sim", SAMPLE, "--access-map", "three.csv", "--force"];
+    exactly_one_writer(d, [&run3, &access_map], &d.join(".three.csv.lock"));
+
     let a = ["sweep", "--set", "param.iterations=1,2,3,4,5,6", "--jobs", "1", "--out", "sw"];
     let b = ["sweep", "--set", "param.iterations=7", "--out", "sw"];
     exactly_one_writer(d, [&a, &b], &d.join("sw/.lock"));
     let o = run_in(d, &["sweep".into(), "merge".into(), "sw".into()], Duration::from_secs(60));
     assert!(o.status.success(), "the first sweep's rows merge: {}", stderr(&o));
+    let run4: Vec<&str> =
+        "run --alloc nvalloc-log --workload threadtest --param iterations=20 --trace four.csv".split(' ').collect();
+    let merge = ["sweep", "merge", "sw", "--csv", "four.csv", "--force"];
+    exactly_one_writer(d, [&run4, &merge], &d.join(".four.csv.lock"));
 }
 
 /// The scratch files of process `pid` in /dev/shm and the temporary directory.

@@ -86,24 +86,43 @@ impl AllocSpec {
     /// that have its parameter, so `--alloc llfree,nvalloc-log --stripes 4`
     /// sets NVAlloc's stripes and leaves LLFree alone. An override that no
     /// listed allocator has is an error rather than silently dropped.
+    /// An override that every allocator having its parameter sets in its own
+    /// spec (`nvalloc-log:stripes=2 --stripes 8`) would do nothing: it is
+    /// a key given twice, and an error naming both.
     pub fn parse_all(specs: &[String], overrides: &[String]) -> Result<Vec<AllocSpec>, RunError> {
         let mut used = vec![false; overrides.len()];
+        // The spec that set each override's key itself, while none took it.
+        let mut shadowed: Vec<Option<&str>> = vec![None; overrides.len()];
         let mut out = Vec::with_capacity(specs.len());
         for spec in specs {
             let name = spec.split(':').next().unwrap_or("");
             let keys = AllocSpec::parse(name, [])?.params;
+            let own: Vec<&str> = spec.split(':').skip(1).filter_map(|kv| Some(kv.split_once('=')?.0.trim())).collect();
             let mut mine = Vec::new();
             for (i, kv) in overrides.iter().enumerate() {
-                if keys.contains_key(split_override(kv)?.0) {
-                    used[i] = true;
-                    mine.push(kv.as_str());
+                let key = split_override(kv)?.0;
+                if !keys.contains_key(key) {
+                    continue;
                 }
+                if own.contains(&key) {
+                    shadowed[i].get_or_insert(spec);
+                } else {
+                    used[i] = true;
+                }
+                mine.push(kv.as_str());
             }
             out.push(AllocSpec::parse(spec, mine)?);
         }
         if let Some(i) = used.iter().position(|u| !u) {
-            let key = split_override(&overrides[i])?.0;
-            return Err(format!("no allocator in {} has a parameter '{key}'", specs.join(",")).into());
+            let kv = overrides[i].trim();
+            let key = split_override(kv)?.0;
+            return Err(match shadowed[i] {
+                Some(spec) => {
+                    format!("'{key}' is given twice ({kv} and {spec}), so {kv} changes nothing: give it once")
+                }
+                None => format!("no allocator in {} has a parameter '{key}'", specs.join(",")),
+            }
+            .into());
         }
         Ok(out)
     }
@@ -366,14 +385,22 @@ mod tests {
     /// one that none has is refused, naming the key.
     #[test]
     fn shared_overrides_reach_only_allocators_that_have_the_key() {
-        let all =
-            AllocSpec::parse_all(&specs(&["llfree", "nvalloc-log:su=0.3", "pmdk"]), &specs(&["stripes=4", "su=0.5"]))
-                .unwrap();
+        let all = AllocSpec::parse_all(
+            &specs(&["llfree", "nvalloc-log:su=0.3", "nvalloc-gc", "pmdk"]),
+            &specs(&["stripes=4", "su=0.5"]),
+        )
+        .unwrap();
         assert!(all[0].params().get("stripes").is_none());
         assert_eq!(all[1].params()["stripes"], 4);
         // The spec's own key=value wins over the shared override.
         assert_eq!(all[1].params()["su"], 0.3);
-        assert_eq!(all[2].label(), "pmdk");
+        assert_eq!(all[2].params()["su"], 0.5);
+        assert_eq!(all[3].label(), "pmdk");
+        // A shared override every allocator sets itself changes nothing: given twice.
+        let e = AllocSpec::parse_all(&specs(&["llfree", "nvalloc-log:stripes=2"]), &specs(&["stripes=8"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("given twice (stripes=8 and nvalloc-log:stripes=2)"), "{e}");
         let e = AllocSpec::parse_all(&specs(&["llfree", "pmdk"]), &specs(&["stripes=4"])).unwrap_err().to_string();
         assert!(e.contains("no allocator in llfree,pmdk has a parameter 'stripes'"), "{e}");
         let e = AllocSpec::parse_all(&specs(&["nvalloc-log"]), &specs(&["stripes"])).unwrap_err().to_string();

@@ -213,6 +213,21 @@ fn heap_image_path(trace: &std::path::Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// A value of a comma list reached twice (`--threads 2,2`, `--workload
+/// larson,larson-small`) would make the same runs twice: refused, naming
+/// both ways it was reached. `items`: each value with what the user wrote.
+fn listed_once(what: &str, items: impl Iterator<Item = (String, String)>) -> Result<(), String> {
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for (v, from) in items {
+        if let Some((_, first)) = seen.iter().find(|(s, _)| *s == v) {
+            let how = if *first == from && v == from { String::new() } else { format!(" (as {first} and as {from})") };
+            return Err(format!("{what}: {v} is listed twice{how}: each run would be made twice"));
+        }
+        seen.push((v, from));
+    }
+    Ok(())
+}
+
 /// One run of the cross product.
 struct Job {
     alloc: AllocSpec,
@@ -228,12 +243,17 @@ pub fn run(a: RunArgs) -> CmdResult {
     overrides.extend(a.stripes.map(|s| format!("stripes={s}")));
     overrides.extend(a.su.map(|su| format!("su={su}")));
     let allocs = AllocSpec::parse_all(&a.alloc, &overrides).map_err(|e| format!("--alloc: {e}"))?;
+    listed_once("--alloc", a.alloc.iter().map(|s| (s.trim().to_string(), s.clone())))?;
+    listed_once("--threads", a.threads.iter().map(|t| (t.to_string(), t.to_string())))?;
     let mut wls = Vec::new();
+    let mut names = Vec::new();
     for w in &a.workload {
         for name in Workload::expand(w)? {
+            names.push((name.to_string(), w.clone()));
             wls.push(Workload::preset(name, scale)?.with_overrides(a.params.iter().map(String::as_str))?);
         }
     }
+    listed_once("--workload", names.into_iter())?;
     let mut jobs = Vec::new();
     for wl in &wls {
         for &threads in &a.threads {
