@@ -6,8 +6,9 @@
 //! 2.15). The jar is looked up at run time, never downloaded.
 
 use pmsim_traces::children;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// Environment variable naming `tla2tools.jar` explicitly.
 pub const JAR_ENV: &str = "PMSIM_TLA2TOOLS";
@@ -52,6 +53,12 @@ impl Tlc {
     /// Runs TLC on `job`. Returns the combined output; TLC's exit code says
     /// less than its output does.
     pub fn run(&self, job: &Job) -> Result<String, String> {
+        self.run_watched(job, &mut |_| {})
+    }
+
+    /// Runs TLC on `job` as [`Tlc::run`] does, handing each line TLC prints
+    /// to `line` as it comes (what a progress bar follows).
+    pub fn run_watched(&self, job: &Job, line: &mut dyn FnMut(&str)) -> Result<String, String> {
         let mut cmd = Command::new(&self.java);
         // TLC copies each standard module it reads (Naturals, Sequences, ...)
         // out of its jar into `java.io.tmpdir` under the module's own name and
@@ -76,9 +83,27 @@ impl Tlc {
             .args(["-config", job.cfg])
             .args(job.options)
             .arg(format!("{}.tla", job.module));
-        let out = children::output(&mut cmd).map_err(|e| format!("{}: cannot run Java: {e}", self.java.display()))?;
-        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        let cannot = |e: std::io::Error| format!("{}: cannot run Java: {e}", self.java.display());
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = children::spawn(&mut cmd).map_err(cannot)?;
+        let stdout = child.child_mut().stdout.take().expect("a piped stdout");
+        let mut stderr = child.child_mut().stderr.take().expect("a piped stderr");
+        // Read beside stdout, so that neither pipe fills while the other is read.
+        let err = std::thread::spawn(move || {
+            let mut e = Vec::new();
+            let _ = stderr.read_to_end(&mut e);
+            e
+        });
+        let mut text = String::new();
+        for l in BufReader::new(stdout).split(b'\n') {
+            let l = l.map_err(cannot)?;
+            let l = String::from_utf8_lossy(&l);
+            line(&l);
+            text.push_str(&l);
+            text.push('\n');
+        }
+        child.wait().map_err(cannot)?;
+        text.push_str(&String::from_utf8_lossy(&err.join().unwrap_or_default()));
         Ok(text)
     }
 }

@@ -124,7 +124,9 @@ fn validate(a: ValidateArgs) -> CmdResult {
         Duration::from_millis(200),
         || {
             let template = "{bar:30} {pos}/{len} steps checked {elapsed} (about {eta} left)";
-            Some(crate::progress::bar(Some(mapped.steps.len() as u64), template))
+            // Steps of all windows (a step LLFree puts in every tree's window counts in each).
+            let work: usize = mapped.windows.iter().map(|w| w.steps.len()).sum();
+            Some(crate::progress::bar(Some(work as u64), template))
         },
         |bar| bar.set_position(done.load(Ordering::Relaxed) as u64),
         || validate::check(&tlc, &root, &mapped, &overrides, jobs, &done),

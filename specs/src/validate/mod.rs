@@ -361,8 +361,10 @@ pub fn check(
                 if error.lock().expect("no panic").is_some() || pmsim_traces::stop::stopping() {
                     break;
                 }
-                if w.steps[0] <= first_fail.load(Ordering::SeqCst) {
-                    match check_window(tlc, root, m, w, overrides, heap_mb) {
+                if w.steps[0] > first_fail.load(Ordering::SeqCst) {
+                    done.fetch_add(w.steps.len(), Ordering::SeqCst);
+                } else {
+                    match check_window(tlc, root, m, w, overrides, heap_mb, done) {
                         Ok(o) => {
                             if let Some(g) = o.failed {
                                 first_fail.fetch_min(g, Ordering::SeqCst);
@@ -375,7 +377,6 @@ pub fn check(
                         }
                     }
                 }
-                done.fetch_add(w.steps.len(), Ordering::SeqCst);
             });
         }
     });
@@ -417,7 +418,8 @@ pub fn check(
     Ok(o)
 }
 
-/// Runs TLC on one window.
+/// Runs TLC on one window, adding its steps to `done` as TLC reaches them
+/// (all of them by its end).
 fn check_window(
     tlc: &Tlc,
     root: &Path,
@@ -425,6 +427,7 @@ fn check_window(
     w: &Window,
     overrides: &[(String, String)],
     heap_mb: usize,
+    done: &AtomicUsize,
 ) -> Result<WindowOutcome, String> {
     let mut consts = w.constants.clone();
     for (k, v) in overrides {
@@ -464,7 +467,7 @@ fn check_window(
     std::fs::write(work.path().join("MC.cfg"), cfg).map_err(|e| format!("MC.cfg: {e}"))?;
     let start = Instant::now();
     // One worker: the deepest index is kept in a TLC register, which is per worker.
-    let out = tlc.run(&crate::tlc::Job {
+    let job = crate::tlc::Job {
         dir: work.path(),
         module: &m.module,
         cfg: "MC.cfg",
@@ -472,7 +475,19 @@ fn check_window(
         options: &["-deadlock"],
         short: false,
         heap_mb: Some(heap_mb),
-    })?;
+    };
+    // Each new deepest index is a step checked: the progress bar moves within a window.
+    let mut counted = 0;
+    let out = tlc.run_watched(&job, &mut |line| {
+        if let Some((n, _)) = reached_line(line) {
+            if n > counted && n <= w.steps.len() {
+                done.fetch_add(n - counted, Ordering::Relaxed);
+                counted = n;
+            }
+        }
+    });
+    done.fetch_add(w.steps.len() - counted, Ordering::Relaxed);
+    let out = out?;
     let seconds = start.elapsed().as_secs_f64();
     if std::env::var_os("PMSIM_TLC_OUTPUT").is_some() {
         eprintln!("{out}");
@@ -515,16 +530,20 @@ fn names(consts: &[(String, String)]) -> String {
     consts.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
 }
 
+/// The index and expectation of a `pmsim-reached` line.
+fn reached_line(line: &str) -> Option<(usize, String)> {
+    let rest = line.trim().strip_prefix("<<\"pmsim-reached\", ")?;
+    let (n, what) = rest.split_once(", ")?;
+    Some((n.parse().ok()?, what.trim_end_matches(">>").trim().trim_matches('"').to_string()))
+}
+
 /// The deepest index the `pmsim-reached` lines name, and the distinct
 /// expectations printed for it.
 fn reached(out: &str) -> (usize, Vec<String>) {
     let mut best = 0;
     let mut expected: Vec<String> = Vec::new();
     for line in out.lines() {
-        let Some(rest) = line.trim().strip_prefix("<<\"pmsim-reached\", ") else { continue };
-        let Some((n, what)) = rest.split_once(", ") else { continue };
-        let Ok(n) = n.parse::<usize>() else { continue };
-        let what = what.trim_end_matches(">>").trim().trim_matches('"').to_string();
+        let Some((n, what)) = reached_line(line) else { continue };
         if n > best {
             best = n;
             expected.clear();

@@ -158,6 +158,8 @@ struct Slab {
     /// The modelled values as of its last step: where a window starts.
     hdr_seen: Hdr,
     bm_seen: BTreeSet<u32>,
+    /// The bitmap's bytes as of its last step (the area of the classes seen).
+    bm_img: Vec<u8>,
     tbl_seen: String,
     /// Live entries of `tbl_seen`.
     live_seen: usize,
@@ -177,6 +179,7 @@ impl Slab {
             table: None,
             hdr_seen: zero,
             bm_seen: BTreeSet::new(),
+            bm_img: Vec::new(),
             tbl_seen: "<<>>".into(),
             live_seen: 0,
             dirty: BTreeSet::new(),
@@ -220,6 +223,47 @@ impl Slab {
             }
         }
         out
+    }
+
+    /// The blocks a step's `stores` set and cleared, as a change of the set
+    /// as of the last step that wrote the bitmap (what the spec's bitmap
+    /// holds if that step matched): the words stored to, against their
+    /// bytes as of that step; the whole bitmap when its area has grown (a
+    /// second class seen).
+    fn bm_change(&mut self, g: &Geo, stores: &[(u64, u64)]) -> (Vec<u32>, Vec<u32>) {
+        let bytes = self.bm_bytes(g);
+        let area = |img: &[u8]| img[BITMAP_OFF as usize..(BITMAP_OFF + bytes) as usize].to_vec();
+        if bytes as usize != self.bm_img.len() {
+            let bm = self.bm_set(g);
+            let add = bm.difference(&self.bm_seen).copied().collect();
+            let del = self.bm_seen.difference(&bm).copied().collect();
+            self.bm_seen = bm;
+            self.bm_img = area(&self.img);
+            return (add, del);
+        }
+        let (mut add, mut del) = (BTreeSet::new(), BTreeSet::new());
+        for &(o, n) in stores {
+            let (lo, hi) = (o.max(BITMAP_OFF) - BITMAP_OFF, (o + n).min(BITMAP_OFF + bytes).saturating_sub(BITMAP_OFF));
+            let mut w = lo / 8 * 8;
+            while w < hi && w + 8 <= bytes {
+                let (old, new) = (u64_at(&self.bm_img, w as usize), u64_at(&self.img, (BITMAP_OFF + w) as usize));
+                for (mut bits, to) in [(new & !old, &mut add), (old & !new, &mut del)] {
+                    while bits != 0 {
+                        to.insert(g.map.block_of((w * 8) as u32 + bits.trailing_zeros()));
+                        bits &= bits - 1;
+                    }
+                }
+                self.bm_img[w as usize..w as usize + 8].copy_from_slice(&new.to_le_bytes());
+                w += 8;
+            }
+        }
+        for b in &add {
+            self.bm_seen.insert(*b);
+        }
+        for b in &del {
+            self.bm_seen.remove(b);
+        }
+        (add.into_iter().collect(), del.into_iter().collect())
     }
 
     /// The index table as TLA+, and how many of its entries are live.
@@ -330,14 +374,9 @@ impl Slab {
                     )
                 }
                 Line::Bm => {
-                    // As a change of the set as of the last step that wrote it
-                    // (what the spec's bitmap holds if that step matched).
-                    let bm = self.bm_set(g);
-                    let add: Vec<u32> = bm.difference(&self.bm_seen).copied().collect();
-                    let del: Vec<u32> = self.bm_seen.difference(&bm).copied().collect();
+                    let (add, del) = self.bm_change(g, stores);
                     let list = |v: &[u32], sign: &str| v.iter().map(|b| format!("{sign}{b}")).collect::<Vec<_>>();
                     let d = format!("bitmap {}", [list(&add, "+"), list(&del, "-")].concat().join(" "));
-                    self.bm_seen = bm;
                     let set = |v: &[u32]| v.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(", ");
                     (format!("[add |-> {{{}}}, del |-> {{{}}}]", set(&add), set(&del)), d.trim_end().to_string())
                 }
