@@ -151,6 +151,11 @@ fn dispatch(command: Command) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(_) if pmsim_traces::interrupt::interrupted() => ExitCode::FAILURE,
+        // Output piped into a reader that stopped early, seen by a command
+        // that writes with `?`: the quiet exit of a closed stdout, as above.
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {
+            ExitCode::from(141)
+        }
         Err(e) => {
             // One line whatever the error quotes (a name or a damaged file's bytes).
             eprintln!("pmsim: error: {}", pmsim_traces::input::one_line(&e.to_string()));

@@ -485,6 +485,20 @@ fn cases() -> Vec<Case> {
             "--partition"
         ),
         c!("specs validate --const TLC cannot parse", "specs validate v.pmt --const Variant=}}}", "--const"),
+        c!("specs validate --dir without the specs", "specs validate v.pmt --dir full", "full/", "no such file"),
+        c!(
+            "diff --fail-if one bound twice",
+            "diff t.pmt t.pmt --fail-if flushes>+5% --fail-if flushes>+10%",
+            "flushes>+5%",
+            "flushes>+10%",
+            "twice"
+        ),
+        c!(
+            "trace-exec a program that fails before mapping PM",
+            "trace-exec -o new.pmt -- /bin/false",
+            "/bin/false",
+            "exited with status 1"
+        ),
         // Inputs of the wrong kind, refused at once.
         c!("trace info a FIFO", "trace info fifo", "fifo", "not a regular file"),
         c!("sim a FIFO", "sim fifo", "fifo", "not a regular file"),
@@ -1044,4 +1058,22 @@ fn a_closed_stdout_is_a_quiet_exit() {
     let e = stderr(&o);
     assert!(!e.contains("panicked") && !e.contains("error"), "{e}");
     assert_eq!(scratch_of(pid), Vec::<PathBuf>::new());
+    // Commands that write with `?` see the closed pipe as an error: the same
+    // quiet exit, not "error: Broken pipe".
+    for args in [
+        &["diff", SAMPLE, SAMPLE][..],
+        &["trace", "info", SAMPLE],
+        &["lint", SAMPLE],
+        &["export", SAMPLE, "--format", "gem5", "--out", "x.txt"],
+    ] {
+        let mut fds = [0; 2];
+        // SAFETY: pipe fills the two descriptors, which we then own.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: each descriptor is owned once, by the OwnedFd made of it.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        drop(read);
+        let o = Command::new(PMSIM).args(args).current_dir(d).stdout(Stdio::from(write)).output().unwrap();
+        assert_eq!(o.status.code(), Some(141), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{args:?}");
+    }
 }

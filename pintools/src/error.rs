@@ -20,7 +20,9 @@ pub enum PintoolsError {
     BadInput(String),
     /// The program ran but mapped no file under the PM directory and announced
     /// no PM range, so there was nothing to trace.
-    NoPmMapping { program: String, pm_dir: PathBuf },
+    /// `failed`: how the program ended when it did not succeed (a program
+    /// that refused its arguments maps nothing either, and that is the news).
+    NoPmMapping { program: String, pm_dir: PathBuf, failed: Option<String> },
     /// The program was killed (by a signal, or Valgrind itself died): the trace
     /// holds what happened until then and is marked partial in its header (or,
     /// if Valgrind could not finish it, reads as truncated).
@@ -66,7 +68,12 @@ impl fmt::Display for PintoolsError {
             }
             PintoolsError::Io { what, err } => write!(f, "{what}: {err}"),
             PintoolsError::BadInput(m) => f.write_str(m),
-            PintoolsError::NoPmMapping { program, pm_dir } => write!(
+            PintoolsError::NoPmMapping { program, pm_dir, failed: Some(how) } => write!(
+                f,
+                "{program} {how} before mapping any PM (no file under {}, no PM range announced): no trace was written",
+                pm_dir.display()
+            ),
+            PintoolsError::NoPmMapping { program, pm_dir, failed: None } => write!(
                 f,
                 "{program}: no PM mapping seen: it mapped no file under {} and announced no PM range, so no trace was \
                  written (is --pm-dir right?)",

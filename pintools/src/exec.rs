@@ -170,7 +170,13 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
     // The tool removes its trace when the program mapped no PM.
     if !tmp.exists() {
         if log_text.contains("no PM mapping seen") {
-            return Err(PintoolsError::NoPmMapping { program: name, pm_dir });
+            let failed = match (status.code(), status.signal()) {
+                (Some(0), _) => None,
+                (Some(c), _) => Some(format!("exited with status {c}")),
+                (None, Some(s)) => Some(format!("was killed by signal {s} ({})", crate::error::signal_name(s))),
+                (None, None) => Some(format!("ended with {status}")),
+            };
+            return Err(PintoolsError::NoPmMapping { program: name, pm_dir, failed });
         }
         return Err(PintoolsError::Valgrind { status: status.to_string(), log: log_tail(&log_text) });
     }

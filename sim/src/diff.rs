@@ -264,6 +264,26 @@ impl Threshold {
         Ok(Threshold { metric: metric.to_string(), direction, bound, amount, text: text.to_string() })
     }
 
+    /// Parses every `--fail-if`; two that bound one figure the same way
+    /// (`flushes>+5%` and `flushes>+10%`) are a bound given twice, of which
+    /// one would never decide anything: refused, naming both.
+    pub fn parse_all(texts: &[String]) -> Result<Vec<Threshold>, DiffError> {
+        let mut out: Vec<Threshold> = Vec::with_capacity(texts.len());
+        for text in texts {
+            let t = Threshold::parse(text)?;
+            if let Some(o) =
+                out.iter().find(|o| o.metric == t.metric && o.direction == t.direction && o.bound == t.bound)
+            {
+                return Err(DiffError(format!(
+                    "--fail-if {} and --fail-if {}: the same figure bounded the same way twice: give one",
+                    o.text, t.text
+                )));
+            }
+            out.push(t);
+        }
+        Ok(out)
+    }
+
     /// Whether the change from `a` to `b` crosses the bound. A rise from 0 is
     /// an infinite relative rise.
     pub fn crossed(&self, a: f64, b: f64) -> bool {
@@ -501,6 +521,8 @@ mod tests {
     #[test]
     fn comparison_rows_and_verdicts() {
         let (a, b) = (report(800, 400, 200, 400), report(400, 100, 200, 0));
+        let twice = ["flushes>+5%".to_string(), "flushes > +10%".to_string()];
+        assert!(Threshold::parse_all(&twice).unwrap_err().0.contains("twice"));
         let ts = [Threshold::parse("flushes_per_op>+1%").unwrap(), Threshold::parse("flushes_per_op<-10%").unwrap()];
         let c = Comparison::new(("a", &a), ("b", &b), &ts, 5).unwrap();
         let fpo = c.overall.iter().find(|r| r.metric == "flushes_per_op").unwrap();

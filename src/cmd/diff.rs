@@ -50,7 +50,7 @@ pub struct DiffArgs {
 
 pub fn run(a: DiffArgs) -> CmdResult {
     // Bad thresholds are refused before any replay.
-    let thresholds = a.fail_if.iter().map(|t| Threshold::parse(t)).collect::<Result<Vec<_>, _>>()?;
+    let thresholds = Threshold::parse_all(&a.fail_if)?;
     match (a.a.is_dir(), a.b.is_dir()) {
         (true, true) => return sweeps(&a, &thresholds),
         (false, false) => {}

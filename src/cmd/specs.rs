@@ -111,6 +111,7 @@ fn validate(a: ValidateArgs) -> CmdResult {
     let start = Instant::now();
     let mapped = validate::map(&path, a.spec.as_deref(), a.window)?;
     let map_s = start.elapsed().as_secs_f64();
+    validate::preflight(&root, &mapped, &overrides)?;
     let tlc = Tlc::locate()?;
     let jobs = a.jobs.unwrap_or_else(pmsim_specs::default_workers).max(1);
     let windows = mapped.windows.len();

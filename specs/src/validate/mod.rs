@@ -318,6 +318,30 @@ struct WindowOutcome {
     seconds: f64,
 }
 
+/// What [`check`] needs before TLC starts, checked at once (a command
+/// calls it before it prints its plan): the specification of `m` readable
+/// under `root`, and every constant of `overrides` one it has, of the kind
+/// it has, a `Variant` one the specification names.
+pub fn preflight(root: &Path, m: &Mapped, overrides: &[(String, String)]) -> Result<(), String> {
+    let spec_path = root.join(&m.dir).join(format!("{}.tla", m.spec));
+    let spec_text = pmsim_traces::input::read_text(&spec_path, "specification")?;
+    for (k, v) in overrides {
+        match m.constants.iter().find(|(n, _)| n == k) {
+            Some(c) => consts::same_kind(k, &c.1, v)?,
+            None => {
+                return Err(format!("--const {k}: {} has no constant {k} (it has {})", m.spec, names(&m.constants)))
+            }
+        }
+    }
+    // A variant the specification does not know would end in a TLC exception.
+    if let Some((_, v)) = overrides.iter().find(|(k, _)| k == "Variant") {
+        if !spec_text.contains(v.as_str()) {
+            return Err(format!("--const Variant={v}: {} names no such variant", m.spec));
+        }
+    }
+    Ok(())
+}
+
 /// Runs TLC on every window of `m` with the specs of `root`, `jobs` at a
 /// time (one TLC worker each); `overrides` replace constants
 /// (`FlushEach="op"`, to check a variant of the spec against the same
@@ -332,21 +356,7 @@ pub fn check(
     jobs: usize,
     done: &AtomicUsize,
 ) -> Result<Outcome, String> {
-    for (k, v) in overrides {
-        match m.constants.iter().find(|(n, _)| n == k) {
-            Some(c) => consts::same_kind(k, &c.1, v)?,
-            None => {
-                return Err(format!("--const {k}: {} has no constant {k} (it has {})", m.spec, names(&m.constants)))
-            }
-        }
-    }
-    // A variant the specification does not know would end in a TLC exception.
-    if let Some((_, v)) = overrides.iter().find(|(k, _)| k == "Variant") {
-        let spec_text = std::fs::read_to_string(root.join(&m.dir).join(format!("{}.tla", m.spec))).unwrap_or_default();
-        if !spec_text.contains(v.as_str()) {
-            return Err(format!("--const Variant={v}: {} names no such variant", m.spec));
-        }
-    }
+    preflight(root, m, overrides)?;
     let jobs = jobs.clamp(1, m.windows.len().max(1));
     let heap_mb = (TLC_HEAP_TOTAL_MB / jobs).max(TLC_HEAP_MIN_MB);
     let next = AtomicUsize::new(0);
