@@ -1001,10 +1001,20 @@ fn signal_with_children(dir: &Path, args: &[&str], child: &str, sig: i32) {
 }
 
 #[test]
-fn sigterm_to_trace_exec_ends_valgrind_and_the_program() {
+fn sigterm_and_sigint_end_valgrind_the_program_and_recovery_processes() {
     let tmp = tempfile::tempdir().unwrap();
     let args = ["trace-exec", "-o", "p.pmt", "--example", "pmdk-threadtest", "--", "100000", "2000", "64", "2"];
     signal_with_children(tmp.path(), &args, "--tool=pmtrace", libc::SIGTERM);
+    signal_with_children(tmp.path(), &args, "--tool=pmtrace", libc::SIGINT);
+    // The crash explorer recovers PMDK's images in processes of its own.
+    let o = Command::new(PMSIM)
+        .args(["trace-exec", "-o", "r.pmt", "--values", "--example", "pmdk-threadtest", "--", "1", "10", "64", "1"])
+        .env("PMSIM_CACHE_DIR", PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pmsim-cache"))
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    signal_with_children(tmp.path(), &["crash", "r.pmt"], PMSIM, libc::SIGTERM);
 }
 
 #[test]
