@@ -1075,6 +1075,8 @@ fn a_closed_stdout_is_a_quiet_exit() {
         &["trace", "info", SAMPLE],
         &["lint", SAMPLE],
         &["export", SAMPLE, "--format", "gem5", "--out", "x.txt"],
+        &["sim", SAMPLE],
+        &["trace", "dump", SAMPLE],
     ] {
         let mut fds = [0; 2];
         // SAFETY: pipe fills the two descriptors, which we then own.

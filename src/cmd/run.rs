@@ -384,10 +384,10 @@ pub fn run(a: RunArgs) -> CmdResult {
         print::write_summary(&mut w, &runs)?;
         print::write_fragbench(&mut w, &runs)?;
     }
-    match w.flush() {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
-    }
+    // A closed pipe (`pmsim run … | head`) ends as every command's does: a
+    // quiet exit with status 141 (see main).
+    w.flush()?;
+    Ok(())
 }
 
 fn print_run(o: &RunOut, w: &mut dyn Write) -> std::io::Result<()> {

@@ -203,11 +203,10 @@ pub fn run(a: SimArgs) -> CmdResult {
     if a.json {
         writeln!(out)?;
     }
-    match out.flush() {
-        // A closed pipe (`pmsim sim … | head`) is a normal way to stop.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
-    }
+    // A closed pipe (`pmsim sim … | head`) ends as every command's does: a
+    // quiet exit with status 141 (see main).
+    out.flush()?;
+    Ok(())
 }
 
 fn write_map(path: &Path, fmt: MapFormat, mut out: Output, sim: &Simulator) -> CmdResult {

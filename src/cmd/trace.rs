@@ -133,8 +133,8 @@ fn dump(a: DumpArgs) -> CmdResult {
         }
     }
     match io_err.map_or_else(|| out.flush(), Err) {
-        // A closed pipe (`pmsim trace dump … | head`) is a normal way to stop.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        // A closed pipe (`pmsim trace dump … | head`) ends as every
+        // command's does: a quiet exit with status 141 (see main).
         Err(e) => Err(e.into()),
         Ok(()) => match a.thread {
             Some(t) if shown == 0 => {
