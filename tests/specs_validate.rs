@@ -217,6 +217,19 @@ fn an_nvalloc_run_whose_log_is_collected_is_a_behaviour_of_the_log_gc_spec_and_m
     let out = text(&o);
     assert!(out.contains("LEAVES THE SPEC") && out.contains("alt 1 (not flushed)"), "{out}");
     assert!(out.contains("expected SlowGcFlip"), "{out}");
+
+    // Cut into windows of about 30 steps (between appends and GCs, each from
+    // the state the trace gives the log there), it leaves the spec at the
+    // same step, after the windows before it (fast GCs among them) passed.
+    let at = out.split("LEAVES THE SPEC at step ").nth(1).and_then(|r| r.split(' ').next()).unwrap().to_string();
+    let o =
+        pmsim(&[&["specs", "validate", t.to_str().unwrap()][..], &spec, &["--window", "30", "--jobs", "1"]].concat());
+    assert!(!o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains(&format!("LEAVES THE SPEC at step {at} ")) && out.contains("expected SlowGcFlip"), "{out}");
+    let tlc = out.lines().find(|l| l.starts_with("TLC ")).unwrap_or("");
+    let ran = tlc.split(" in ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<usize>().ok());
+    assert!(ran.is_some_and(|n| n >= 4), "{out}");
 }
 
 #[test]

@@ -334,29 +334,46 @@ Crash ==
     /\ crashGc' = (gc.st # "idle")
     /\ UNCHANGED <<logVars, op, gc, ack, gcSnap>>
 
+\* The volatile log BkLog::recover rebuilds from the image img, and the
+\* extents it holds (what recovery resolves the acknowledged ones to);
+\* meaningful where ok (a cycle leaves a 0 in the chunk list).
+RecoveredLog(img) ==
+    LET r == Replay(img)
+        cs == r.chunks
+        n == Len(cs)
+        inList == {cs[i] : i \in 1..n}
+        \* live: live records, and tombstones that cancelled a record of another chunk
+        hits == {<<t, x>> \in r.tombs \X r.recs : t.w.tgt = x.p /\ t.c # x.c}
+    IN [ok |-> r.ok,
+        alt |-> img[HdrL].alt,
+        list |-> cs,
+        vid |-> [c \in Chunks |-> IF c \in inList THEN img[ChL(c)].id ELSE 0],
+        fill |-> [c \in Chunks |-> IF c \in inList THEN Cardinality({s \in Slots : img[ChL(c)].rec[s].t # "none"}) ELSE 0],
+        vlive |-> [c \in Chunks |-> {x.s : x \in {y \in r.liveRecs : y.c = c}}
+                                    \cup {h[1].s : h \in {h \in hits : h[1].c = c}}],
+        tinto |-> [c \in Chunks |-> {<<h[1].c, h[1].s>> : h \in {h \in hits : h[2].c = c}}],
+        free |-> Chunks \ inList,
+        nextId |-> IF n = 0 \/ cs[n] = 0 THEN 1 ELSE img[ChL(cs[n])].id + 1,
+        pos |-> [e \in Extents |-> IF \E x \in r.liveRecs : x.w.e = e
+                                  THEN LET x == CHOOSE x \in r.liveRecs : x.w.e = e IN [c |-> x.c, s |-> x.s]
+                                  ELSE NoPos],
+        ext |-> r.ext]
+
 Recover ==
     /\ mode = "down"
-    /\ LET r == Replay(dur)
-           cs == r.chunks
-           n == Len(cs)
-           inList == {cs[i] : i \in 1..n}
-       IN /\ r.ok
-          /\ alt' = dur[HdrL].alt
-          /\ list' = cs
-          /\ vid' = [c \in Chunks |-> IF c \in inList THEN dur[ChL(c)].id ELSE 0]
-          /\ fill' = [c \in Chunks |-> IF c \in inList THEN Cardinality({s \in Slots : dur[ChL(c)].rec[s].t # "none"}) ELSE 0]
-          \* live: live records, and tombstones that cancelled a record of another chunk
-          /\ LET hits == {<<t, x>> \in r.tombs \X r.recs : t.w.tgt = x.p /\ t.c # x.c}
-             IN /\ vlive' = [c \in Chunks |-> {x.s : x \in {y \in r.liveRecs : y.c = c}}
-                                             \cup {h[1].s : h \in {h \in hits : h[1].c = c}}]
-                /\ tinto' = [c \in Chunks |-> {<<h[1].c, h[1].s>> : h \in {h \in hits : h[2].c = c}}]
-          /\ free' = Chunks \ inList
-          /\ nextId' = IF n = 0 THEN 1 ELSE dur[ChL(cs[n])].id + 1
-          /\ pos' = [e \in Extents |-> IF \E x \in r.liveRecs : x.w.e = e
-                                       THEN LET x == CHOOSE x \in r.liveRecs : x.w.e = e IN [c |-> x.c, s |-> x.s]
-                                       ELSE NoPos]
+    /\ LET v == RecoveredLog(dur)
+       IN /\ v.ok
+          /\ alt' = v.alt
+          /\ list' = v.list
+          /\ vid' = v.vid
+          /\ fill' = v.fill
+          /\ vlive' = v.vlive
+          /\ tinto' = v.tinto
+          /\ free' = v.free
+          /\ nextId' = v.nextId
+          /\ pos' = v.pos
           \* The operation in flight is resolved by what the log holds.
-          /\ ack' = r.ext
+          /\ ack' = v.ext
     /\ building' = {}
     /\ op' = NoOp
     /\ gc' = GcIdle

@@ -16,6 +16,9 @@
 (* after a WriteFlush step, or nothing when nothing is left to make        *)
 (* durable. A slow GC's chunks are the ones the step writes, in the order  *)
 (* of their new ids (the order the code took them from its free stack).    *)
+(*                                                                         *)
+(* A long trace is checked in windows (specs/src/validate/bklog.rs), each  *)
+(* from the state the trace gives the log at its start (InitFrom below).   *)
 (***************************************************************************)
 EXTENDS BookkeepingLogGC, TraceValidation, TraceData
 
@@ -77,7 +80,37 @@ Visible(e) ==
       [] e.a = "Fence" -> FenceStep
       [] OTHER -> FALSE
 
-TraceInit == Init /\ i = 0 /\ PrintT(<<"pmsim-reached", 0, NextExpected>>)
+\* A window starts from TraceData's StartHdr, StartChunks (chunk c's line
+\* is StartChunks[c]) and StartNextId, where the log is quiet: nothing
+\* queued, no append or GC in flight. There the volatile log is the one
+\* recovery rebuilds from the image, but for the next chunk id, which counts
+\* every id ever given (a slow GC with nothing live gives none back). Init
+\* is InitFrom(InitImg, 1).
+StartImg == [l \in Lines |-> IF l = HdrL THEN StartHdr ELSE StartChunks[l[2]]]
+
+InitFrom(img, nid) ==
+    LET v == RecoveredLog(img)
+    IN /\ v.ok
+       /\ PM!PMInit(img)
+       /\ alt = v.alt
+       /\ list = v.list
+       /\ vid = v.vid
+       /\ vlive = v.vlive
+       /\ fill = v.fill
+       /\ tinto = v.tinto
+       /\ free = v.free
+       /\ nextId = nid
+       /\ pos = v.pos
+       /\ building = {}
+       /\ op = NoOp
+       /\ gc = GcIdle
+       /\ mode = "run"
+       /\ ack = v.ext
+       /\ gcSnap = {}
+       /\ crashOp = NoOp
+       /\ crashGc = FALSE
+
+TraceInit == InitFrom(StartImg, StartNextId) /\ i = 0 /\ PrintT(<<"pmsim-reached", 0, NextExpected>>)
 
 TraceNext ==
     /\ i < Len(Trace)

@@ -36,8 +36,9 @@ pub enum SpecsCmd {
     /// gives at the window's start, --jobs of them at once: an LLFree trace
     /// into windows of one tree each (the operations whose CASes land in
     /// it), a slab-morphing trace into windows of one slab each (each morph
-    /// with the slab's life around it), about --window steps long and cut
-    /// where nothing of the tree or slab is in flight. A zone of any shape
+    /// with the slab's life around it), a bookkeeping-log trace between
+    /// appends and GCs, about --window steps long and cut where nothing of
+    /// the tree, slab or log is in flight. A zone of any shape
     /// is checked this way (each tree with its own number of children), and
     /// traces of hundreds of thousands of steps in minutes. The answer is
     /// the first step (in the trace's order) any window finds outside the
@@ -70,9 +71,8 @@ pub struct ValidateArgs {
     /// at least 256 MB each), 1 to 64 [default: one per core, at most 2].
     #[arg(long, value_parser = pmsim_traces::input::count_in(1, 64))]
     jobs: Option<usize>,
-    /// Steps per window of an LLFree or slab-morphing trace (each window is
-    /// cut at the first point after this many where nothing of its tree or
-    /// slab is in flight).
+    /// Steps per window (each window is cut at the first point after this
+    /// many where nothing of its tree, slab or log is in flight).
     #[arg(long, default_value_t = validate::WINDOW_STEPS, value_name = "STEPS",
           value_parser = pmsim_traces::input::count_in(1, usize::MAX))]
     window: usize,

@@ -19,7 +19,7 @@
 //! chunk, its link, the record itself, a fast GC unlink, a slow GC's build
 //! and flip, a fence) the trace specification decides from the values.
 
-use super::{tla_str, Mapped, Step};
+use super::{tla_str, Cutter, Mapped, Step, Window};
 use pmsim_model::mech::bklog::{
     geometry, LogPos, CHUNK_BYTES, CHUNK_HEADER_BYTES, CHUNK_LINES, CHUNK_RECORDS, OFF_ALT, OFF_HEADS, TABLE_OFF,
 };
@@ -70,6 +70,15 @@ struct Mapper {
     extents: BTreeSet<u64>,
     max_id: u64,
     steps: Vec<Step>,
+    /// Lines whose last write was not flushed.
+    dirty: BTreeSet<Line>,
+    /// The windows: the one being filled, the steps fed to it so far (those
+    /// before the last quiet point, final), the state the next one starts
+    /// from, and those done.
+    cutter: Cutter,
+    fed: usize,
+    next_start: Option<String>,
+    windows: Vec<Window>,
 }
 
 impl Mapper {
@@ -155,6 +164,9 @@ impl Mapper {
             let flushed = lines.is_subset(&g.flushed);
             if flushed {
                 f.push(Mapper::line_tla(l));
+                self.dirty.remove(&l);
+            } else {
+                self.dirty.insert(l);
             }
             let (tla, desc) = match l {
                 Line::Hdr => {
@@ -236,6 +248,57 @@ impl Mapper {
             }
         }
         super::push_write_fence(&mut self.steps, ev, tid, &what, &w, &f);
+        if self.quiet() {
+            self.feed();
+            if let Some(w) = self.cutter.cut(true) {
+                self.windows.push(w);
+                self.next_start = Some(self.start_tla());
+            }
+        }
+    }
+
+    /// No append or GC in flight and every line written flushed: the spec's
+    /// state follows from the image (see `map`).
+    fn quiet(&self) -> bool {
+        self.dirty.is_empty() && self.begin_at.is_empty() && self.in_gc.values().all(|&d| d == 0)
+    }
+
+    /// Hands the steps since the last quiet point (final now: an append's
+    /// begin step is placed before its writes) to the window being filled.
+    fn feed(&mut self) {
+        for k in self.fed..self.steps.len() {
+            let tla = std::mem::take(&mut self.steps[k].tla);
+            let start = &mut self.next_start;
+            self.cutter.push(k, tla, || start.take().unwrap_or_default());
+        }
+        self.fed = self.steps.len();
+    }
+
+    /// The definitions of `TraceData` that give a window's first state: the
+    /// log's lines as the steps so far left them, and the next chunk id.
+    fn start_tla(&self) -> String {
+        let (h0, h1, alt) =
+            (u64_at(&self.seen, OFF_HEADS), u64_at(&self.seen, OFF_HEADS + 8), u64_at(&self.seen, OFF_ALT));
+        let mut s = format!(
+            "StartHdr == [heads |-> <<{h0}, {h1}>>, alt |-> {alt}]\nStartNoRecs == [s \\in 0..{} |-> [t |-> \"none\"]]\nStartChunks == <<",
+            CHUNK_RECORDS - 1
+        );
+        for idx in 0..self.nchunks {
+            let h = self.header_off(idx);
+            let (id, next, active) = (u64_at(&self.seen, h), u32_at(&self.seen, h + 8), u32_at(&self.seen, h + 12));
+            let recs: Vec<String> = (0..CHUNK_RECORDS)
+                .filter_map(|slot| {
+                    let w = u64_at(&self.seen, self.slot_off(idx, slot));
+                    (w != 0).then(|| format!("({slot} :> {})", Mapper::rec_tla(w).0))
+                })
+                .collect();
+            let rec =
+                if recs.is_empty() { "StartNoRecs".into() } else { format!("{} @@ StartNoRecs", recs.join(" @@ ")) };
+            let sep = if idx > 0 { ",\n  " } else { "" };
+            s.push_str(&format!("{sep}[id |-> {id}, next |-> {next}, active |-> {active}, rec |-> {rec}]"));
+        }
+        s.push_str(&format!(">>\nStartNextId == {}\n", self.max_id + 1));
+        s
     }
 
     /// After the heap's creation: the log must be the spec's initial state.
@@ -248,6 +311,7 @@ impl Mapper {
         self.seen.copy_from_slice(&self.img);
         self.groups.clear();
         self.started = true;
+        self.next_start = Some(self.start_tla());
         Ok(())
     }
 
@@ -280,8 +344,21 @@ impl Mapper {
 }
 
 /// Maps the NVAlloc trace at `path` (recorded with values, from a new heap)
-/// to `BookkeepingLogGC`.
-pub fn map(path: &str) -> Result<Mapped, String> {
+/// to `BookkeepingLogGC`, in windows of about `window` steps.
+///
+/// The log is one part (a GC moves records between chunks and every append
+/// goes to the tail), so windows follow one another: a window is cut where
+/// the log is quiet, at the end of an append or a GC with every line it
+/// wrote flushed. There the spec's state follows from the image: nothing
+/// is queued (the lines are durable as written), no append or GC is in
+/// flight, and the volatile log (the list in id order, each chunk's fill,
+/// live records and the tombstones that cancel records of other chunks, the
+/// free chunks, each extent's record) is exactly what the spec's recovery
+/// rebuilds from that image (`RecoveredLog`), but for the next chunk id,
+/// which the mapper counts (the largest id any step wrote, plus one). A
+/// window starts there (`InitFrom` of the trace specification); the first
+/// step outside the spec in the trace's order is the answer.
+pub fn map(path: &str, window: usize) -> Result<Mapped, String> {
     let rd = TraceReader::open(path).map_err(|e| e.to_string())?;
     let h = rd.header().clone();
     let cfg: NvAllocConfig = serde_json::from_value(serde_json::Value::Object(h.allocator.params.clone()))
@@ -307,11 +384,19 @@ pub fn map(path: &str) -> Result<Mapped, String> {
         extents: BTreeSet::new(),
         max_id: 0,
         steps: Vec::new(),
+        dirty: BTreeSet::new(),
+        cutter: Cutter::new(window),
+        fed: 0,
+        next_start: None,
+        windows: Vec::new(),
     };
     super::feed(rd, path, |r| m.event(r.index, r.tid, &r.event))?;
     if !m.started {
         return Err(format!("{path}: the trace never creates an NVAlloc heap"));
     }
+    m.feed();
+    let mut windows = m.windows;
+    windows.extend(m.cutter.take());
     let extents: Vec<String> = m.extents.iter().map(|e| e.to_string()).collect();
     let constants = [
         ("NChunks", nchunks.to_string()),
@@ -321,15 +406,20 @@ pub fn map(path: &str) -> Result<Mapped, String> {
         ("MaxId", m.max_id.max(1).to_string()),
         ("Variant", "\"ok\"".to_string()),
     ];
+    let constants: Vec<(String, String)> = constants.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    for w in &mut windows {
+        w.constants = constants.clone();
+        w.label = format!("the log from step {}, {} steps", w.steps[0] + 1, w.steps.len());
+    }
     Ok(Mapped {
         spec: "BookkeepingLogGC".into(),
         dir: "bookkeeping-log-gc".into(),
         module: "BookkeepingLogGCTrace".into(),
-        constants: constants.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        constants,
         invariants: ["TypeOK", "DurableIsReplayOfAltList", "NoReuseOfReachableChunk", "NoStaleTombstoneCancels"]
             .map(String::from)
             .to_vec(),
         steps: m.steps,
-        windows: Vec::new(),
+        windows,
     })
 }

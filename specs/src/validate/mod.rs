@@ -58,7 +58,8 @@ pub struct Mapped {
     /// The spec's invariants checked along the trace.
     pub invariants: Vec<String>,
     pub steps: Vec<Step>,
-    /// The parts TLC checks one by one (empty: the whole trace is one).
+    /// The parts TLC checks one by one (every step is in one at least; none
+    /// when the trace has no step).
     pub windows: Vec<Window>,
 }
 
@@ -75,19 +76,6 @@ pub struct Window {
     pub tla: Vec<String>,
     pub constants: Vec<(String, String)>,
     pub start: String,
-}
-
-impl Window {
-    /// The whole trace as one window.
-    fn whole(m: &Mapped) -> Window {
-        Window {
-            label: "the whole trace".into(),
-            steps: (0..m.steps.len()).collect(),
-            tla: m.steps.iter().map(|s| s.tla.clone()).collect(),
-            constants: m.constants.clone(),
-            start: String::new(),
-        }
-    }
 }
 
 /// Steps per window by default: long enough that TLC's start (about 2 s of
@@ -250,10 +238,9 @@ fn push_write_fence(steps: &mut Vec<Step>, event: u64, tid: u32, what: &[String]
 /// [`SPECS`]), or by default to the one its allocator has: LLFree's, and for
 /// NVAlloc slab morphing if the trace morphs a slab, else the bookkeeping log.
 ///
-/// LLFree traces are cut into windows of about `window` steps of one tree
-/// each, slab-morphing traces into windows of one slab each; the
-/// bookkeeping log is checked whole (one log, whose GC moves records
-/// between its chunks).
+/// Traces are cut into windows of about `window` steps: of one LLFree tree
+/// each, of one NVAlloc slab each, or of the bookkeeping log between
+/// appends and GCs.
 pub fn map(path: &str, spec: Option<&str>, window: usize) -> Result<Mapped, String> {
     let rd = pmsim_traces::TraceReader::open(path).map_err(|e| e.to_string())?;
     let name = rd.header().allocator.name.clone();
@@ -270,10 +257,10 @@ pub fn map(path: &str, spec: Option<&str>, window: usize) -> Result<Mapped, Stri
         ))
         }
     };
-    let mut m = match spec {
+    let m = match spec {
         "llfree-single-cas" => llfree::map(path, window)?,
         "slab-morphing" if nvalloc => morphing::map(path, window, false)?,
-        "bookkeeping-log-gc" if nvalloc => bklog::map(path)?,
+        "bookkeeping-log-gc" if nvalloc => bklog::map(path, window)?,
         "slab-morphing" | "bookkeeping-log-gc" => {
             return Err(format!("{path}: a trace of {name:?}; {spec} is a specification of NVAlloc"))
         }
@@ -281,9 +268,6 @@ pub fn map(path: &str, spec: Option<&str>, window: usize) -> Result<Mapped, Stri
             return Err(format!("no specification {other:?} to validate against (there are {})", SPECS.join(", ")))
         }
     };
-    if m.windows.is_empty() {
-        m.windows = vec![Window::whole(&m)];
-    }
     Ok(m)
 }
 
@@ -300,7 +284,7 @@ pub fn tla_str(s: &str) -> String {
 /// share): a window's states are few (TLC keeps only those consistent with
 /// the trace) but each holds whole bit fields; a default LLFree window peaks
 /// at about 750 MB resident, and the JVMs' own overhead stays inside 4 GB.
-/// A trace checked whole (NVAlloc's) has it all.
+/// A trace of one window has it all.
 const TLC_HEAP_TOTAL_MB: usize = 2400;
 /// The least heap a run is given, however many run at once.
 const TLC_HEAP_MIN_MB: usize = 256;
