@@ -675,7 +675,9 @@ fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
 
 /// Two writers of one output: exactly one succeeds; the other, refused while
 /// the first runs, names its pid (or, if the first had already finished,
-/// finds the output there).
+/// finds the output there). The first must run well past the moment the
+/// second looks (a holder seen writing is watched for 300 ms before the
+/// refusal, as a holder signalled a moment ago is about to say it is ending).
 fn exactly_one_writer(dir: &Path, args: [&[&str]; 2], lock: &Path) {
     let a = spawn_in(dir, args[0]);
     let pid = a.id();
@@ -696,21 +698,21 @@ fn one_writer_per_trace_and_per_sweep_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     let run: Vec<&str> =
-        "run --alloc nvalloc-log --workload threadtest --param iterations=20 --trace one.pmt".split(' ').collect();
+        "run --alloc nvalloc-log --workload threadtest --param iterations=100 --trace one.pmt".split(' ').collect();
     exactly_one_writer(d, [&run, &run], &d.join(".one.pmt.lock"));
     let o = run_in(d, &["trace".into(), "info".into(), "one.pmt".into()], Duration::from_secs(60));
     assert!(o.status.success(), "the trace written is whole: {}", stderr(&o));
 
     // Writers of different kinds: a run tracing into two.pmt and an export into it.
     let run2: Vec<&str> =
-        "run --alloc nvalloc-log --workload threadtest --param iterations=20 --trace two.pmt".split(' ').collect();
+        "run --alloc nvalloc-log --workload threadtest --param iterations=100 --trace two.pmt".split(' ').collect();
     let export = ["export", SAMPLE, "--format", "gem5", "--out", "two.pmt", "--force"];
     exactly_one_writer(d, [&run2, &export], &d.join(".two.pmt.lock"));
 
     // A run tracing into a .csv, and the commands that write a .csv: the
     // simulator's access map, a sweep's merged table (below).
     let run3: Vec<&str> =
-        "run --alloc nvalloc-log --workload threadtest --param iterations=20 --trace three.csv".split(' ').collect();
+        "run --alloc nvalloc-log --workload threadtest --param iterations=100 --trace three.csv".split(' ').collect();
     let access_map = ["sim", SAMPLE, "--access-map", "three.csv", "--force"];
     exactly_one_writer(d, [&run3, &access_map], &d.join(".three.csv.lock"));
 
@@ -720,7 +722,7 @@ fn one_writer_per_trace_and_per_sweep_directory() {
     let o = run_in(d, &["sweep".into(), "merge".into(), "sw".into()], Duration::from_secs(60));
     assert!(o.status.success(), "the first sweep's rows merge: {}", stderr(&o));
     let run4: Vec<&str> =
-        "run --alloc nvalloc-log --workload threadtest --param iterations=20 --trace four.csv".split(' ').collect();
+        "run --alloc nvalloc-log --workload threadtest --param iterations=100 --trace four.csv".split(' ').collect();
     let merge = ["sweep", "merge", "sw", "--csv", "four.csv", "--force"];
     exactly_one_writer(d, [&run4, &merge], &d.join(".four.csv.lock"));
 }

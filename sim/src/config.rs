@@ -276,7 +276,7 @@ impl Config {
     /// [`pmsim_traces::input`]).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
-        let name = path.display().to_string();
+        let name = pmsim_traces::input::shown(path);
         let text = pmsim_traces::input::read_text(path, "configuration")
             .map_err(|e| ConfigError { source_name: name.clone(), problem: strip_name(&e, &name) })?;
         Self::from_toml(&text, &name)

@@ -43,7 +43,7 @@ fn kind(t: std::fs::FileType) -> &'static str {
 /// what it is instead. A FIFO is opened without blocking, so that a pipe
 /// nobody writes is refused instead of hanging.
 pub fn open(path: &Path, what: &str) -> Result<File, String> {
-    open_unnamed(path, what).map_err(|e| format!("{}: {e}", path.display()))
+    open_unnamed(path, what).map_err(|e| format!("{}: {e}", shown(path)))
 }
 
 /// [`open`] with an error that does not name the file (for an error type
@@ -97,7 +97,7 @@ pub fn read_text(path: &Path, what: &str) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|e| {
         format!(
             "{}: offset {}: not UTF-8 text ({} {what} is text)",
-            path.display(),
+            shown(path),
             e.utf8_error().valid_up_to(),
             article(what)
         )
@@ -112,7 +112,7 @@ pub fn read_limited(path: &Path, what: &str, limit: u64) -> Result<Vec<u8>, Stri
     let too_large = |n: u64| {
         format!(
             "{}: {n} bytes: larger than the {} {} {what} may have; is it the right file?",
-            path.display(),
+            shown(path),
             size_text(limit),
             article(what)
         )
@@ -121,9 +121,7 @@ pub fn read_limited(path: &Path, what: &str, limit: u64) -> Result<Vec<u8>, Stri
         return Err(too_large(len));
     }
     let mut bytes = Vec::with_capacity(len as usize);
-    f.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("{}: cannot read the {what}: {e}", path.display()))?;
+    f.take(limit + 1).read_to_end(&mut bytes).map_err(|e| format!("{}: cannot read the {what}: {e}", shown(path)))?;
     if bytes.len() as u64 > limit {
         return Err(too_large(bytes.len() as u64));
     }
@@ -157,6 +155,21 @@ pub fn quoted(s: &str) -> String {
     format!("{s:?}")
 }
 
+/// The path `p` as an error line names it: bytes that are not UTF-8
+/// escaped (`\xff`), where `Path::display` would print them all as the
+/// same replacement character and two names could not be told apart.
+pub fn shown(p: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for chunk in p.as_os_str().as_bytes().utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
 /// `s` with every line break and other control character escaped (`\n`,
 /// `\u{1b}`), so an error message is one line whatever it quotes.
 pub fn one_line(s: &str) -> String {
@@ -178,6 +191,14 @@ pub fn one_line(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_that_is_not_utf8_is_shown_escaped() {
+        use std::os::unix::ffi::OsStrExt;
+        let p = Path::new(std::ffi::OsStr::from_bytes(b"a\xffb/c\xfe.pmt"));
+        assert_eq!(shown(p), "a\\xffb/c\\xfe.pmt");
+        assert_eq!(shown(Path::new("plain/é.pmt")), "plain/é.pmt");
+    }
 
     #[test]
     fn inputs_of_the_wrong_kind_are_refused() {

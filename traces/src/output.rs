@@ -713,6 +713,10 @@ const LOCK_STOPPING: &str = "interrupted: ending";
 /// ([`crate::children::wait_gone`]: 10 s, then 2 s after SIGKILL).
 const STOPPING_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// How long a writer watches a holder that is writing before it is refused
+/// (see [`Lock::acquire`]).
+const WRITING_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// How long a writer waits for a lock whose holder named in it has ended,
 /// or that names none: a lock being released (its file emptied, or a child
 /// between fork and exec holding a copy) or just taken (its pid not yet
@@ -869,12 +873,24 @@ impl Holder {
         let Some(pid) = lines.next().and_then(|l| l.trim().parse::<u32>().ok()) else { return Holder::Unnamed };
         if !pid_alive(pid) {
             Holder::Gone(pid)
-        } else if lines.nth(1) == Some(LOCK_STOPPING) {
+        } else if lines.nth(1) == Some(LOCK_STOPPING) || stop_signal_pending(pid) {
             Holder::Ending(pid)
         } else {
             Holder::Writing(pid)
         }
     }
+}
+
+/// Whether SIGINT, SIGTERM or SIGHUP has been sent to process `pid` and not
+/// yet delivered (`/proc/PID/status`): a holder signalled a moment ago,
+/// before its handler could mark its locks.
+fn stop_signal_pending(pid: u32) -> bool {
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
+    let mask: u64 = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP].iter().map(|s| 1u64 << (s - 1)).sum();
+    status.lines().any(|l| {
+        let (k, v) = l.split_once(':').unwrap_or_default();
+        matches!(k, "SigPnd" | "ShdPnd") && u64::from_str_radix(v.trim(), 16).is_ok_and(|p| p & mask != 0)
+    })
 }
 
 impl Lock {
@@ -922,10 +938,10 @@ impl Lock {
             *list = Some(held());
         };
         let start = Instant::now();
-        // When the holder first seemed to be releasing the lock, and the
-        // text the last refusal was about to name.
+        // When the holder first seemed to be releasing the lock, and to be
+        // writing.
         let mut releasing: Option<Instant> = None;
-        let mut seen: Option<String> = None;
+        let mut writing: Option<Instant> = None;
         loop {
             if crate::stop::stopping() {
                 return Err(interrupted());
@@ -977,13 +993,14 @@ impl Lock {
                             Holder::Unnamed | Holder::Gone(_) => {
                                 releasing.get_or_insert_with(Instant::now).elapsed() < RELEASING_WAIT
                             }
-                            // Refused, once the file said the same thing
-                            // twice: a pid read just before its lock changed
-                            // hands would name the wrong process.
-                            Holder::Writing(_) => seen.as_deref() != Some(text.as_str()),
+                            // Refused once it has been seen writing for a
+                            // moment: a pid read just before its lock changed
+                            // hands would name the wrong process, and a holder
+                            // signalled just now marks its locks as ending
+                            // only once its handler's thread runs.
+                            Holder::Writing(_) => writing.get_or_insert_with(Instant::now).elapsed() < WRITING_GRACE,
                         };
                         if wait {
-                            seen = Some(text);
                             pause(&mut list);
                             continue;
                         }

@@ -144,7 +144,7 @@ impl TraceReader<File> {
     /// Opens a trace file and reads its preamble.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
         let path = path.as_ref();
-        let name = path.display().to_string();
+        let name = crate::input::shown(path);
         let file =
             crate::input::open_unnamed(path, "trace").map_err(|e| TraceError::new(ErrorKind::Io, &name, 0, e))?;
         // Unbuffered on purpose: payloads are read straight into the block buffer
