@@ -36,6 +36,7 @@ fn check_report(out: &Path) {
         "fig16a",
         "fig16b",
         "fig17",
+        "fig18",
         "fig19",
         "fig20",
         "fig21",
@@ -208,6 +209,15 @@ fn figure_effects(out: &Path) {
     assert!(w4.len() >= 6, "Fig. 16b: W4 rows {w4:?}");
     assert!(w4.windows(2).all(|p| p[1].1 <= p[0].1), "Fig. 16b: W4 peak mapped rises with SU: {w4:?}");
     assert!(w4[w4.len() - 1].1 < w4[0].1, "Fig. 16b: W4 peak mapped flat over SU: {w4:?}");
+    // Fig. 18: each allocator's own recovery of the crashed list was timed
+    // (a run whose recovery lost or broke a node fails instead), and the
+    // spread between them is what the figure shows.
+    let rec = results(out, "recovery");
+    let allocs = ["nvalloc-log", "pmdk", "nvm-malloc", "pallocator", "nvalloc-gc", "makalu:shipped=true", "ralloc"];
+    let t: Vec<f64> = allocs.iter().map(|a| cell(&rec, &[("alloc", a)], "recovery_s")).collect();
+    assert!(t.iter().all(|&s| s > 0.0 && s < 10.0), "Fig. 18: recovery times {t:?} of {allocs:?}");
+    let (lo, hi) = (t.iter().copied().fold(f64::MAX, f64::min), t.iter().copied().fold(0.0, f64::max));
+    assert!(hi > 3.0 * lo, "Fig. 18: recovery times {t:?} of {allocs:?} hardly differ");
 }
 
 /// The claims scoreboard: every claim scored, each `off` with a measured

@@ -151,6 +151,13 @@ fields! {
     /// CPU time: what it achieves with a core per thread, however loaded
     /// the machine was).
     OPS_PER_CPU_S = Timing "/ops_per_cpu_s" Always,
+    /// Wall time of the allocator's own recovery of the heap a crash left
+    /// at the end of the run, one thread (s; runs that crash: Fig. 18's list).
+    RECOVERY_S = Timing "/recovery_s" Some,
+    /// List nodes found allocated and intact after that recovery.
+    RECOVERED_NODES = Native "/extra/recovered_nodes" Some,
+    /// List nodes the run built (Fig. 18's list).
+    LIST_NODES = Native "/extra/list_nodes" Some,
     /// The n-th flush of its category.
     AP_NTH = AccessPoint "/nth" Always,
     /// The flushed line's offset in the heap.

@@ -11,8 +11,10 @@ use crate::row::Row;
 use crate::table::{num, per_op, Table};
 use serde_json::Value;
 
+mod recovery;
 mod space;
 mod throughput;
+pub use recovery::fig18;
 pub use space::{fig13a, fig13b, fig1b};
 pub use throughput::{fig10, fig12, fig14, fig15cd, fig17, fig20, fig21, fig9};
 
@@ -38,6 +40,7 @@ pub const FIGURES: &[(&str, &str, FigureFn)] = &[
     ("fig16a", "estimated time and reflush ratio vs bit stripes (Fig. 16a)", fig16a),
     ("fig16b", "memory and time vs the SU threshold (Fig. 16b)", fig16b),
     ("fig17", "the bookkeeping log's GC overhead (Fig. 17)", fig17),
+    ("fig18", "recovery time of a linked list after a crash (Fig. 18)", fig18),
     ("fig19", "bit stripes under eADR (Fig. 19)", fig19),
     ("fig20", "small allocations under eADR (Fig. 20)", fig20),
     ("fig21", "large allocations under eADR (Fig. 21)", fig21),

@@ -57,6 +57,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("stripes.toml", include_str!("../experiments/stripes.toml")),
     ("su.toml", include_str!("../experiments/su.toml")),
     ("log-gc.toml", include_str!("../experiments/log-gc.toml")),
+    ("recovery.toml", include_str!("../experiments/recovery.toml")),
     ("eadr.toml", include_str!("../experiments/eadr.toml")),
     ("eadr-scaling.toml", include_str!("../experiments/eadr-scaling.toml")),
     ("allocators.toml", include_str!("../experiments/allocators.toml")),

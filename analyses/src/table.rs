@@ -122,7 +122,7 @@ pub fn headline(rows: &[Row]) -> Table {
     cols.extend(wl_keys.iter().map(|k| format!("param.{k}")));
     cols.extend(sim_keys.iter().map(|k| format!("sim.{k}")));
     cols.push("seed".into());
-    const RESULTS: [&str; 17] = [
+    const RESULTS: [&str; 18] = [
         "flushes",
         "reflushes",
         "reflush_ratio",
@@ -140,6 +140,7 @@ pub fn headline(rows: &[Row]) -> Table {
         "slabs_low/mid/high",
         "ops_per_s",
         "ops_per_cpu_s",
+        "recovery_s",
     ];
     cols.extend(RESULTS.iter().map(|s| s.to_string()));
     let mut t = Table { columns: cols, rows: Vec::new() };
@@ -183,6 +184,7 @@ pub fn headline(rows: &[Row]) -> Table {
             slabs.unwrap_or_else(|| "-".into()),
             num(r.num(OPS_PER_S)),
             num(r.num(OPS_PER_CPU_S)),
+            num(r.num(RECOVERY_S)),
         ]);
         t.push(c);
     }

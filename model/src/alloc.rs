@@ -218,6 +218,13 @@ pub trait Allocator: Send + Sync + Sized + 'static {
         Err(AllocError::config(Self::Config::ALLOC, "runs on a pmsim heap, not on a file of its own"))
     }
 
+    /// Opens its own file at `path` ([`Self::OWN_FILE`]), recovering it as
+    /// its library does after a crash; closed when the last handle is dropped.
+    fn open_own_file(path: &Path, cfg: Self::Config) -> Result<Arc<Self>, AllocError> {
+        let _ = (path, cfg);
+        Err(AllocError::config(Self::Config::ALLOC, "runs on a pmsim heap, not on a file of its own"))
+    }
+
     // ----- The process it runs in (may provide; PMDK) -----
 
     /// The environment variables (`None`: unset) a process that runs it

@@ -21,6 +21,7 @@ use crate::workloads::{self, Progress, RunOptions, RunReport, Workload, Workload
 use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// pmsim's [`CrashTarget`] of an allocator with configuration `cfg`: its
 /// recovery is [`Allocator::open`] on the image, its rules
@@ -98,7 +99,40 @@ pub struct Drive<'a> {
     pub opts: &'a RunOptions,
     /// Polled by progress bars meanwhile.
     pub progress: &'a Progress,
+    /// Where to copy the heap (or the allocator's own file) once the
+    /// workload succeeded, before the allocator is closed: the file as a
+    /// crash at that moment leaves it (a killed process's stores are all in
+    /// the file; nothing the close would write is), for
+    /// [`Family::time_recovery`].
+    pub crash_copy: Option<&'a Path>,
 }
+
+/// Copies `from` to `d.crash_copy` (if asked and the workload succeeded).
+fn crash_copy(d: &Drive, driven: &Driven, from: &Path, alloc: &'static str) -> Result<(), AllocError> {
+    match d.crash_copy {
+        Some(to) if driven.run.is_ok() => std::fs::copy(from, to).map(drop).map_err(|e| {
+            AllocError::config(
+                alloc,
+                format!("cannot copy {} to {} as a crash leaves it: {e}", from.display(), to.display()),
+            )
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// What [`Family::time_recovery`] measured.
+#[derive(Clone, Copy, Debug)]
+pub struct TimedRecovery {
+    /// Wall time of the allocator's recovery alone (its `open` of the crashed
+    /// heap, on one thread), seconds.
+    pub seconds: f64,
+    /// What the check of the recovered heap counted (the list's nodes).
+    pub checked: u64,
+}
+
+/// Checks a recovered heap through a thread of the recovered allocator,
+/// given its parameters and its live allocations; a count, or one line.
+pub type RecoveryCheck<'a> = dyn FnMut(&dyn AllocThread, &Params, &[(u64, u64)]) -> Result<u64, String> + 'a;
 
 /// What driving a workload produced: the workload's result (its error comes
 /// back here, after the allocator is closed, so a trace still ends cleanly)
@@ -179,6 +213,24 @@ pub trait Family: Sync {
 
     /// What the conformance suite checks besides its presets ([`Allocator::VARIANTS`]).
     fn variants(&self) -> &'static [&'static str];
+
+    /// Why a crashed heap of a run of `threads` threads with `params` would
+    /// not be recovered (no crash recovery, or a design that refuses such a
+    /// heap, Metall's), or `None` when [`Family::time_recovery`] applies.
+    fn no_recovery(&self, params: &Params, threads: u32) -> Option<String>;
+
+    /// Runs the allocator's own recovery on the crashed heap (or own file)
+    /// `image` natively with flush instruction `flush`, timing only that
+    /// (its [`Allocator::open`], one thread), then `check`s the recovered
+    /// heap and closes it.
+    fn time_recovery(
+        &self,
+        params: &Params,
+        threads: u32,
+        image: &Path,
+        flush: FlushInsn,
+        check: &mut RecoveryCheck,
+    ) -> Result<TimedRecovery, String>;
 }
 
 /// The [`Family`] of an [`Allocator`]: what its line in the registry holds.
@@ -238,6 +290,7 @@ impl<A: Allocator> Family for Native<A> {
         let cfg = A::for_run(&typed::<A>(params)?, d.opts.threads);
         let a = A::create(heap, pm, cfg)?;
         let driven = drive(&a, d);
+        crash_copy(d, &driven, heap.path(), A::Config::ALLOC)?;
         Ok((driven, a.close(heap)?))
     }
 
@@ -256,6 +309,7 @@ impl<A: Allocator> Family for Native<A> {
             let cfg = A::for_run(&typed::<A>(params)?, d.opts.threads);
             let a = A::create_own_file(path, size, overwrite, cfg)?;
             let driven = drive(&a, d);
+            crash_copy(d, &driven, path, A::Config::ALLOC)?;
             let flush = driven.params.get("flush").and_then(|v| v.as_str()).unwrap_or("own").to_string();
             drop(AllocError::sole_owner(a, A::Config::ALLOC)?);
             Ok((driven, flush))
@@ -291,5 +345,55 @@ impl<A: Allocator> Family for Native<A> {
 
     fn variants(&self) -> &'static [&'static str] {
         A::VARIANTS
+    }
+
+    fn no_recovery(&self, params: &Params, threads: u32) -> Option<String> {
+        let cfg = match typed::<A>(params) {
+            Ok(c) => A::for_run(&c, threads),
+            Err(e) => return Some(e.to_string()),
+        };
+        match A::crash_rules(&cfg) {
+            Err(e) => Some(e),
+            Ok(r) if r.refuses_unclean => {
+                Some(format!("{} refuses a heap its last run did not close (its design)", A::FAMILY))
+            }
+            Ok(_) => None,
+        }
+    }
+
+    fn time_recovery(
+        &self,
+        params: &Params,
+        threads: u32,
+        image: &Path,
+        flush: FlushInsn,
+        check: &mut RecoveryCheck,
+    ) -> Result<TimedRecovery, String> {
+        let cfg = A::for_run(&typed::<A>(params).map_err(|e| e.to_string())?, threads);
+        let checked = |a: &Arc<A>, check: &mut RecoveryCheck| {
+            let mut t = a.thread(0);
+            let live = a.live_blocks(&mut t);
+            check(&t, &a.params(), &live)
+        };
+        if A::OWN_FILE {
+            let t0 = Instant::now();
+            let a = A::open_own_file(image, cfg).map_err(|e| e.to_string())?;
+            let seconds = t0.elapsed().as_secs_f64();
+            let n = checked(&a, check);
+            drop(AllocError::sole_owner(a, A::Config::ALLOC).map_err(|e| e.to_string())?);
+            return Ok(TimedRecovery { seconds, checked: n? });
+        }
+        let heap = Heap::open(image).map_err(|e| e.to_string())?;
+        if heap.was_clean() {
+            return Err(format!("{}: the crashed heap says it was closed cleanly", image.display()));
+        }
+        let pm = Pm::native(&heap, flush).map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        let a = A::open(&heap, pm, cfg).map_err(|e| e.to_string())?;
+        let seconds = t0.elapsed().as_secs_f64();
+        let n = checked(&a, check);
+        drop(a.close(&heap).map_err(|e| e.to_string())?);
+        heap.close().map_err(|e| e.to_string())?;
+        Ok(TimedRecovery { seconds, checked: n? })
     }
 }

@@ -539,6 +539,13 @@ impl Allocator for Pmdk {
         Pmdk::create(path, size, &PmdkOptions { overwrite, ..PmdkOptions::default() }).map_err(PmdkError::into_alloc)
     }
 
+    /// `pmemobj_open`: libpmemobj recovers the pool's lanes (their redo and
+    /// undo logs) as it opens it; the heap's run metadata it rebuilds
+    /// lazily, as allocations reach each bucket.
+    fn open_own_file(path: &Path, _cfg: PmdkConfig) -> Result<Arc<Self>, AllocError> {
+        Pmdk::open(path, &PmdkOptions::default()).map_err(PmdkError::into_alloc)
+    }
+
     fn create(_heap: &Heap, _pm: Pm, _cfg: PmdkConfig) -> Result<Arc<Self>, AllocError> {
         Err(not_on_a_pmsim_heap())
     }

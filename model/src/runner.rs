@@ -9,13 +9,14 @@
 //! fills the trace header with the allocator, the workload and every
 //! parameter, so that a trace describes its run completely.
 
-use crate::family::{Drive, Driven, Family, Params};
+use crate::alloc::AllocThread;
+use crate::family::{Drive, Driven, Family, Params, TimedRecovery};
 use crate::heap::{Heap, HeapOptions};
 use crate::params::split_override;
 use crate::pm::{FlushInsn, Pm};
 use crate::registry;
 use crate::tracing::{Finished, TraceConfig};
-use crate::workloads::{Progress, RunOptions, RunReport, Workload};
+use crate::workloads::{list, Params as WorkloadParams, Progress, RunOptions, RunReport, Workload};
 use pmsim_traces::{Component, EventSink, TraceHeader};
 use serde::Serialize;
 use std::io;
@@ -269,7 +270,7 @@ pub fn check_report(r: &RunReport) -> Result<(), String> {
     if r.peak.mapped_bytes < r.peak.live_bytes {
         return fail(format!("peak mapped {} below peak live {}", r.peak.mapped_bytes, r.peak.live_bytes));
     }
-    let keeps = r.params.get("keep").and_then(|k| k.as_bool()).unwrap_or(false);
+    let keeps = ["keep", "crash"].iter().any(|k| r.params.get(*k).and_then(|k| k.as_bool()).unwrap_or(false));
     if r.end.live_bytes != 0 && !keeps {
         return fail(format!("{} bytes left live", r.end.live_bytes));
     }
@@ -293,22 +294,89 @@ pub fn check_report(r: &RunReport) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs natively: real flush instructions, no tracing.
+/// Runs natively: real flush instructions, no tracing. A workload that
+/// [crashes](Workload::crashes) (Fig. 18's list) leaves a copy of the heap
+/// as a crash at its end leaves it, and the allocator's own recovery of
+/// that copy is timed ([`time_recovery`]).
 pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
-    let d = Drive { workload: spec.workload, opts: spec.opts, progress: spec.progress };
     let hs = spec.heap;
-    if let Some(r) = spec.alloc.family.run_on_pool(&spec.alloc.params, &hs.path, hs.size, hs.overwrite, &d) {
+    let family = spec.alloc.family;
+    let threads = spec.opts.threads;
+    let skip = spec.workload.crashes().then(|| family.no_recovery(&spec.alloc.params, threads)).flatten();
+    let image = (spec.workload.crashes() && skip.is_none()).then(|| sibling(&hs.path, "crashed"));
+    let _image_goes = image.as_deref().map(RemoveOnDrop);
+    let d = Drive { workload: spec.workload, opts: spec.opts, progress: spec.progress, crash_copy: image.as_deref() };
+    let mut out = if let Some(r) = family.run_on_pool(&spec.alloc.params, &hs.path, hs.size, hs.overwrite, &d) {
         let (driven, flush_insn) = r?;
         let alloc = info(spec.alloc, &driven);
-        return Ok(Outcome { run: driven.run?, alloc, flush_insn });
+        Outcome { run: driven.run?, alloc, flush_insn }
+    } else {
+        let heap = create_heap(spec.heap)?;
+        let pm = Pm::native(&heap, spec.flush)?;
+        let (driven, pm) = family.run_on_pm(&spec.alloc.params, &heap, pm, &d)?;
+        drop(pm);
+        heap.close()?;
+        let alloc = info(spec.alloc, &driven);
+        Outcome { run: driven.run?, alloc, flush_insn: spec.flush.name().into() }
+    };
+    if let Some(why) = skip {
+        out.run.extra.insert("recovery_skipped".into(), why.into());
     }
-    let heap = create_heap(spec.heap)?;
-    let pm = Pm::native(&heap, spec.flush)?;
-    let (driven, pm) = spec.alloc.family.run_on_pm(&spec.alloc.params, &heap, pm, &d)?;
-    drop(pm);
-    heap.close()?;
-    let alloc = info(spec.alloc, &driven);
-    Ok(Outcome { run: driven.run?, alloc, flush_insn: spec.flush.name().into() })
+    if let Some(image) = &image {
+        let r = time_recovery(spec, image)?;
+        out.run.extra.insert("recovery_s".into(), r.seconds.into());
+        out.run.extra.insert("recovered_nodes".into(), r.checked.into());
+    }
+    Ok(out)
+}
+
+/// How many times [`time_recovery`] recovers the crashed heap, each time
+/// from a fresh copy of it (recovery writes): the least time is kept, as
+/// other work on the machine only ever adds time.
+pub const RECOVERY_REPEATS: usize = 3;
+
+/// Times the allocator's recovery of the crashed heap `image` of the run
+/// `spec` made ([`Family::time_recovery`]) [`RECOVERY_REPEATS`] times, each
+/// on its own copy, and checks every recovered heap: every node of the
+/// list must be allocated and intact ([`list::check_recovered`]).
+pub fn time_recovery(spec: &RunSpec, image: &Path) -> Result<TimedRecovery, RunError> {
+    let WorkloadParams::List(p) = spec.workload.params() else {
+        return Err(format!("{}: only the list workload is recovered after its run", spec.workload.name()).into());
+    };
+    let threads = spec.opts.threads;
+    let mut check =
+        |t: &dyn AllocThread, params: &Params, live: &[(u64, u64)]| list::check_recovered(t, params, live, p, threads);
+    let mut best: Option<TimedRecovery> = None;
+    for _ in 0..RECOVERY_REPEATS {
+        let copy = sibling(&spec.heap.path, "recovered");
+        let _goes = RemoveOnDrop(&copy);
+        std::fs::copy(image, &copy).map_err(|e| format!("cannot copy the crashed heap {}: {e}", image.display()))?;
+        let r = spec
+            .alloc
+            .family
+            .time_recovery(&spec.alloc.params, threads, &copy, spec.flush, &mut check)
+            .map_err(|e| format!("{}: recovery after the crash: {e}", spec.alloc.label))?;
+        if best.is_none_or(|b| r.seconds < b.seconds) {
+            best = Some(r);
+        }
+    }
+    Ok(best.expect("at least one recovery"))
+}
+
+/// `path` with `.what` appended (a file beside it).
+fn sibling(path: &Path, what: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(format!(".{what}"));
+    PathBuf::from(s)
+}
+
+/// Removes a file (if there) when dropped, however the run ends.
+struct RemoveOnDrop<'a>(&'a Path);
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
 }
 
 /// Runs with every event going, in global order, to the sink `make_sink`
@@ -337,7 +405,7 @@ where
         }
         make_sink(h)
     })?;
-    let d = Drive { workload: spec.workload, opts: spec.opts, progress: spec.progress };
+    let d = Drive { workload: spec.workload, opts: spec.opts, progress: spec.progress, crash_copy: None };
     let (driven, pm) = family.run_on_pm(&spec.alloc.params, &heap, pm, &d)?;
     let finished = collector.finish(pm)?;
     let alloc = info(spec.alloc, &driven);

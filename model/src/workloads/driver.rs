@@ -126,9 +126,7 @@ pub struct Shared<'a, A: Allocator> {
     pub workload: &'a str,
     pub threads: u32,
     pub seed: u64,
-    /// Bytes of one destination slot for `malloc_to`: 8, or what the
-    /// allocator's `params()["dest_bytes"]` says (16 for PMDK, whose atomic
-    /// API publishes a 16-byte `PMEMoid`; the offset is the slot's last word).
+    /// Bytes of one destination slot for `malloc_to` ([`dest_stride`]).
     pub stride: u64,
     progress: &'a Progress,
     abort: AtomicBool,
@@ -162,7 +160,7 @@ impl<'a, A: Allocator> Shared<'a, A> {
         every: Every,
         cpu_profile: bool,
     ) -> Self {
-        let stride = alloc.params().get("dest_bytes").and_then(|v| v.as_u64()).unwrap_or(8).max(8);
+        let stride = dest_stride(&alloc.params());
         Shared {
             alloc,
             workload,
@@ -384,8 +382,20 @@ impl<'a, A: Allocator> Shared<'a, A> {
 
     /// Words in the anchor directory.
     pub fn dir_len(threads: u32) -> usize {
-        GLOBAL_ANCHORS + THREAD_ANCHORS * threads as usize
+        dir_len(threads)
     }
+}
+
+/// Words in the anchor directory of a run of `threads` threads.
+pub fn dir_len(threads: u32) -> usize {
+    GLOBAL_ANCHORS + THREAD_ANCHORS * threads as usize
+}
+
+/// Bytes of one destination slot of an allocator with parameters `params`:
+/// 8, or what its `dest_bytes` says (16 for PMDK, whose atomic API
+/// publishes a 16-byte `PMEMoid`; the offset is the slot's last word).
+pub fn dest_stride(params: &crate::alloc::Params) -> u64 {
+    params.get("dest_bytes").and_then(|v| v.as_u64()).unwrap_or(8).max(8)
 }
 
 /// Anchor index `k` (< [`THREAD_ANCHORS`]) of thread `tid`.
@@ -623,7 +633,7 @@ impl<A: Allocator> Drop for Worker<'_, '_, A> {
 
 /// The two checksum words of object `id` of `size` bytes.
 #[inline]
-fn stamp_words(size: u64, id: u64) -> (u64, u64) {
+pub(crate) fn stamp_words(size: u64, id: u64) -> (u64, u64) {
     (mix(id ^ size.rotate_left(32)), mix(id.wrapping_add(size.wrapping_mul(0x9E37_79B9))))
 }
 

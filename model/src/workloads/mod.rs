@@ -12,6 +12,7 @@
 //! | `fragbench-w1` … `-w4` | §3.2, §6.4, Table 1, Fig. 1b, 15 | size distribution changes under a live-data cap |
 //! | `fptree` | §6.3, Fig. 14 | a persistent B+-tree: leaves and 128 B key-value objects in PM |
 //! | `llfree-bulk`, `llfree-random`, `llfree-repeat` | LLFree §5.1 | frames allocated in bulk and freed in order, in random order across threads, or one at a time |
+//! | `list` | §6.6, Fig. 18 | a persistent linked list of 64–128 B nodes, left as a crash leaves it; the allocator's recovery timed |
 //!
 //! Every workload has three presets ([`Scale`]): `paper` (the paper's
 //! parameters, hours on real hardware), `small` (about a minute natively) and
@@ -34,6 +35,7 @@ pub mod driver;
 pub mod fptree;
 pub mod fragbench;
 pub mod larson;
+pub mod list;
 pub mod llfree_bench;
 pub mod print;
 pub mod prodcon;
@@ -154,6 +156,7 @@ pub enum Params {
     Fragbench(fragbench::Params),
     Fptree(fptree::Params),
     LlfreeBench(llfree_bench::Params),
+    List(list::Params),
 }
 
 /// The most live data a workload may need (1 TiB: past any heap a run maps).
@@ -191,7 +194,7 @@ pub struct Workload {
 
 impl Workload {
     /// Every workload name [`Workload::preset`] knows.
-    pub const NAMES: [&'static str; 14] = [
+    pub const NAMES: [&'static str; 15] = [
         "threadtest",
         "prodcon",
         "shbench",
@@ -206,6 +209,7 @@ impl Workload {
         "llfree-bulk",
         "llfree-random",
         "llfree-repeat",
+        "list",
     ];
 
     /// Names that stand for several workloads (`fragbench` = W1–W4, `all`).
@@ -237,6 +241,7 @@ impl Workload {
             "llfree-bulk" => Params::LlfreeBench(llfree_bench::Params::preset(llfree_bench::Bench::Bulk, scale)),
             "llfree-random" => Params::LlfreeBench(llfree_bench::Params::preset(llfree_bench::Bench::Random, scale)),
             "llfree-repeat" => Params::LlfreeBench(llfree_bench::Params::preset(llfree_bench::Bench::Repeat, scale)),
+            "list" => Params::List(list::Params::preset(scale)),
             n => match n.strip_prefix("fragbench-w").and_then(|w| w.parse::<u32>().ok()) {
                 Some(w @ 1..=4) => Params::Fragbench(fragbench::Params::preset(w, scale)),
                 _ => {
@@ -292,6 +297,7 @@ impl Workload {
             Params::Fragbench(p) => set_field(p, what, key, value),
             Params::Fptree(p) => set_field(p, what, key, value),
             Params::LlfreeBench(p) => set_field(p, what, key, value),
+            Params::List(p) => set_field(p, what, key, value),
         }
         .map_err(|e| WorkloadError::Config(format!("{}: {e}", self.name)))
     }
@@ -305,10 +311,16 @@ impl Workload {
     }
 
     /// Whether the run ends with its data still allocated and published
-    /// (Threadtest's `keep`): the directory at root 0 stays, and live bytes
-    /// at the end are expected.
+    /// (Threadtest's `keep`, the list's `crash`): the directory at root 0
+    /// stays, and live bytes at the end are expected.
     pub fn keeps_data(&self) -> bool {
-        matches!(&self.params, Params::Threadtest(p) if p.keep)
+        matches!(&self.params, Params::Threadtest(p) if p.keep) || self.crashes()
+    }
+
+    /// Whether a native run ends as a crash leaves the heap and times the
+    /// allocator's recovery of it (the list's `crash`, Fig. 18).
+    pub fn crashes(&self) -> bool {
+        matches!(&self.params, Params::List(p) if p.crash)
     }
 
     /// The largest value of a numeric parameter (2^48: any count or size of
@@ -336,6 +348,7 @@ impl Workload {
             Params::Fragbench(p) => p.validate(),
             Params::Fptree(p) => p.validate(),
             Params::LlfreeBench(p) => p.validate(threads),
+            Params::List(p) => p.validate(),
         };
         r.map_err(|m| WorkloadError::Config(format!("{}: {m}", self.name)))?;
         let live = self.peak_live(threads);
@@ -390,6 +403,7 @@ impl Workload {
             Params::Fragbench(p) => p.peak_live(threads),
             Params::Fptree(p) => p.peak_live(threads),
             Params::LlfreeBench(p) => p.peak_live(threads),
+            Params::List(p) => p.peak_live(threads),
         }
     }
 
@@ -405,6 +419,7 @@ impl Workload {
             Params::Fragbench(p) => p.before_max.max(p.after_max),
             Params::Fptree(p) => p.kv_size.max(p.fanout * 26 + 64),
             Params::LlfreeBench(p) => p.size,
+            Params::List(p) => p.max_size,
         }
     }
 
@@ -421,6 +436,7 @@ impl Workload {
             Params::Fragbench(p) => p.before_min.min(p.after_min),
             Params::Fptree(p) => p.kv_size + 16,
             Params::LlfreeBench(p) => return p.peak_objects(threads),
+            Params::List(p) => p.min_size + 16,
         };
         self.peak_live(threads).div_ceil(per.max(1))
     }
@@ -530,6 +546,7 @@ pub fn run<A: Allocator>(
         Params::Fragbench(p) => fragbench::run(&sh, p)?,
         Params::Fptree(p) => fptree::run(&sh, p)?,
         Params::LlfreeBench(p) => llfree_bench::run(&sh, p)?,
+        Params::List(p) => list::run(&sh, p)?,
     }
     if !wl.keeps_data() {
         sh.single(0, |w| {
