@@ -158,7 +158,7 @@ fn walk(
             return Err(format!("more than {nodes} nodes (node {i} at {off:#x})"));
         }
         let size = t.read_u64(node.size_word(off));
-        if size < Params::MIN_NODE || size > 1 << 20 {
+        if !(Params::MIN_NODE..=1 << 20).contains(&size) {
             return Err(format!("node {i} at {off:#x} says its size is {size}"));
         }
         each(off, size).map_err(|e| format!("node {i} at {off:#x} ({size} bytes): {e}"))?;
@@ -210,7 +210,7 @@ pub fn check_recovered(
     for tid in 0..threads {
         let head = t.read_u64(dir + 8 * thread_anchor(tid, 0) as u64);
         allocated(head, node.stride).map_err(|e| format!("thread {tid}'s list head at {head:#x}: {e}"))?;
-        let offs = walk(t, head + node.stride - 8, node, tid, p.nodes, |off, size| allocated(off, size))
+        let offs = walk(t, head + node.stride - 8, node, tid, p.nodes, &allocated)
             .map_err(|e| format!("thread {tid}'s list: {e}"))?;
         checked += offs.len() as u64;
     }
