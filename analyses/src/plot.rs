@@ -47,6 +47,9 @@ pub type Series<T> = (String, Vec<T>);
 pub enum Kind {
     /// One group of bars per category, one bar per series (or one stacked bar).
     Bars { categories: Vec<String>, series: Vec<Series<f64>>, stacked: bool },
+    /// Bars as [`Kind::Bars`] (side by side) on a log10 y axis, for values
+    /// that span decades (non-positive values get no bar).
+    LogBars { categories: Vec<String>, series: Vec<Series<f64>> },
     /// Lines through (x, y) points; with `log2_x` x is drawn on a log2
     /// scale, with `log10_y` y on a log10 scale (non-positive values are
     /// left out there).
@@ -333,70 +336,102 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> R
     let mut b = ChartBuilder::on(&plot_area);
     b.caption(&p.title, (FAMILY, 17)).margin(12).x_label_area_size(55).y_label_area_size(75);
     match &p.kind {
-        Kind::Bars { categories, series, stacked } => {
-            let n = categories.len().max(1);
-            let max = (0..n)
-                .map(|i| {
-                    let vals = series.iter().map(|(_, v)| v.get(i).copied().unwrap_or(0.0));
-                    if *stacked {
-                        vals.sum::<f64>()
-                    } else {
-                        vals.fold(0.0, f64::max)
-                    }
-                })
-                .fold(0.0, f64::max);
-            let mut chart = b.build_cartesian_2d(-0.5..(n as f64 - 0.5), y_range(max)).map_err(e)?;
-            let cats = categories.clone();
-            let fmt = move |x: &f64| {
-                let i = x.round();
-                if (x - i).abs() < 1e-6 && i >= 0.0 {
-                    cats.get(i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            };
-            chart
-                .configure_mesh()
-                .disable_x_mesh()
-                .x_labels(n)
-                .x_label_formatter(&fmt)
-                .y_label_formatter(&|y| tick(*y))
-                .x_desc(&p.x_label)
-                .y_desc(&p.y_label)
-                .label_style((FAMILY, 13))
-                .axis_desc_style((FAMILY, 15))
-                .draw()
-                .map_err(e)?;
-            let s = series.len().max(1) as f64;
-            let mut base = vec![0.0; n];
-            let mut entries = Vec::new();
-            let styles = series_styles(&series.iter().map(|x| x.0.as_str()).collect::<Vec<_>>());
-            for (k, (name, vals)) in series.iter().enumerate() {
-                let st = styles[k];
-                let rects: Vec<Rectangle<(f64, f64)>> = (0..n)
-                    .map(|i| {
-                        let v = vals.get(i).copied().unwrap_or(0.0);
-                        let (x0, x1, y0) = if *stacked {
-                            (i as f64 - 0.35, i as f64 + 0.35, base[i])
-                        } else {
-                            let w = 0.8 / s;
-                            let x0 = i as f64 - 0.4 + k as f64 * w;
-                            (x0, x0 + w * 0.92, 0.0)
-                        };
-                        if *stacked {
-                            base[i] += v;
-                        }
-                        Rectangle::new([(x0, y0), (x1, y0 + v)], st.color.filled())
-                    })
-                    .collect();
-                chart.draw_series(rects).map_err(e)?;
-                entries.push((name.clone(), st));
-            }
-            draw_legend(&strip, &entries, true)
+        Kind::LogBars { categories, series } => {
+            let logs: Vec<Series<f64>> = series
+                .iter()
+                .map(|(k, v)| (k.clone(), v.iter().map(|&x| if x > 0.0 { x.log10() } else { f64::NAN }).collect()))
+                .collect();
+            let all = || logs.iter().flat_map(|(_, v)| v.iter().copied()).filter(|x| x.is_finite());
+            let lo = all().fold(f64::INFINITY, f64::min);
+            let (lo, hi) = if lo.is_finite() { (lo.floor(), all().fold(lo, f64::max).ceil()) } else { (0.0, 1.0) };
+            let yr = lo..if hi > lo { hi } else { lo + 1.0 };
+            draw_bars(b, &strip, p, categories, &logs, false, Some(yr))
         }
+        Kind::Bars { categories, series, stacked } => draw_bars(b, &strip, p, categories, series, *stacked, None),
         Kind::Lines { series, log2_x, log10_y } => draw_xy(b, &strip, p, series, (*log2_x, *log10_y), true),
         Kind::Scatter { series } => draw_xy(b, &strip, p, series, (false, false), false),
     }
+}
+
+/// Bars of `series` over `categories`; with `log10` (the y range in
+/// decades) the values are already log10s, drawn up from the range's floor.
+fn draw_bars<DB: DrawingBackend>(
+    mut b: ChartBuilder<'_, '_, DB>,
+    strip: &DrawingArea<DB, Shift>,
+    p: &Panel,
+    categories: &[String],
+    series: &[Series<f64>],
+    stacked: bool,
+    log10: Option<std::ops::Range<f64>>,
+) -> Result<(), String> {
+    let n = categories.len().max(1);
+    let max = (0..n)
+        .map(|i| {
+            let vals = series.iter().map(|(_, v)| v.get(i).copied().unwrap_or(0.0));
+            if stacked {
+                vals.sum::<f64>()
+            } else {
+                vals.fold(0.0, f64::max)
+            }
+        })
+        .fold(0.0, f64::max);
+    let yr = log10.clone().unwrap_or_else(|| y_range(max));
+    let floor = yr.start;
+    let mut chart = b.build_cartesian_2d(-0.5..(n as f64 - 0.5), yr.clone()).map_err(e)?;
+    let cats = categories.to_vec();
+    let fmt = move |x: &f64| {
+        let i = x.round();
+        if (x - i).abs() < 1e-6 && i >= 0.0 {
+            cats.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    let log = log10.is_some();
+    let yfmt = move |y: &f64| if log { log10_tick(*y) } else { tick(*y) };
+    let y_desc = if log { format!("{} (log10)", p.y_label) } else { p.y_label.clone() };
+    let mut mesh = chart.configure_mesh();
+    if log {
+        mesh.y_labels(((yr.end - yr.start).round() as usize + 1).max(2));
+    }
+    mesh.disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&fmt)
+        .y_label_formatter(&yfmt)
+        .x_desc(&p.x_label)
+        .y_desc(&y_desc)
+        .label_style((FAMILY, 13))
+        .axis_desc_style((FAMILY, 15))
+        .draw()
+        .map_err(e)?;
+    let s = series.len().max(1) as f64;
+    let mut base = vec![0.0; n];
+    let mut entries = Vec::new();
+    let styles = series_styles(&series.iter().map(|x| x.0.as_str()).collect::<Vec<_>>());
+    for (k, (name, vals)) in series.iter().enumerate() {
+        let st = styles[k];
+        let rects: Vec<Rectangle<(f64, f64)>> = (0..n)
+            .filter(|&i| vals.get(i).is_none_or(|v| v.is_finite()))
+            .map(|i| {
+                let v = vals.get(i).copied().unwrap_or(floor);
+                let (x0, x1, y0) = if stacked {
+                    (i as f64 - 0.35, i as f64 + 0.35, base[i])
+                } else {
+                    let w = 0.8 / s;
+                    let x0 = i as f64 - 0.4 + k as f64 * w;
+                    (x0, x0 + w * 0.92, floor)
+                };
+                if stacked {
+                    base[i] += v;
+                }
+                let top = if log10.is_some() { v } else { y0 + v };
+                Rectangle::new([(x0, y0), (x1, top)], st.color.filled())
+            })
+            .collect();
+        chart.draw_series(rects).map_err(e)?;
+        entries.push((name.clone(), st));
+    }
+    draw_legend(strip, &entries, true)
 }
 
 /// Tick label of a log10 axis at `y` (the exponent): the power of ten, or

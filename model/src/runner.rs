@@ -302,8 +302,10 @@ pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
     let hs = spec.heap;
     let family = spec.alloc.family;
     let threads = spec.opts.threads;
-    let skip = spec.workload.crashes().then(|| family.no_recovery(&spec.alloc.params, threads)).flatten();
-    let image = (spec.workload.crashes() && skip.is_none()).then(|| sibling(&hs.path, "crashed"));
+    // A CPU profile (flushes off) measures the workload, not the recovery.
+    let crashes = spec.workload.crashes() && !spec.opts.cpu_profile;
+    let skip = crashes.then(|| family.no_recovery(&spec.alloc.params, threads)).flatten();
+    let image = (crashes && skip.is_none()).then(|| sibling(&hs.path, "crashed"));
     let _image_goes = image.as_deref().map(RemoveOnDrop);
     let d = Drive { workload: spec.workload, opts: spec.opts, progress: spec.progress, crash_copy: image.as_deref() };
     let mut out = if let Some(r) = family.run_on_pool(&spec.alloc.params, &hs.path, hs.size, hs.overwrite, &d) {

@@ -58,7 +58,7 @@ pub fn fig18(rows: &[Row]) -> Option<Figure> {
             title: format!("list of {nodes:.0} nodes, one thread"),
             x_label: "allocator".into(),
             y_label: "recovery time (ms)".into(),
-            kind: Kind::Bars { categories: vec!["recovery".into()], series, stacked: false },
+            kind: Kind::LogBars { categories: vec!["recovery".into()], series },
         }],
         table,
         paper: None,
