@@ -237,6 +237,16 @@ fn data(id: &str) -> Vec<Row> {
                 }
             }
         }
+        "fig18" => {
+            // Recovery times over two decades, as the allocators' differ.
+            for (k, a) in ["nvalloc-log", "pmdk", "nvalloc-gc", "makalu"].iter().enumerate() {
+                let mut nat = native(10.0, None);
+                nat["extra"] = json!({"list_nodes": 1000, "recovered_nodes": 1000});
+                let mut r = row(k, spec(a, "list", 1, json!({}), json!({})), None, Some(nat), Some(1e6));
+                r.env.native_timing.insert("recovery_s".into(), json!(2e-3 * 7f64.powi(k as i32)));
+                rows.push(r);
+            }
+        }
         "sites" => {
             for wl in ["threadtest", "larson-small"] {
                 for (k, a) in allocs.iter().enumerate() {
@@ -308,7 +318,9 @@ fn every_figure_renders_as_svg_and_png_with_labelled_axes() {
                 assert!(svg.contains(&esc), "{id}: axis label '{label}' missing from the SVG");
             }
             let drawn = match &p.kind {
-                Kind::Bars { series, .. } => series.iter().map(|s| s.1.len()).sum::<usize>(),
+                Kind::Bars { series, .. } | Kind::LogBars { series, .. } => {
+                    series.iter().map(|s| s.1.len()).sum::<usize>()
+                }
                 Kind::Lines { series, .. } | Kind::Scatter { series } => series.iter().map(|s| s.1.len()).sum(),
             };
             assert!(drawn > 0, "{id}: panel '{}' has no data", p.title);
