@@ -1,7 +1,7 @@
 //! Simulator throughput on the synthetic metadata stream (not an allocator
 //! trace), per model, as wall-clock and on-CPU rates: on a shared machine the
 //! second is what one dedicated core would do. The criterion bench
-//! (`cargo bench -p pmsim-sim`) measures the same loops with statistics.
+//! (`cargo bench -p pmsim-benches --bench sim`) measures the same loops with statistics.
 //!
 //! `cargo run --release -p pmsim-sim --example sim_speed -- [EVENTS [PASSES [MODEL]]]`
 //! (MODEL: full, eadr or reflush_only; the environment variable WINDOW sets

@@ -34,7 +34,7 @@
 
 //! Speed: the per-event work is O(log n) in the distinct lines of a reflush
 //! scope, with no allocation and no SipHash (flat tables with multiplicative
-//! hashing). Measure it with `cargo bench -p pmsim-sim` (criterion) or
+//! hashing). Measure it with `cargo bench -p pmsim-benches --bench sim` (criterion) or
 //! `cargo run --release -p pmsim-sim --example sim_speed`, which also reports
 //! on-CPU rates for shared machines; both run the synthetic stream of
 //! `pmsim_traces::synth`, not an allocator trace.
