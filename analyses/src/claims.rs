@@ -1270,7 +1270,8 @@ pub const CLAIMS: &[Claim] = &[
         },
         note: "pmsim's Ralloc marks every node of the list too (its filter functions default to the conservative \
                scan) and keeps its marks in a hash set; the two recoveries are within 2× of each other and their \
-               order changes with the list's size (at 500,000 nodes and more Ralloc's was measured the slower).",
+               order changes with the list's size and from run to run (NVAlloc-GC's was the slower at 200,000 and \
+               2 M nodes, Ralloc's at 500,000 and 1 M).",
     },
     // ---- §6.7, Fig. 19–21 ------------------------------------------------
     Claim {
