@@ -135,6 +135,19 @@ fn an_nvalloc_run_that_morphs_is_a_behaviour_of_slab_morphing_and_mutations_are_
     assert!(has(&|a| a.starts_with("Write(index table") && a.contains("live |-> FALSE")), "{actions:?}");
     assert!(has(&|a| a.contains("class B, old B, flag 0, index_len 0}")), "{actions:?}");
 
+    // `pmsim bench --validate` times the same check, and the bookkeeping
+    // log's, with the same defaults: one row per specification.
+    let steps = v["outcome"]["steps"].as_u64().unwrap();
+    let o = pmsim(&["bench", "--no-synthetic", "--validate", t.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let b: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = b["validate"].as_array().unwrap();
+    let specs: Vec<&str> = rows.iter().map(|r| r["spec"].as_str().unwrap()).collect();
+    assert_eq!(specs, ["SlabMorphing", "BookkeepingLogGC"], "{b}");
+    assert_eq!(rows[0]["steps"], steps, "{b}");
+    assert!(rows.iter().all(|r| r["allowed"] == true && r["wall_s"].as_f64().unwrap() > 0.0), "{b}");
+    assert!(rows[0]["tlc_cpu_s"].as_f64().unwrap() > 0.0 && rows[0]["tlc_max_rss_mb"].as_f64().unwrap() > 10.0, "{b}");
+
     // The spec variant that drops the index table's flush forbids step 2 as the code does it.
     let o = pmsim(&["specs", "validate", t.to_str().unwrap(), "--const", "Variant=\"flag_before_table\""]);
     assert!(!o.status.success(), "{}", text(&o));
@@ -150,6 +163,10 @@ fn an_nvalloc_run_that_morphs_is_a_behaviour_of_slab_morphing_and_mutations_are_
     let out = text(&o);
     assert!(out.contains("LEAVES THE SPEC") && out.contains("flag 2, index_len 5} (not flushed)"), "{out}");
     assert!(out.contains("expected MorphStep2Flag"), "{out}");
+    let o = pmsim(&["bench", "--no-synthetic", "--validate", t.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let row = text(&o).lines().find(|l| l.contains("SlabMorphing")).unwrap_or_default().to_string();
+    assert!(row.trim_end().ends_with(" no"), "the mutated trace is not allowed: {}", text(&o));
 
     // Cut into windows of about 100 steps, each checked from the state the
     // trace gives the slab at its start, it leaves the spec at the same step,

@@ -36,6 +36,12 @@ pub struct BenchArgs {
     /// code paths, images, wall and CPU seconds and images per second.
     #[arg(long, value_name = "TRACE")]
     crash: Vec<PathBuf>,
+    /// Also run `pmsim specs validate` with its default flags on this trace
+    /// (recorded with --values; repeatable) against every specification it
+    /// can be validated against, once each, and print its steps, windows,
+    /// wall seconds, pmsim's and TLC's CPU seconds and TLC's memory.
+    #[arg(long, value_name = "TRACE")]
+    validate: Vec<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -254,8 +260,8 @@ fn contend(path: &std::path::Path) -> Result<u64, Box<dyn std::error::Error>> {
 }
 
 pub fn run(a: BenchArgs) -> CmdResult {
-    if a.no_synthetic && a.trace.is_none() && a.crash.is_empty() {
-        return Err("--no-synthetic leaves nothing to time: give --trace or --crash".into());
+    if a.no_synthetic && a.trace.is_none() && a.crash.is_empty() && a.validate.is_empty() {
+        return Err("--no-synthetic leaves nothing to time: give --trace, --crash or --validate".into());
     }
     // The trace is looked at before the synthetic rows take their seconds.
     if let Some(path) = &a.trace {
@@ -329,17 +335,24 @@ pub fn run(a: BenchArgs) -> CmdResult {
         }
     }
     let crash_rows = a.crash.iter().map(|p| super::bench_crash::crash_row(p)).collect::<Result<Vec<_>, _>>()?;
+    let mut validate_rows = Vec::new();
+    for p in &a.validate {
+        validate_rows.extend(super::bench_validate::validate_rows(p)?);
+    }
     let site_costs: Vec<String> = rows
         .iter()
         .filter_map(|r| Some(format!("{} {:+.1} %", r.what.split(" (").next()?, r.vs_no_sites_pct?)))
         .collect();
-    if a.json && !crash_rows.is_empty() {
-        println!("{}", serde_json::json!({ "rows": rows, "crash": crash_rows }));
+    if a.json && !(crash_rows.is_empty() && validate_rows.is_empty()) {
+        println!("{}", serde_json::json!({ "rows": rows, "crash": crash_rows, "validate": validate_rows }));
     } else if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
         if !crash_rows.is_empty() {
             super::bench_crash::print(&crash_rows);
+        }
+        if !validate_rows.is_empty() {
+            super::bench_validate::print(&validate_rows);
         }
         if !rows.is_empty() {
             println!(

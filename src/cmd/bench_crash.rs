@@ -25,15 +25,37 @@ pub struct CrashRow {
     pub violation: bool,
 }
 
-/// CPU seconds of this process so far, every thread (getrusage).
-fn process_cpu_s() -> f64 {
+/// What getrusage says of `who` (RUSAGE_SELF or RUSAGE_CHILDREN).
+fn usage(who: libc::c_int) -> Option<libc::rusage> {
     // SAFETY: getrusage only writes the struct it is given.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return 0.0;
-    }
+    (unsafe { libc::getrusage(who, &mut u) } == 0).then_some(u)
+}
+
+/// User plus system seconds of a usage.
+fn cpu_of(u: &libc::rusage) -> f64 {
     let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     s(u.ru_utime) + s(u.ru_stime)
+}
+
+/// CPU seconds of this process so far, every thread.
+pub fn process_cpu_s() -> f64 {
+    usage(libc::RUSAGE_SELF).map_or(0.0, |u| cpu_of(&u))
+}
+
+/// The child processes waited for so far (TLC's JVMs, recovery processes).
+pub struct Children {
+    /// Their CPU seconds, all of them together.
+    pub cpu_s: f64,
+    /// The largest resident set of one of them, MB.
+    pub max_rss_mb: f64,
+}
+
+pub fn children_usage() -> Children {
+    usage(libc::RUSAGE_CHILDREN).map_or(Children { cpu_s: 0.0, max_rss_mb: 0.0 }, |u| Children {
+        cpu_s: cpu_of(&u),
+        max_rss_mb: u.ru_maxrss as f64 / 1024.0,
+    })
 }
 
 /// Explores `path` once with the default options.

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_crash;
+pub mod bench_validate;
 pub mod calibrate;
 pub mod crash;
 pub mod diff;

@@ -241,6 +241,21 @@ fn push_write_fence(steps: &mut Vec<Step>, event: u64, tid: u32, what: &[String]
 /// Traces are cut into windows of about `window` steps: of one LLFree tree
 /// each, of one NVAlloc slab each, or of the bookkeeping log between
 /// appends and GCs.
+/// Every specification a trace at `path` can be validated against: LLFree's
+/// single CAS for an LLFree trace; for NVAlloc the bookkeeping log's GC, and
+/// slab morphing first when a slab of the trace morphs.
+pub fn specs_of(path: &str) -> Result<Vec<&'static str>, String> {
+    let rd = pmsim_traces::TraceReader::open(path).map_err(|e| e.to_string())?;
+    let name = rd.header().allocator.name.clone();
+    drop(rd);
+    Ok(match name.as_str() {
+        "llfree" => vec!["llfree-single-cas"],
+        n if morphing::is_nvalloc(n) && morphing::morphs(path)? => vec!["slab-morphing", "bookkeeping-log-gc"],
+        n if morphing::is_nvalloc(n) => vec!["bookkeeping-log-gc"],
+        _ => vec![],
+    })
+}
+
 pub fn map(path: &str, spec: Option<&str>, window: usize) -> Result<Mapped, String> {
     let rd = pmsim_traces::TraceReader::open(path).map_err(|e| e.to_string())?;
     let name = rd.header().allocator.name.clone();
@@ -248,14 +263,14 @@ pub fn map(path: &str, spec: Option<&str>, window: usize) -> Result<Mapped, Stri
     let nvalloc = morphing::is_nvalloc(&name);
     let spec = match spec {
         Some(s) => s,
-        None if name == "llfree" => "llfree-single-cas",
-        None if nvalloc && morphing::morphs(path)? => "slab-morphing",
-        None if nvalloc => "bookkeeping-log-gc",
-        None => {
-            return Err(format!(
-            "{path}: a trace of {name:?}; validation maps LLFree traces (llfree) and NVAlloc traces (nvalloc-log, ...)"
-        ))
-        }
+        None => match specs_of(path)?.first() {
+            Some(s) => s,
+            None => {
+                return Err(format!(
+                "{path}: a trace of {name:?}; validation maps LLFree traces (llfree) and NVAlloc traces (nvalloc-log, ...)"
+            ))
+            }
+        },
     };
     let m = match spec {
         "llfree-single-cas" => llfree::map(path, window)?,
