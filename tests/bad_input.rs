@@ -365,6 +365,7 @@ fn cases() -> Vec<Case> {
         c!("a model manifest that is a device", "specs check --dir specs-dev", "models.toml", "not a regular file"),
         c!("crash --every 0", "crash v.pmt --every 0", "--every", "out of range"),
         c!("crash --bound 0", "crash v.pmt --bound 0", "--bound", "out of range"),
+        c!("crash --image without --point", "crash v.pmt --image 3", "required", "--point"),
         c!("run --threads 100000", "run --alloc makalu --workload threadtest --threads 100000", "100000 threads"),
         c!("run --threads 0", "RUN --threads 0", "at least 1"),
         // Inputs of the wrong kind, refused at once.

@@ -121,8 +121,9 @@ pub struct CrashArgs {
     /// Only this crash point (fence number).
     #[arg(long)]
     point: Option<u64>,
-    /// Only this image of the point(s) (with --point: replays one image).
-    #[arg(long)]
+    /// With --point: only this image of the point (replays one image; a
+    /// violation's report prints the command).
+    #[arg(long, requires = "point")]
     image: Option<u64>,
     /// Live allocations that no operation accounts for (and, under a
     /// reachability-based recovery, no mark from the roots reaches) to tolerate.
