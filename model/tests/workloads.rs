@@ -81,9 +81,15 @@ fn run_llfree(wl: &Workload, threads: u32) -> Result<RunReport, String> {
     let r = workloads::run(&ll, wl, &RunOptions { threads, seed: 7, ..Default::default() }, &Progress::default());
     let mut t = ll.thread(0);
     ll.check(t.pm()).map_err(|e| format!("llfree after {}: {e}", wl.name()))?;
-    assert!(t.allocations().is_empty(), "llfree: frames left allocated after {}", wl.name());
+    if wl.keeps_data() {
+        // The list ends as a crash leaves it: its nodes stay allocated.
+        assert!(!t.allocations().is_empty(), "llfree: {} kept nothing", wl.name());
+        assert!(ll.free_frames() < ll.zone().frames(), "llfree: the upper level counts every frame free");
+    } else {
+        assert!(t.allocations().is_empty(), "llfree: frames left allocated after {}", wl.name());
+        assert_eq!(ll.free_frames(), ll.zone().frames(), "llfree: the upper level lost count of frames");
+    }
     drop(t);
-    assert_eq!(ll.free_frames(), ll.zone().frames(), "llfree: the upper level lost count of frames");
     let pm = ll.close().map_err(|e| e.to_string())?;
     drop(pm);
     heap.close().unwrap();
@@ -95,7 +101,9 @@ fn check_report(r: &RunReport, who: &str) {
 }
 
 /// LLFree after every workload: each child counter agrees with its bit
-/// field, no frame is left allocated, and the upper level counts every frame free.
+/// field, no frame is left allocated, and the upper level counts every frame
+/// free (but after a workload that keeps its data, as the list ends as a
+/// crash leaves it: then frames stay allocated and counted so).
 #[test]
 fn llfree_is_consistent_after_every_workload() {
     for name in Workload::expand("all").unwrap() {
