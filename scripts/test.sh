@@ -21,7 +21,10 @@ for a in "$@"; do
   if [ "$seen_dashes" = 0 ] && [ "$a" = "--" ]; then seen_dashes=1; continue; fi
   if [ "$seen_dashes" = 0 ]; then cargo_args+=("$a"); else test_args+=("$a"); fi
 done
-[ ${#cargo_args[@]} -gt 0 ] || cargo_args=(--workspace)
+# The criterion benchmarks (benchmarks/) are not tests: with them, the doc
+# tests would enable criterion's dependencies and rebuild most of the
+# workspace with other features.
+[ ${#cargo_args[@]} -gt 0 ] || cargo_args=(--workspace --exclude pmsim-benches)
 # Tests marked #[ignore] need root (the local Slurm cluster): run them as root
 # or in CI, else report them as skipped, never as passed.
 if [ "$(id -u)" = 0 ] || [ -n "${CI:-}" ]; then test_args+=(--include-ignored); fi
