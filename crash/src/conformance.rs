@@ -253,6 +253,9 @@ pub fn sigkill_recovery(family: &'static dyn Family, spec: &str, test: &str) {
         std::thread::sleep(Duration::from_millis(20 + 37 * round));
         child.kill().expect("SIGKILL");
         child.wait().unwrap();
+        // The victim's scratch directory is left as a killed pmsim's is;
+        // removed as the next pmsim command would remove it.
+        pmsim_traces::owned::remove_stale_scratch();
         let heap = Heap::open(&path).unwrap_or_else(|e| panic!("{spec}, round {round}: {e}"));
         assert!(!heap.was_clean(), "{spec}: the heap was closed cleanly although the process was killed");
         let recovered = target.recover(&heap);

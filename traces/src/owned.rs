@@ -329,6 +329,17 @@ pub fn scratch_dir_in(parent: &Path) -> io::Result<PathBuf> {
     let d = OwnedDir::create(&canon, SCRATCH_PREFIX)?;
     let p = d.path().to_path_buf();
     s.push((canon, d));
+    // A process other than pmsim's main (a test binary, a program linking
+    // the library) ends without calling remove_own_scratch: exit(3) does.
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    AT_EXIT.call_once(|| {
+        extern "C" fn at_exit() {
+            remove_own_scratch();
+        }
+        // SAFETY: registers a function without arguments that only takes
+        // a lock and removes directories.
+        unsafe { libc::atexit(at_exit) };
+    });
     Ok(p)
 }
 

@@ -102,6 +102,9 @@ impl Victim<'_> {
         }
         child.kill().unwrap();
         child.wait().unwrap();
+        // The victim's scratch directory is left as a killed pmsim's is;
+        // removed as the next pmsim command would remove it.
+        pmsim_traces::owned::remove_stale_scratch();
     }
 
     /// Starts the victim and waits until it is ready, then SIGKILLs it.
