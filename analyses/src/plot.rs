@@ -342,15 +342,20 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> R
                 .map(|(k, v)| (k.clone(), v.iter().map(|&x| if x > 0.0 { x.log10() } else { f64::NAN }).collect()))
                 .collect();
             let all = || logs.iter().flat_map(|(_, v)| v.iter().copied()).filter(|x| x.is_finite());
-            let lo = all().fold(f64::INFINITY, f64::min);
-            let (lo, hi) = if lo.is_finite() { (lo.floor(), all().fold(lo, f64::max).ceil()) } else { (0.0, 1.0) };
-            let yr = lo..if hi > lo { hi } else { lo + 1.0 };
+            let yr = decades(all().fold(f64::INFINITY, f64::min), all().fold(f64::NEG_INFINITY, f64::max));
             draw_bars(b, &strip, p, categories, &logs, false, Some(yr))
         }
         Kind::Bars { categories, series, stacked } => draw_bars(b, &strip, p, categories, series, *stacked, None),
         Kind::Lines { series, log2_x, log10_y } => draw_xy(b, &strip, p, series, (*log2_x, *log10_y), true),
         Kind::Scatter { series } => draw_xy(b, &strip, p, series, (false, false), false),
     }
+}
+
+/// A log10 axis's range: the whole decades around log10 values `lo..=hi`
+/// (0..1 when there are none, one decade at least).
+fn decades(lo: f64, hi: f64) -> std::ops::Range<f64> {
+    let (lo, hi) = if lo.is_finite() { (lo.floor(), hi.ceil()) } else { (0.0, 1.0) };
+    lo..if hi > lo { hi } else { lo + 1.0 }
 }
 
 /// Bars of `series` over `categories`; with `log10` (the y range in
@@ -476,13 +481,7 @@ fn draw_xy<DB: DrawingBackend>(
     } else {
         x0.abs().max(1.0) * 0.1
     };
-    let yr = if log10 {
-        // Whole decades around the data.
-        let (lo, hi) = if y0.is_finite() { (y0.floor(), y1.ceil()) } else { (0.0, 1.0) };
-        lo..if hi > lo { hi } else { lo + 1.0 }
-    } else {
-        y_range(y1.max(0.0))
-    };
+    let yr = if log10 { decades(y0, y1) } else { y_range(y1.max(0.0)) };
     let mut chart = b.build_cartesian_2d((x0 - pad)..(x1 + pad), yr.clone()).map_err(e)?;
     let xfmt = move |x: &f64| {
         if log2 {
