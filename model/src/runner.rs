@@ -15,6 +15,7 @@ use crate::heap::{Heap, HeapOptions};
 use crate::params::split_override;
 use crate::pm::{FlushInsn, Pm};
 use crate::registry;
+use crate::scratch::ScratchHeap;
 use crate::tracing::{Finished, TraceConfig};
 use crate::workloads::{list, Params as WorkloadParams, Progress, RunOptions, RunReport, Workload};
 use pmsim_traces::{Component, EventSink, TraceHeader};
@@ -305,9 +306,11 @@ pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
     // A CPU profile (flushes off) measures the workload, not the recovery.
     let crashes = spec.workload.crashes() && !spec.opts.cpu_profile;
     let skip = crashes.then(|| family.no_recovery(&spec.alloc.params, threads)).flatten();
-    let image = (crashes && skip.is_none()).then(|| sibling(&hs.path, "crashed"));
-    let _image_goes = image.as_deref().map(RemoveOnDrop);
-    let d = Drive { workload: spec.workload, opts: spec.opts, progress: spec.progress, crash_copy: image.as_deref() };
+    // The copies live in this process's scratch directory, never beside the
+    // user's heap, where a file of that name could be theirs.
+    let image = (crashes && skip.is_none()).then(|| ScratchHeap::new("crashed")).transpose()?;
+    let image = image.as_ref().map(ScratchHeap::path);
+    let d = Drive { workload: spec.workload, opts: spec.opts, progress: spec.progress, crash_copy: image };
     let mut out = if let Some(r) = family.run_on_pool(&spec.alloc.params, &hs.path, hs.size, hs.overwrite, &d) {
         let (driven, flush_insn) = r?;
         let alloc = info(spec.alloc, &driven);
@@ -324,7 +327,7 @@ pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
     if let Some(why) = skip {
         out.run.extra.insert("recovery_skipped".into(), why.into());
     }
-    if let Some(image) = &image {
+    if let Some(image) = image {
         let r = time_recovery(spec, image)?;
         out.run.extra.insert("recovery_s".into(), r.seconds.into());
         out.run.extra.insert("recovered_nodes".into(), r.checked.into());
@@ -350,35 +353,19 @@ pub fn time_recovery(spec: &RunSpec, image: &Path) -> Result<TimedRecovery, RunE
         |t: &dyn AllocThread, params: &Params, live: &[(u64, u64)]| list::check_recovered(t, params, live, p, threads);
     let mut best: Option<TimedRecovery> = None;
     for _ in 0..RECOVERY_REPEATS {
-        let copy = sibling(&spec.heap.path, "recovered");
-        let _goes = RemoveOnDrop(&copy);
-        std::fs::copy(image, &copy).map_err(|e| format!("cannot copy the crashed heap {}: {e}", image.display()))?;
+        let scratch = ScratchHeap::new("recovered")?;
+        let copy = scratch.path();
+        std::fs::copy(image, copy).map_err(|e| format!("cannot copy the crashed heap {}: {e}", image.display()))?;
         let r = spec
             .alloc
             .family
-            .time_recovery(&spec.alloc.params, threads, &copy, spec.flush, &mut check)
+            .time_recovery(&spec.alloc.params, threads, copy, spec.flush, &mut check)
             .map_err(|e| format!("{}: recovery after the crash: {e}", spec.alloc.label))?;
         if best.is_none_or(|b| r.seconds < b.seconds) {
             best = Some(r);
         }
     }
     Ok(best.expect("at least one recovery"))
-}
-
-/// `path` with `.what` appended (a file beside it).
-fn sibling(path: &Path, what: &str) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(format!(".{what}"));
-    PathBuf::from(s)
-}
-
-/// Removes a file (if there) when dropped, however the run ends.
-struct RemoveOnDrop<'a>(&'a Path);
-
-impl Drop for RemoveOnDrop<'_> {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.0);
-    }
 }
 
 /// Runs with every event going, in global order, to the sink `make_sink`
