@@ -34,7 +34,10 @@
 //! than `reflush.threshold` distinct lines ago) is persistent no sooner than
 //! `latency.reflush_ns` (by distance) after its issue: the line's previous
 //! write is still on its way through the DIMM, and NVAlloc (ASPLOS '22, §3.1)
-//! measured 800 ns at distance 0 falling to 500 ns at distance 3.
+//! measured 800 ns at distance 0 falling to 500 ns at distance 3. With
+//! `reflush.timed` (a switch) the wait runs from the line's previous write
+//! instead: `latency.reflush_ns[0]` after that write's issue, so time spent
+//! in between (other flushes, the CPU's work) is taken off it.
 //!
 //! Reflush distances are counted in `reflush.scope` (per thread, per DIMM or
 //! over all threads), as the simulator counts them.
@@ -198,8 +201,36 @@ struct Costs {
     reflush: [u64; 8],
     reflush_len: usize,
     threshold: u64,
+    /// `reflush.timed`: a reflush waits `reflush[0]` from its line's
+    /// previous write, not `reflush[distance]` from its own issue.
+    timed: bool,
     /// `timing.write_buffers` (0: unbounded).
     buffers: usize,
+}
+
+/// The lines of a tracker's latest writes and when they were issued (a
+/// ring of [`RecentWrites::LEN`]): a reflush under `reflush.timed` finds its
+/// line's previous write here; one further back waits by distance.
+#[derive(Clone, Copy, Debug, Default)]
+struct RecentWrites {
+    lines: [(u64, u64); RecentWrites::LEN],
+    next: usize,
+    len: usize,
+}
+
+impl RecentWrites {
+    const LEN: usize = 8;
+
+    /// When the latest write of `line` held here was issued.
+    fn issued(&self, line: u64) -> Option<u64> {
+        (1..=self.len).map(|k| self.lines[(self.next + Self::LEN - k) % Self::LEN]).find(|w| w.0 == line).map(|w| w.1)
+    }
+
+    fn push(&mut self, line: u64, issue: u64) {
+        self.lines[self.next] = (line, issue);
+        self.next = (self.next + 1) % Self::LEN;
+        self.len = (self.len + 1).min(Self::LEN);
+    }
 }
 
 /// An event as the scheduler holds it back (what the timing needs of it).
@@ -436,6 +467,9 @@ pub struct Contention {
     /// Reflush distances: one tracker per thread, per DIMM or in all, by `scope`.
     scope: Scope,
     trackers: Vec<DistanceTracker>,
+    /// Beside each tracker, the issue times of its latest writes (read
+    /// under `reflush.timed`).
+    recent: Vec<RecentWrites>,
     /// Flushes write nothing (the caches are persistent).
     eadr: bool,
     buffered: usize,
@@ -488,6 +522,7 @@ impl Contention {
                 reflush,
                 reflush_len,
                 threshold: cfg.reflush.threshold,
+                timed: cfg.reflush.timed,
                 buffers: t.write_buffers as usize,
             },
             xpline: cfg.optane.xpline_bytes,
@@ -504,6 +539,11 @@ impl Contention {
                 Scope::Thread => Vec::new(),
                 Scope::Dimm => (0..cfg.optane.dimms).map(|_| DistanceTracker::default()).collect(),
                 Scope::Global => vec![DistanceTracker::default()],
+            },
+            recent: match cfg.reflush.scope {
+                Scope::Thread => Vec::new(),
+                Scope::Dimm => vec![RecentWrites::default(); cfg.optane.dimms as usize],
+                Scope::Global => vec![RecentWrites::default()],
             },
             eadr: cfg.eadr,
             buffered: 0,
@@ -577,6 +617,7 @@ impl Contention {
             self.threads.resize_with(t + 1, Thread::default);
             if self.scope == Scope::Thread {
                 self.trackers.resize_with(t + 1, DistanceTracker::default);
+                self.recent.resize_with(t + 1, RecentWrites::default);
             }
         }
         let th = &mut self.threads[t];
@@ -694,8 +735,16 @@ impl Contention {
                     // way through the DIMM, and the new one waits for it
                     // (NVAlloc §3.1 measured the latency).
                     if let Some(dist) = distance.filter(|&x| x < c.threshold && c.reflush_len > 0) {
-                        accepted = accepted.max(issue + c.reflush[(dist as usize).min(c.reflush_len - 1)]);
+                        let by_distance = issue + c.reflush[(dist as usize).min(c.reflush_len - 1)];
+                        let ready = match self.recent[key].issued(line).filter(|_| c.timed) {
+                            Some(prev) => prev + c.reflush[0],
+                            None => by_distance,
+                        };
+                        accepted = accepted.max(ready);
                         self.threads[t].reflushes += 1;
+                    }
+                    if c.timed {
+                        self.recent[key].push(line, issue);
                     }
                     let th = &mut self.threads[t];
                     th.persisted_at = th.persisted_at.max(accepted);
@@ -1061,6 +1110,32 @@ mod tests {
             op(&mut c, 0, l);
         }
         assert_eq!(c.report().threads[0].reflushes, 0);
+    }
+
+    #[test]
+    fn a_timed_reflush_waits_only_for_what_is_left_of_the_previous_write() {
+        // Line 0 flushed, then `gap` stores elsewhere (2 ns each), then line 0
+        // again: a reflush at distance 0 either way.
+        let run = |timed: bool, gap: u32| {
+            let mut cfg = Config::default();
+            cfg.reflush.timed = timed;
+            let mut c = Contention::new(&cfg).unwrap();
+            op(&mut c, 0, 0);
+            for _ in 0..gap {
+                c.push(0, &Event::Store { addr: 8192, size: 8, value: None });
+            }
+            op(&mut c, 0, 0);
+            let r = c.report();
+            assert_eq!(r.threads[0].reflushes, 1);
+            r.makespan_ns
+        };
+        // After 2 µs the previous write is long done: timed, the reflush
+        // costs a regular flush; by distance it still waits 800 ns.
+        let (by_distance, timed) = (run(false, 1000), run(true, 1000));
+        assert!(by_distance - timed > 700.0, "{by_distance} vs {timed}");
+        // Back to back, timed waits about as long as by distance.
+        let (by_distance, timed) = (run(false, 0), run(true, 0));
+        assert!(timed <= by_distance && by_distance - timed < 100.0, "{by_distance} vs {timed}");
     }
 
     #[test]
