@@ -139,10 +139,14 @@ pub struct Summary {
 
 static MACHINE: RwLock<()> = RwLock::new(());
 
+/// A traced PMDK run: its trace, and its own `pmsim run --json` report as
+/// a row keeps it ([`traced_value`]; none if it printed none).
+type DbiTrace = (std::path::PathBuf, Option<Value>);
+
 /// The Valgrind tool's traces of this process's runs of PMDK, by the run's
 /// arguments (in this process's scratch directory, removed with it); a
 /// point that wants a trace another is making waits for it.
-static DBI_TRACES: Mutex<BTreeMap<String, Arc<Mutex<Option<std::path::PathBuf>>>>> = Mutex::new(BTreeMap::new());
+static DBI_TRACES: Mutex<BTreeMap<String, Arc<Mutex<Option<DbiTrace>>>>> = Mutex::new(BTreeMap::new());
 
 /// Runs the points of `opts.shard` of `exp` into `dir`.
 pub fn run(dir: &SweepDir, exp: Experiment, opts: &Options) -> Result<Summary, String> {
@@ -238,8 +242,9 @@ pub fn host() -> String {
 /// tracer cannot see.
 enum DbiSim {
     /// The simulator's report (without `dimms`), the access map, the
-    /// `dimms`, the contention estimate with the CPU's work.
-    Done(Value, Vec<Value>, Option<Value>, Option<Value>),
+    /// `dimms`, the contention estimate with the CPU's work, the traced
+    /// run's own report (its peak memory: Fig. 13).
+    Done(Value, Vec<Value>, Option<Value>, Option<Value>, Option<Value>),
     /// Why there is none (no program runs this workload on the allocator, or
     /// Valgrind's tool kit is not installed).
     Skipped(String),
@@ -285,6 +290,8 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str, cpu: Option<&C
     ] {
         args.extend([k.into(), v.into()]);
     }
+    // The run's own report (peak memory) on its standard output.
+    args.push("--json".into());
     for kv in cpu::param_args(wl) {
         args.extend(["--param".into(), kv.into()]);
     }
@@ -297,9 +304,10 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str, cpu: Option<&C
     };
     let mut cached = slot.lock().unwrap_or_else(|e| e.into_inner());
     if cached.is_none() {
+        let report = trace.with_extension("json");
         let mut t = TraceExec::new(exe, args, &trace);
         t.pm_dir = pm_dir;
-        (t.force, t.quiet) = (true, true);
+        (t.force, t.quiet, t.stdout) = (true, true, Some(report.clone()));
         (t.allocator, t.workload) = (p.alloc.clone(), wl.name().to_string());
         // The environment the allocator's library reads as it loads, as
         // `pmsim run` would set it for clflush, so that the run does not
@@ -310,7 +318,15 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str, cpu: Option<&C
             }
         }
         match trace_exec(&t) {
-            Ok(t) => *cached = Some(t.out),
+            Ok(t) => {
+                let run = std::fs::read(&report)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                    .and_then(|v| v.pointer("/runs/0/run").cloned())
+                    .map(traced_value);
+                let _ = std::fs::remove_file(&report);
+                *cached = Some((t.out, run));
+            }
             Err(e @ PintoolsError::Missing(_)) => {
                 return Ok(DbiSim::Skipped(format!("{}, and it could not be traced here: {e}", not_traced())))
             }
@@ -320,7 +336,7 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str, cpu: Option<&C
             }
         }
     }
-    let traced_out = cached.clone().expect("traced above");
+    let (traced_out, traced_run) = cached.clone().expect("traced above");
     drop(cached);
     type Replayed = (Value, Vec<Value>, Option<ContentionReport>, Option<ContentionReport>);
     let replay = || -> Result<Replayed, String> {
@@ -346,7 +362,7 @@ fn dbi_sim(p: &Point, alloc: &AllocSpec, wl: &Workload, id: &str, cpu: Option<&C
     let dimms = obj.remove("dimms");
     obj.remove("trace");
     obj.insert("tracer".into(), Value::String("valgrind".into()));
-    Ok(DbiSim::Done(report, access, dimms, time_cpu.map(contention_value)))
+    Ok(DbiSim::Done(report, access, dimms, time_cpu.map(contention_value), traced_run))
 }
 
 /// A contention report as a row stores it: without the per-DIMM split
@@ -371,7 +387,11 @@ fn with_contention(report: &mut Value, time: Option<ContentionReport>) {
 /// A traced run's report as a row keeps it: without what depends on the
 /// machine (timings, CPU time) and the heap-shape series.
 fn traced_report(run: &pmsim_model::workloads::RunReport) -> Value {
-    let mut v = serde_json::to_value(run).expect("serializes");
+    traced_value(serde_json::to_value(run).expect("serializes"))
+}
+
+/// A run report's JSON as a row keeps it (see [`traced_report`]).
+fn traced_value(mut v: Value) -> Value {
     if let Some(o) = v.as_object_mut() {
         o.retain(|k, _| !is_timing_key(k) && k != "series" && k != "cpu");
         if let Some(Value::Object(extra)) = o.get_mut("extra") {
@@ -441,8 +461,9 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
         } else {
             let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
             match dbi_sim(p, &alloc, &wl, id, costs.as_ref()).map_err(|e| fail("traced by Valgrind", &e))? {
-                DbiSim::Done(report, access, dimms, estimate) => {
+                DbiSim::Done(report, access, dimms, estimate, traced) => {
                     result.sim = Some(report);
+                    result.traced = traced;
                     result.access_map = access;
                     env.sim_dimms = dimms;
                     env.estimate = estimate;

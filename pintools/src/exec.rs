@@ -40,6 +40,9 @@ pub struct TraceExec {
     /// Discard the program's standard output (its standard error, where
     /// programs say what went wrong, still passes through).
     pub quiet: bool,
+    /// Write the program's standard output into this file instead (e.g. a
+    /// `pmsim run --json` report of the traced run itself).
+    pub stdout: Option<PathBuf>,
 }
 
 impl TraceExec {
@@ -58,6 +61,7 @@ impl TraceExec {
             env: Vec::new(),
             cache: None,
             quiet: false,
+            stdout: None,
         }
     }
 }
@@ -154,7 +158,10 @@ pub fn trace_exec(opts: &TraceExec) -> Result<Traced, PintoolsError> {
         cmd.arg(format!("--pmt-image={}", img.tmp_path().display())).arg(format!("--pmt-image-name={name}"));
     }
     cmd.arg("--").arg(&program).args(&opts.args).envs(opts.env.iter().map(|(k, v)| (k, v)));
-    if opts.quiet {
+    if let Some(path) = &opts.stdout {
+        let f = fs::File::create(path).map_err(|e| PintoolsError::io(format!("creating {}", path.display()), e))?;
+        cmd.stdout(f);
+    } else if opts.quiet {
         cmd.stdout(std::process::Stdio::null());
     }
     let start = Instant::now();
