@@ -225,6 +225,12 @@ pub trait Allocator: Send + Sync + Sized + 'static {
         Err(AllocError::config(Self::Config::ALLOC, "runs on a pmsim heap, not on a file of its own"))
     }
 
+    /// Faults in the whole of its own file's mapping ([`Self::OWN_FILE`];
+    /// [`crate::heap::prefault`]) before a CPU profile, as pmsim heaps are.
+    fn prefault(&self) -> Result<(), AllocError> {
+        Ok(())
+    }
+
     // ----- The process it runs in (may provide; PMDK) -----
 
     /// The environment variables (`None`: unset) a process that runs it

@@ -308,6 +308,9 @@ impl<A: Allocator> Family for Native<A> {
         Some((|| {
             let cfg = A::for_run(&typed::<A>(params)?, d.opts.threads);
             let a = A::create_own_file(path, size, overwrite, cfg)?;
+            if d.opts.cpu_profile {
+                a.prefault()?;
+            }
             let driven = drive(&a, d);
             crash_copy(d, &driven, path, A::Config::ALLOC)?;
             let flush = driven.params.get("flush").and_then(|v| v.as_str()).unwrap_or("own").to_string();

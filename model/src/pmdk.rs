@@ -539,6 +539,11 @@ impl Allocator for Pmdk {
         Pmdk::create(path, size, &PmdkOptions { overwrite, ..PmdkOptions::default() }).map_err(PmdkError::into_alloc)
     }
 
+    fn prefault(&self) -> Result<(), AllocError> {
+        crate::heap::prefault(self.base, self.size)
+            .map_err(|e| AllocError::store("PMDK", format!("{}: cannot fault in the pool: {e}", self.path.display())))
+    }
+
     /// `pmemobj_open`: libpmemobj recovers the pool's lanes (their redo and
     /// undo logs) as it opens it; the heap's run metadata it rebuilds
     /// lazily, as allocations reach each bucket.

@@ -317,6 +317,9 @@ pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
         Outcome { run: driven.run?, alloc, flush_insn }
     } else {
         let heap = create_heap(spec.heap)?;
+        if spec.opts.cpu_profile {
+            heap.prefault()?;
+        }
         let pm = Pm::native(&heap, spec.flush)?;
         let (driven, pm) = family.run_on_pm(&spec.alloc.params, &heap, pm, &d)?;
         drop(pm);

@@ -8,6 +8,14 @@
 //! profile is taken on a native run with flushes off (`FlushInsn::None`;
 //! PMDK with `PMEM_NO_FLUSH=1`), so it holds the CPU's work and not the
 //! DRAM's answer to the flushes, which the simulator models for Optane.
+//! The heap (PMDK's pool) is faulted in before the run
+//! ([`crate::heap::prefault`]): a first touch of a page costs the kernel a
+//! fault of a microsecond or more, which the paper's runs (30 s of Larson,
+//! 50 warm-up iterations of DBMStest on a reused heap) pay once per page,
+//! while a tiny-scale run of 32–512 KB objects, about 1,300 operations on
+//! fresh pages, paid it on nearly every operation: it was up to two thirds
+//! of every allocator's CPU time per large allocation, and so hid their
+//! differences in persistence.
 //!
 //! How, on a machine shared with other work: each operation is timed with
 //! the time-stamp counter (two reads, their own cost subtracted), and each
