@@ -165,6 +165,44 @@ fn create_rejects_impossible_sizes_and_leaves_no_file() {
     Heap::create_with(d.path().join("min.heap"), MIN_SIZE, &sparse).unwrap().close().unwrap();
 }
 
+/// A CPU profile's prefault brings every page of a mapping in (`mincore`
+/// finds them resident; none of a fresh anonymous mapping was before), and
+/// on a heap it changes no byte.
+#[test]
+fn prefault_brings_every_page_in_and_changes_nothing() {
+    let len = SIZE as usize;
+    let resident = |p: *mut libc::c_void| {
+        let mut v = vec![0u8; len / 4096];
+        // SAFETY: `p` is a page-aligned mapping of `len` bytes; `v` has a byte per page.
+        assert_eq!(unsafe { libc::mincore(p, len, v.as_mut_ptr()) }, 0);
+        v.iter().filter(|&&b| b & 1 == 1).count()
+    };
+    // SAFETY: a fresh private anonymous mapping, unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    assert_eq!(resident(p), 0);
+    pmsim_model::heap::prefault(p.cast(), SIZE).unwrap();
+    assert_eq!(resident(p), len / 4096);
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(p, len) };
+
+    let d = dir();
+    let heap = Heap::create(d.path().join("p.heap"), SIZE).unwrap();
+    let before: Vec<u64> = (0..ROOT_SLOTS).map(|i| heap.root(i)).collect();
+    heap.prefault().unwrap();
+    assert_eq!((0..ROOT_SLOTS).map(|i| heap.root(i)).collect::<Vec<_>>(), before);
+    heap.close().unwrap();
+}
+
 #[test]
 fn wrong_magic_is_not_a_heap() {
     let d = dir();
