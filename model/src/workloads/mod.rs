@@ -317,6 +317,17 @@ impl Workload {
         matches!(&self.params, Params::Threadtest(p) if p.keep) || self.crashes()
     }
 
+    /// Whether the run anchors persistent structures, and so needs the
+    /// directory at root 0. A Threadtest without `publish` keeps its
+    /// objects' offsets in DRAM and anchors nothing: it allocates no
+    /// directory, so the allocator's heap holds only the objects, as in the
+    /// Threadtest programs the peers' code was measured with (a 192 B
+    /// directory takes one of Makalu's first 16 blocks, and the heap it
+    /// grows into instead changes how far each block search probes).
+    pub fn anchors(&self) -> bool {
+        !matches!(&self.params, Params::Threadtest(p) if !p.publish)
+    }
+
     /// Whether a native run ends as a crash leaves the heap and times the
     /// allocator's recovery of it (the list's `crash`, Fig. 18).
     pub fn crashes(&self) -> bool {
@@ -517,7 +528,7 @@ pub struct RunReport {
 /// reports. `progress` may be polled from another thread meanwhile.
 ///
 /// The workload anchors its persistent structures in a directory at root
-/// slot 0 and frees everything before returning; the allocator must then
+/// slot 0 (when it [has any](Workload::anchors)) and frees everything before returning; the allocator must then
 /// report zero live bytes (unless the workload [keeps its data](Workload::keeps_data)).
 pub fn run<A: Allocator>(
     alloc: &Arc<A>,
@@ -529,14 +540,16 @@ pub fn run<A: Allocator>(
     let sh = Shared::new(alloc, &wl.name, opts.threads, opts.seed, progress, opts.series, opts.cpu_profile);
     let start = Instant::now();
     let dir_bytes = 8 * Shared::<A>::dir_len(opts.threads) as u64;
-    sh.single(0, |w| {
-        let dir = w.malloc(dir_bytes)?;
-        w.zero(dir, dir_bytes);
-        w.t.persist(dir, dir_bytes);
-        w.t.set_root(0, dir);
-        w.shared().set_dir(dir);
-        Ok(())
-    })?;
+    if wl.anchors() {
+        sh.single(0, |w| {
+            let dir = w.malloc(dir_bytes)?;
+            w.zero(dir, dir_bytes);
+            w.t.persist(dir, dir_bytes);
+            w.t.set_root(0, dir);
+            w.shared().set_dir(dir);
+            Ok(())
+        })?;
+    }
     match &wl.params {
         Params::Threadtest(p) => threadtest::run(&sh, p)?,
         Params::ProdCon(p) => prodcon::run(&sh, p)?,
@@ -548,7 +561,7 @@ pub fn run<A: Allocator>(
         Params::LlfreeBench(p) => llfree_bench::run(&sh, p)?,
         Params::List(p) => list::run(&sh, p)?,
     }
-    if !wl.keeps_data() {
+    if wl.anchors() && !wl.keeps_data() {
         sh.single(0, |w| {
             w.t.set_root(0, 0);
             w.free(w.shared().dir_off())
