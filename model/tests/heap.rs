@@ -355,3 +355,32 @@ fn a_private_copy_reverts_to_the_file() {
     drop(copy);
     shared.close().unwrap();
 }
+
+/// A heap larger than the free space of its tmpfs is refused at creation
+/// with one line, and no file is left: the file stays sparse, so the
+/// space is checked rather than reserved, and a store must never find it
+/// missing later (SIGBUS).
+#[test]
+fn a_heap_larger_than_the_free_tmpfs_is_refused_at_creation() {
+    use std::os::unix::fs::MetadataExt;
+    let shm = Path::new("/dev/shm");
+    // SAFETY: `statfs` is plain integers, for which all zeroes are valid.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    let path = std::ffi::CString::new("/dev/shm").unwrap();
+    // SAFETY: statfs fills the struct we pass from a NUL-terminated path.
+    let statted = unsafe { libc::statfs(path.as_ptr(), &mut fs) } == 0;
+    assert!(statted && fs.f_type as i64 == libc::TMPFS_MAGIC as i64, "/dev/shm is not a tmpfs");
+    let d = tempfile::tempdir_in(shm).unwrap();
+    let free = fs.f_bavail as u64 * fs.f_bsize as u64;
+    let too_big = (free + (1 << 30)).next_multiple_of(4096);
+    let p = d.path().join("big.heap");
+    let e = Heap::create(&p, too_big).unwrap_err();
+    assert_eq!(e.kind, HeapErrorKind::Io, "{e}");
+    assert!(e.to_string().contains(&format!("cannot reserve {too_big} bytes")), "{e}");
+    assert!(e.to_string().contains("No space left on device"), "{e}");
+    assert!(!p.exists());
+    // One that fits is made sparse: its blocks are taken as it is written.
+    let heap = Heap::create(&p, 64 << 20).unwrap();
+    assert!(std::fs::metadata(&p).unwrap().blocks() * 512 < 1 << 20);
+    heap.close().unwrap();
+}
