@@ -123,7 +123,8 @@ impl<'a> Worker<'a> {
             ScratchHeap::new(&format!("crash{no}-{}", NEXT.fetch_add(1, Ordering::Relaxed))).map_err(CrashError)?;
         let path = scratch.path();
         let io = |e: std::io::Error| CrashError(format!("{}: {e}", path.display()));
-        std::fs::copy(&tr.image, path).map_err(io)?;
+        // Its holes kept: a byte-for-byte copy would fill every page of the heap.
+        pmsim_model::sparse::copy(&tr.image, path).map_err(io)?;
         let file = std::fs::OpenOptions::new().read(true).write(true).open(path).map_err(io)?;
         // SAFETY: a scratch file of this worker's alone; nothing else maps it writable.
         let map = unsafe { MmapMut::map_mut(&file) }.map_err(io)?;

@@ -512,7 +512,7 @@ fn make_room(file: &File, path: &Path, size: u64) -> Result<(), HeapError> {
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs fills the struct we pass; the descriptor is ours.
     let statted = unsafe { libc::fstatfs(file.as_raw_fd(), &mut fs) } == 0;
-    if statted && fs.f_type as i64 == libc::TMPFS_MAGIC as i64 {
+    if statted && fs.f_type == libc::TMPFS_MAGIC {
         // A tmpfs mounted without a size limit reports no blocks at all.
         let free = (fs.f_bavail as u64).saturating_mul(fs.f_bsize as u64);
         if fs.f_blocks != 0 && free < size {
@@ -794,6 +794,16 @@ impl Heap {
     /// Faults in the whole mapping ([`prefault`]).
     pub fn prefault(&self) -> Result<(), HeapError> {
         prefault(self.map.base, self.map.size).map_err(|e| HeapError::io(&self.map.path, "cannot fault in", e))
+    }
+
+    /// The ranges of the heap that may hold data; the rest are holes of its
+    /// file, zeros never written ([`crate::sparse::data_ranges`]). A private
+    /// copy's writes are not in its file: all of it, for a copy.
+    pub fn data_ranges(&self) -> Vec<Range<u64>> {
+        match self.map.kind {
+            MapKind::Shared => crate::sparse::data_ranges(&self.map._file, self.map.size),
+            MapKind::Copy | MapKind::RawCopy => std::iter::once(0..self.map.size).collect(),
+        }
     }
 
     /// Where the heap is mapped in this run (different in every run).

@@ -38,6 +38,7 @@ pub mod ralloc;
 pub mod registry;
 pub mod runner;
 pub mod scratch;
+pub mod sparse;
 pub mod target;
 pub mod tracing;
 pub mod watch;

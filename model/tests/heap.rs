@@ -369,7 +369,7 @@ fn a_heap_larger_than_the_free_tmpfs_is_refused_at_creation() {
     let path = std::ffi::CString::new("/dev/shm").unwrap();
     // SAFETY: statfs fills the struct we pass from a NUL-terminated path.
     let statted = unsafe { libc::statfs(path.as_ptr(), &mut fs) } == 0;
-    assert!(statted && fs.f_type as i64 == libc::TMPFS_MAGIC as i64, "/dev/shm is not a tmpfs");
+    assert!(statted && fs.f_type == libc::TMPFS_MAGIC, "/dev/shm is not a tmpfs");
     let d = tempfile::tempdir_in(shm).unwrap();
     let free = fs.f_bavail as u64 * fs.f_bsize as u64;
     let too_big = (free + (1 << 30)).next_multiple_of(4096);
