@@ -173,18 +173,15 @@ fn slurm_sweep_equals_local_and_survives_a_cancelled_task() {
     let sub: serde_json::Value = serde_json::from_slice(&o.stdout).expect("submission as JSON");
     let array = sub["array_job"].as_str().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(120);
-    let victim = loop {
+    while !(0..4).any(|t| task_state(&array, t) == "RUNNING") {
         assert!(Instant::now() < deadline, "no array task started running");
-        if let Some(t) = (0..4).find(|&t| task_state(&array, t) == "RUNNING") {
-            break t;
-        }
         std::thread::sleep(Duration::from_millis(20));
-    };
-    let st = Command::new("scancel")
-        .arg(format!("{array}_{victim}"))
-        .env("SLURM_CONF", slurm_conf())
-        .status()
-        .expect("scancel runs");
+    }
+    // The whole array, as soon as a task runs: a point takes well under a
+    // second, so on a loaded machine the one task seen running may be done
+    // before a cancel of it alone arrives; the tasks not yet done are
+    // cancelled mid-run or before they start.
+    let st = Command::new("scancel").arg(&array).env("SLURM_CONF", slurm_conf()).status().expect("scancel runs");
     assert!(st.success());
     // Wait for the array to settle; its merge job can never run.
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -192,7 +189,7 @@ fn slurm_sweep_equals_local_and_survives_a_cancelled_task() {
         assert!(Instant::now() < deadline, "the array did not finish");
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(task_state(&array, victim), "CANCELLED");
+    assert!((0..4).any(|t| task_state(&array, t) == "CANCELLED"), "no array task was cancelled");
     let (partial, _) = SweepDir::new(&f).read_rows().unwrap();
     assert!(partial.len() < 8, "the cancelled task's points cannot all be done");
     let o = pmsim(&["sweep", "--resume", &f, "--slurm", "--tasks", "4", "--wait"]);
