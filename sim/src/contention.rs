@@ -233,6 +233,14 @@ impl RecentWrites {
     }
 }
 
+/// One reflush-distance tracker and, beside it, the issue times of its
+/// latest writes (read under `reflush.timed`).
+#[derive(Default)]
+struct Tracker {
+    distance: DistanceTracker,
+    recent: RecentWrites,
+}
+
 /// An event as the scheduler holds it back (what the timing needs of it).
 #[derive(Clone, Copy, Debug)]
 enum Ev {
@@ -466,10 +474,7 @@ pub struct Contention {
     dirty: U64Map,
     /// Reflush distances: one tracker per thread, per DIMM or in all, by `scope`.
     scope: Scope,
-    trackers: Vec<DistanceTracker>,
-    /// Beside each tracker, the issue times of its latest writes (read
-    /// under `reflush.timed`).
-    recent: Vec<RecentWrites>,
+    trackers: Vec<Tracker>,
     /// Flushes write nothing (the caches are persistent).
     eadr: bool,
     buffered: usize,
@@ -537,13 +542,8 @@ impl Contention {
             scope: cfg.reflush.scope,
             trackers: match cfg.reflush.scope {
                 Scope::Thread => Vec::new(),
-                Scope::Dimm => (0..cfg.optane.dimms).map(|_| DistanceTracker::default()).collect(),
-                Scope::Global => vec![DistanceTracker::default()],
-            },
-            recent: match cfg.reflush.scope {
-                Scope::Thread => Vec::new(),
-                Scope::Dimm => vec![RecentWrites::default(); cfg.optane.dimms as usize],
-                Scope::Global => vec![RecentWrites::default()],
+                Scope::Dimm => (0..cfg.optane.dimms).map(|_| Tracker::default()).collect(),
+                Scope::Global => vec![Tracker::default()],
             },
             eadr: cfg.eadr,
             buffered: 0,
@@ -616,8 +616,7 @@ impl Contention {
         if t >= self.threads.len() {
             self.threads.resize_with(t + 1, Thread::default);
             if self.scope == Scope::Thread {
-                self.trackers.resize_with(t + 1, DistanceTracker::default);
-                self.recent.resize_with(t + 1, RecentWrites::default);
+                self.trackers.resize_with(t + 1, Tracker::default);
             }
         }
         let th = &mut self.threads[t];
@@ -724,7 +723,7 @@ impl Contention {
                     Scope::Dimm => self.optane.dimm_of(line),
                     Scope::Global => 0,
                 };
-                let distance = self.trackers[key].flush(line);
+                let distance = self.trackers[key].distance.flush(line);
                 let (d, new) = self.dirty.get_or_insert_mut(line, 0);
                 if !new && *d == 1 {
                     *d = 0;
@@ -736,7 +735,7 @@ impl Contention {
                     // (NVAlloc §3.1 measured the latency).
                     if let Some(dist) = distance.filter(|&x| x < c.threshold && c.reflush_len > 0) {
                         let by_distance = issue + c.reflush[(dist as usize).min(c.reflush_len - 1)];
-                        let ready = match self.recent[key].issued(line).filter(|_| c.timed) {
+                        let ready = match c.timed.then(|| self.trackers[key].recent.issued(line)).flatten() {
                             Some(prev) => prev + c.reflush[0],
                             None => by_distance,
                         };
@@ -744,7 +743,7 @@ impl Contention {
                         self.threads[t].reflushes += 1;
                     }
                     if c.timed {
-                        self.recent[key].push(line, issue);
+                        self.trackers[key].recent.push(line, issue);
                     }
                     let th = &mut self.threads[t];
                     th.persisted_at = th.persisted_at.max(accepted);
