@@ -717,10 +717,10 @@ pub const CLAIMS: &[Claim] = &[
             }
             best.is_finite().then_some(best).ok_or_else(|| "no peer in the fragbench experiment".into())
         },
-        note: "pmsim's peers keep fixed overheads (pools, per-class slabs, chunk granularity) that weigh more \
-               against the main job's 20 MB cap than against the paper's 1 GB: PMDK's peak on W4 is 3.67× the cap at \
-               tiny scale and 2.54× at small (500 MB per phase under a 100 MB cap, pmsim run --alloc pmdk --workload \
-               fragbench-w4 --scale small), within 25 % of the paper's 2.8×.",
+        note: "Scale: pmsim's peers keep fixed overheads (pools, per-class slabs, chunk granularity) that weigh \
+               more against the main job's cap than against the paper's 1 GB; at a larger scale their peaks come \
+               closer to the paper's (pmsim run --alloc pmdk --workload fragbench-w4 --scale small reports the peak \
+               and the cap).",
     },
     // ---- §3.3, Fig. 2 ----------------------------------------------------
     Claim {
@@ -995,10 +995,10 @@ pub const CLAIMS: &[Claim] = &[
             }
             worst.is_finite().then_some(1.25 - worst).ok_or_else(|| "no peer with a peak".into())
         },
-        note: "Scale: at tiny scale Threadtest keeps 0.36 MB live, and NVAlloc-LOG's first chunks (4.6 MB mapped) \
-               outweigh it against Makalu-style's 2.7 MB; at the paper's Threadtest (10^5 objects of 64 B, pmsim run \
-               --workload threadtest --param split=true --scale small) NVAlloc-LOG maps 8.9 MB and Makalu-style as \
-               shipped 11.9 MB for 7.2 MB live.",
+        note: "Scale: at tiny scale Threadtest keeps little live, and NVAlloc-LOG's first chunks outweigh it \
+               against Makalu-style's; at the paper's Threadtest size the order turns (pmsim run --alloc \
+               nvalloc-log,makalu:shipped=true --workload threadtest --param split=true --scale small reports each \
+               one's mapped peak).",
     },
     // ---- §6.3, Fig. 14 ---------------------------------------------------
     Claim {
@@ -1063,9 +1063,9 @@ pub const CLAIMS: &[Claim] = &[
             }
             lo.is_finite().then_some(lo - 1.0).ok_or_else(|| "no peer in the fragbench experiment".into())
         },
-        note: "The Ralloc-style allocator's peak and NVAlloc-LOG's are within 2 % of each other on W2 and W4 at tiny \
-               scale (W2: 2.19× and 2.23× the 20 MB cap); at small scale (500 MB per phase under a 100 MB cap, pmsim \
-               run --workload fragbench-w2 --scale small) NVAlloc-LOG's is the smaller: 2.14× against 2.17×.",
+        note: "The Ralloc-style allocator's peak and NVAlloc-LOG's are close on W2 and W4 at tiny scale, and \
+               which is the smaller changes with scale (pmsim run --alloc nvalloc-log,ralloc --workload fragbench-w2 \
+               --scale small reports both peaks).",
     },
     Claim {
         id: "fig15a-morphing-saving",
@@ -1119,10 +1119,9 @@ pub const CLAIMS: &[Claim] = &[
             }
             Ok(mean(&v))
         },
-        note: "Morphing's persistence costs almost nothing here (W1: 79 morphs, 1,107 flushes, 0.2 % of the \
-               persist time, and fewer slabs initialized); its cost is the CPU's work of choosing and morphing \
-               slabs, which the least of five native runs put at +17 %, +6 %, −5 % and +14 % on W1–W4 (mean +8 %) \
-               and which moves by about 10 % from one measurement to the next on a shared machine.",
+        note: "Morphing's persistence is a small part of the persist time here (the fig15cd rows hold both \
+               runs' flushes and persist time); its cost is the CPU's work of choosing and morphing slabs, which \
+               moves from one measurement to the next on a shared machine by about as much as the paper's 4.5 %.",
     },
     Claim {
         id: "fig15cd-fastest",
@@ -1157,11 +1156,9 @@ pub const CLAIMS: &[Claim] = &[
                  at most thread counts",
         paper: Paper::Count(6.0),
         measure: best_stripes,
-        note: "pmsim's persist time per operation is the same from 6 stripes up (Threadtest, one thread: 438.4–438.8 \
-               ns at 6, 8, 16 and 32 stripes; 640.5 at 4): which of them is fastest is decided by the CPU work \
-               measured for each configuration, and that measurement varies more than their difference on a \
-               shared machine (NVAlloc-LOG, Threadtest, 4 threads, 8 stripes: the least of five native runs was \
-               143 ns per operation once and 104 ns the next time).",
+        note: "pmsim's persist time per operation is flat from 6 stripes up (the fig16a rows without the CPU's \
+               work): which of them is fastest is decided by the CPU work measured for each configuration, which \
+               varies more than their difference between measurements on a shared machine.",
     },
     Claim {
         id: "fig16a-reflush-falls",
@@ -1260,9 +1257,9 @@ pub const CLAIMS: &[Claim] = &[
             lo.is_finite().then_some(lo - 1.0).ok_or_else(|| "no PMDK or nvm_malloc row in the recovery experiment".into())
         },
         note: "NVAlloc-LOG's recovery reads its bookkeeping log and WAL and rebuilds every slab's volatile bitmap; \
-               PMDK's pmemobj_open replays only its lanes' logs (twice as fast here), while nvm_malloc's scan of its \
-               arenas is within run-to-run noise of NVAlloc-LOG's at the main job's 200,000 nodes; with 500,000 \
-               nodes and more NVAlloc-LOG was measured the slower of the two.",
+               PMDK's pmemobj_open replays only its lanes' logs, while nvm_malloc's scan of its arenas is within \
+               run-to-run noise of NVAlloc-LOG's at the main job's list size and NVAlloc-LOG is the slower of the \
+               two on longer lists (pmsim sweep analyses/experiments/recovery.toml --set scale=small).",
     },
     Claim {
         id: "fig18-gc-makalu",
@@ -1295,9 +1292,9 @@ pub const CLAIMS: &[Claim] = &[
             Ok(recovery_s(c, "nvalloc-gc")? / recovery_s(c, l)? - 1.0)
         },
         note: "pmsim's Ralloc marks every node of the list too (its filter functions default to the conservative \
-               scan) and keeps its marks in a hash set; the two recoveries are within 2× of each other and their \
-               order changes with the list's size and from run to run (NVAlloc-GC's was the slower at 200,000 and \
-               2 M nodes, Ralloc's at 500,000 and 1 M).",
+               scan) and keeps its marks in a hash set; the two recoveries are close, and their order changes with \
+               the list's size and from run to run (pmsim sweep analyses/experiments/recovery.toml --set \
+               scale=small).",
     },
     // ---- §6.7, Fig. 19–21 ------------------------------------------------
     Claim {
@@ -1321,10 +1318,9 @@ pub const CLAIMS: &[Claim] = &[
             }
             pct(lo, max(t))
         },
-        note: "Under eADR persistence is the same at every stripe count (30.0 ns per operation) and the spread is \
-               that of the CPU work measured for each configuration, which varies as much from one measurement to \
-               the next on a shared machine (NVAlloc-LOG, Threadtest, 4 threads, 8 stripes: the least of five \
-               native runs was 143 ns per operation once and 104 ns the next time).",
+        note: "Under eADR persistence is the same at every stripe count (the fig19 rows without the CPU's \
+               work), and the spread is that of the CPU work measured for each configuration, which varies as \
+               much between measurements on a shared machine.",
     },
     Claim {
         id: "fig20-average",
@@ -1409,19 +1405,16 @@ pub const CLAIMS: &[Claim] = &[
 
 /// What pmsim found about Fig. 14's claims that are off (measured).
 const FPTREE_NOTE: &str = "Scale: the tree's own work per operation (searching the inner nodes, shifting leaf \
-    entries), measured natively with NVAlloc-LOG, is 309 ns at tiny scale (4,000 keys warmed up) and 1,920 ns at \
-    small (2 M keys; pmsim run --alloc nvalloc-log --workload fptree --scale small --flush-insn none --cpu-profile); \
-    at the paper's 50 M keys it is larger still, and the allocators' differences are a smaller part of each \
-    operation than in the main job's small tree.";
+    entries) grows with the tree (pmsim run --alloc nvalloc-log --workload fptree --scale tiny|small --flush-insn none \
+    --cpu-profile measures it); at the paper's 50 M keys it is larger still, and the allocators' differences are a \
+    smaller part of each operation than in the main job's small tree.";
 
 /// What pmsim found about Fig. 17's claims (measured; see their `why`).
 const GC_NOTE: &str = "pmsim's slow GC of the bookkeeping log does not run in these runs: with Usage_pmem = 0.2 % \
-    and with it out of reach (1.0) NVAlloc-LOG's traces are the same (Larson-large, tiny: 3,463 flushes and 785 µs of \
-    persist time in both; DBMStest at small scale, 4 M operations: 31,692 flushes of the fast GC, 18.15 ms, in both). \
-    The fast GC unlinks every chunk whose records are all dead, so the log of 1 KiB chunks stays near its live \
-    records (a few thousand extents here), below 0.2 % of the heap (0.5 MB at tiny, 4 MB at small). pmsim's \
-    value is then the difference between the CPU work measured for the two configurations, which run the same \
-    code (without the CPU's work it is 0.0 %).";
+    and with it out of reach (1.0) NVAlloc-LOG's traces are the same (the fig17 rows of the two settings hold the \
+    same flushes and persist time). The fast GC unlinks every chunk whose \
+    records are all dead, so the log stays near its live records, below 0.2 % of the heap. pmsim's value is then the \
+    difference between the CPU work measured for the two configurations, which run the same code.";
 
 /// Fig. 17: the change of NVAlloc-LOG's estimated throughput on `workload`
 /// with the log's slow GC at Usage_pmem 0.2 % against without it (%).
