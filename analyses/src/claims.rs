@@ -1592,7 +1592,12 @@ pub fn figure_table(s: &[Scored], id: &str) -> Option<Table> {
 /// 11b's +interleaved total: −22.6 % without the CPU's work, from −7 % to
 /// −40 % with it; Fig. 16a's best stripe count: 6 without the CPU's work,
 /// 6 or 8 with it; Fig. 18's NVAlloc-GC against Ralloc, two recovery times
-/// within 2× of each other whose order changes from run to run).
+/// within 2× of each other whose order changes from run to run; Fig. 9's
+/// nvm_malloc factor, a maximum over every benchmark and thread count whose
+/// largest ratio comes from 16-thread runs on two cores: their contention
+/// replay follows the order the run recorded, which differs from run to run,
+/// and clean-clone CI runs measured it from 3.3× to 5.9× against the paper's
+/// 3.5×).
 pub const EXPECTED: &[(&str, Verdict)] = {
     use Verdict::*;
     &[
@@ -1608,7 +1613,7 @@ pub const EXPECTED: &[(&str, Verdict)] = {
         ("fragmentation-peak", Off),
         ("random-metadata-writes", Off),
         ("fig9-pmdk", Off),
-        ("fig9-nvm-malloc", Agrees),
+        ("fig9-nvm-malloc", Off),
         ("fig9-pallocator", Off),
         ("fig9-outperforms", Agrees),
         ("fig11a-flush-share", Agrees),
