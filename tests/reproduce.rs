@@ -175,6 +175,23 @@ fn figure_effects(out: &Path) {
         compared += 1;
     }
     assert!(compared >= 10, "only {compared} allocator rows with an estimate and a native figure");
+    // And in every table that has both, at every thread count: no estimate
+    // (CPU work plus persistence) comes out above the CPU alone.
+    let mut checked = 0;
+    for entry in std::fs::read_dir(out.join("results")).unwrap() {
+        let file = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let Some(name) = file.strip_suffix(".csv") else { continue };
+        for r in results(out, name) {
+            let num = |col: &str| r.get(col).and_then(|v| v.parse::<f64>().ok());
+            if let (Some(est), Some(cpu)) = (num("est_ops_per_s"), num("cpu_only_ops_per_s")) {
+                let at = |col: &str| r.get(col).map_or("?", String::as_str);
+                let who = format!("{name}: {} on {} at {} thread(s)", at("alloc"), at("workload"), at("threads"));
+                assert!(est < cpu, "{who}: estimated {est} ops/s, CPU alone {cpu}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 100, "only {checked} rows with an estimate and the CPU alone");
     // Fig. 16a: NVAlloc-LOG's reflush ratio falls from 1 to 6 stripes (one thread).
     let s = results(out, "stripes");
     let at = |n: &str| cell(&s, &[("alloc", "nvalloc-log"), ("threads", "1"), ("stripes", n)], "reflush_ratio");

@@ -479,8 +479,15 @@ pub struct Contention {
     eadr: bool,
     buffered: usize,
     forced: u64,
-    /// The clock of the latest event replayed: where a new thread starts.
+    /// The clock of the latest event replayed: where a new thread starts
+    /// when the trace names no thread that started it.
     now: u64,
+    /// The trace's tracer ran one thread at a time ([`Contention::set_header`]).
+    serialized: bool,
+    /// The thread of the latest event pushed other than a thread's start or
+    /// end: in a serialized trace, the thread that started the next one to
+    /// start (see [`Contention::push`]).
+    last: Option<usize>,
     /// The trace's regions as recorded so far (for the parts' categories).
     regions: RegionMap,
     cpu: Option<CpuCosts>,
@@ -549,15 +556,21 @@ impl Contention {
             buffered: 0,
             forced: 0,
             now: 0,
+            serialized: false,
+            last: None,
             regions: RegionMap::default(),
             cpu: None,
         })
     }
 
-    /// Takes the regions of a trace's header (a replayed trace's are taken
-    /// by [`Contention::replay`]); later region events are followed as they come.
-    pub fn set_regions(&mut self, header: &TraceHeader) {
+    /// Takes what the replay needs of a trace's header (a replayed trace's
+    /// is taken by [`Contention::replay`]): its regions (later region events
+    /// are followed as they come) and whether its tracer ran one thread at a
+    /// time ([`Tracer::one_thread_at_a_time`]), so that its recorded order
+    /// tells which thread started which.
+    pub fn set_header(&mut self, header: &TraceHeader) {
         self.regions = RegionMap::new(&header.regions);
+        self.serialized = header.tracer.one_thread_at_a_time();
     }
 
     /// Advances each thread's clock by the CPU's work too (see the module
@@ -576,7 +589,7 @@ impl Contention {
 
     /// Replays a whole trace.
     pub fn replay<R: Read>(&mut self, reader: &mut TraceReader<R>) -> Result<TraceTotals, TraceError> {
-        self.set_regions(reader.header());
+        self.set_header(reader.header());
         while let Some(block) = reader.next_block()? {
             block.visit(&mut Feed(self))?;
         }
@@ -584,11 +597,35 @@ impl Contention {
     }
 
     /// The next event of the trace (recorded order), of thread `tid`.
+    ///
+    /// A thread that starts begins at the clock of the latest event
+    /// replayed. In a trace whose tracer ran one thread at a time
+    /// (Valgrind's: PMDK's traces) it begins at the clock its creator had
+    /// then instead: the thread of the latest event recorded before the start
+    /// (other than a start or an end), once that thread's held-back events
+    /// are replayed. There the latest event replayed can lie far behind: a
+    /// thread idle from start to end (a timer thread of the program's) holds
+    /// back every other one, so a Larson thread would run beside the thread
+    /// that spawned it at its end, not after it, and the workers beside the
+    /// main thread's set-up. pmsim's own tracer records threads that run at
+    /// once in no such order, and reuses a thread's id for its successor.
     #[inline]
     pub fn push(&mut self, tid: u32, ev: &Event<'_>) {
         let t = tid as usize;
         if t >= self.threads.len() || !self.threads[t].started {
+            let creator = self.last.filter(|&c| self.serialized && c != t && self.threads[c].live);
+            if let Some(c) = creator {
+                self.settle(c);
+            }
             self.start(t);
+            if let Some(c) = creator {
+                let clock = self.threads[c].clock;
+                let th = &mut self.threads[t];
+                (th.clock, th.persisted_at) = (clock, clock);
+            }
+        }
+        if !matches!(ev, Event::ThreadStart | Event::ThreadEnd) {
+            self.last = Some(t);
         }
         if self.regions.apply(ev) {
             return self.push_ev(t, Ev::Other);
@@ -638,27 +675,42 @@ impl Contention {
     /// Replays held-back events while the lowest-clock live thread has one
     /// (or, with `force` or past the bound, while any thread has one).
     fn run(&mut self, force: bool) {
-        while self.buffered > 0 {
-            let m = self.lowest(|_| true);
-            if let Some(m) = m.filter(|&m| !self.threads[m].queue.is_empty()) {
-                self.pop_exec(m);
-                continue;
-            }
-            if !(force || self.buffered > self.reorder) {
-                break;
-            }
-            let k = self.lowest(|th| !th.queue.is_empty()).expect("held-back events belong to some thread");
-            let ck = self.threads[k].clock;
-            for &o in &self.live {
-                let th = &mut self.threads[o as usize];
-                if th.queue.is_empty() && th.clock < ck {
-                    th.parts[WAIT] += ck - th.clock;
-                    th.clock = ck;
-                }
-            }
-            self.forced += 1;
-            self.pop_exec(k);
+        while self.buffered > 0 && self.step(force) {}
+    }
+
+    /// Replays held-back events, forced where need be, until thread `t`
+    /// has none.
+    fn settle(&mut self, t: usize) {
+        while !self.threads[t].queue.is_empty() {
+            self.step(true);
         }
+    }
+
+    /// Replays one held-back event: the lowest-clock live thread's, or (with
+    /// `force` or past the bound) the lowest-clock one of the threads that
+    /// have any, moving the threads without events up to its clock. False
+    /// when none may go.
+    fn step(&mut self, force: bool) -> bool {
+        let m = self.lowest(|_| true);
+        if let Some(m) = m.filter(|&m| !self.threads[m].queue.is_empty()) {
+            self.pop_exec(m);
+            return true;
+        }
+        if !(force || self.buffered > self.reorder) {
+            return false;
+        }
+        let k = self.lowest(|th| !th.queue.is_empty()).expect("held-back events belong to some thread");
+        let ck = self.threads[k].clock;
+        for &o in &self.live {
+            let th = &mut self.threads[o as usize];
+            if th.queue.is_empty() && th.clock < ck {
+                th.parts[WAIT] += ck - th.clock;
+                th.clock = ck;
+            }
+        }
+        self.forced += 1;
+        self.pop_exec(k);
+        true
     }
 
     /// The live thread with the lowest clock among those `f` accepts (ties:
@@ -1215,6 +1267,53 @@ mod tests {
         assert_eq!(r.forced, 0);
     }
 
+    /// A Valgrind trace of a main thread that sets up, an idle timer thread,
+    /// and a worker that spawns its successor at its end (Larson's rounds):
+    /// each starts where its creator was, so the set-up, the worker and its
+    /// successor run one after the other. In a trace of pmsim's own tracer
+    /// the same order says nothing of who started whom.
+    fn successors(tracer: pmsim_traces::Tracer) -> ContentionReport {
+        let mut c = Contention::new(&Config::default()).unwrap();
+        c.set_header(&TraceHeader { tracer, ..TraceHeader::default() });
+        c.push(0, &Event::ThreadStart);
+        c.push(1, &Event::ThreadStart);
+        for i in 0..50 {
+            op(&mut c, 0, i * 4096);
+        }
+        c.push(2, &Event::ThreadStart);
+        for i in 0..50 {
+            op(&mut c, 2, (1000 + i) * 4096);
+        }
+        c.push(3, &Event::ThreadStart);
+        c.push(2, &Event::ThreadEnd);
+        for i in 0..50 {
+            op(&mut c, 3, (2000 + i) * 4096);
+        }
+        c.push(3, &Event::ThreadEnd);
+        c.push(1, &Event::ThreadEnd);
+        c.push(0, &Event::ThreadEnd);
+        c.report()
+    }
+
+    #[test]
+    fn in_a_serialized_trace_a_thread_starts_where_its_creator_was() {
+        use pmsim_traces::Tracer;
+        let (serial, builtin) = (successors(Tracer::Valgrind), successors(Tracer::Builtin));
+        let end = |r: &ContentionReport, t: usize| r.threads[t].end_ns;
+        // The three stretches of 50 operations cost the same as one alone;
+        // one after the other they take three times that.
+        let mut alone = Contention::new(&Config::default()).unwrap();
+        for i in 0..50 {
+            op(&mut alone, 0, i * 4096);
+        }
+        let one = alone.report().makespan_ns;
+        assert!((end(&serial, 2) - 2.0 * one).abs() < 0.1 * one, "{serial:?}");
+        assert!((serial.makespan_ns - 3.0 * one).abs() < 0.1 * one, "{serial:?}");
+        // Without the order's meaning, the idle thread holds every other
+        // back, and the threads start at the clock replayed last: together.
+        assert!(builtin.makespan_ns < 1.5 * one, "{builtin:?}");
+    }
+
     /// Two operations per iteration, each storing, flushing and fencing one
     /// line: a malloc in the metadata region, a free in the WAL region.
     fn ops_in_regions(cpu: Option<&CpuCosts>) -> ContentionReport {
@@ -1225,7 +1324,7 @@ mod tests {
             regions: vec![region(1, Category::Meta, 0), region(2, Category::Wal, 1 << 20)],
             ..TraceHeader::default()
         };
-        c.set_regions(&header);
+        c.set_header(&header);
         if let Some(cpu) = cpu {
             c.set_cpu(cpu);
         }

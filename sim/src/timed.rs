@@ -31,7 +31,7 @@ impl Timed {
     pub fn with_cpu(cfg: Config, header: &TraceHeader, cpu: Option<&CpuCosts>) -> Result<Timed, String> {
         let model = |cpu: Option<&CpuCosts>| -> Result<Contention, String> {
             let mut c = Contention::new(&cfg)?;
-            c.set_regions(header);
+            c.set_header(header);
             if let Some(cpu) = cpu {
                 c.set_cpu(cpu);
             }

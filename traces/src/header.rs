@@ -16,6 +16,17 @@ pub enum Tracer {
     Pin,
 }
 
+impl Tracer {
+    /// Whether the traced program ran one thread at a time under this
+    /// tracer, so that the trace's recorded order is the order in time of
+    /// every event, across threads: Valgrind serializes a program's threads
+    /// (one holds its big lock at a time); pmsim's own tracer and Pin let
+    /// them run at once.
+    pub fn one_thread_at_a_time(self) -> bool {
+        self == Tracer::Valgrind
+    }
+}
+
 /// A named component (allocator or workload) and every parameter it ran with.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
