@@ -169,7 +169,7 @@ pub fn allocator_style(label: &str) -> Option<Style> {
 }
 
 /// The styles of a panel's series, by name: a series named after an
-/// allocator (`nvalloc-log`, `pmdk ×4 threads`, `nvalloc-log usage_pmem=1`)
+/// allocator (`nvalloc-log`, `pmdk ×4 threads`, `nvalloc-log log_gc=off`)
 /// takes that allocator's colour and marker; several series of one
 /// allocator in a panel (thread counts, parameter values) take lighter
 /// shades of it in their order, the first the allocator's own. Other

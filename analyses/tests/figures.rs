@@ -213,6 +213,7 @@ fn data(id: &str) -> Vec<Row> {
             }
         }
         "fig1b" | "fig15cd" | "fig17" => {
+            const GC_RULES: [&str; 3] = ["artifact", "paper", "off"];
             let allocs: &[&str] = match id {
                 "fig1b" => &["pmdk", "makalu"],
                 _ => &["nvalloc-log", "nvalloc-log:morphing=false", "pmdk"],
@@ -221,11 +222,7 @@ fn data(id: &str) -> Vec<Row> {
                 if id == "fig17" { &["larson-large", "dbmstest"] } else { &["fragbench-w1", "fragbench-w2"] };
             for wl in workloads {
                 for (k, a) in allocs.iter().enumerate() {
-                    let ap = if id == "fig17" {
-                        json!({"usage_pmem": if k % 2 == 0 { 0.002 } else { 1.0 }})
-                    } else {
-                        json!({})
-                    };
+                    let ap = if id == "fig17" { json!({ "log_gc": GC_RULES[k % 3] }) } else { json!({}) };
                     let i = rows.len();
                     rows.push(row(
                         i,

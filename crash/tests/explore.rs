@@ -107,7 +107,7 @@ struct Case {
 
 const FRAG: &[&str] = &["alloc_bytes=200000", "live_cap=60000"];
 const LARSON: &[&str] = &["chunks=4", "rounds=300", "max_size=65536"];
-const LOG_GC: &str = ":gc_interval=16:usage_pmem=0.00001";
+const LOG_GC: &str = ":gc_interval=16";
 
 impl Case {
     /// A mutation of the plain per-operation path, caught on Threadtest at every crash point.

@@ -65,6 +65,32 @@ fn wal_before_the_switch() -> WalMode {
     WalMode::Strict
 }
 
+/// When the bookkeeping log is collected (checked every `gc_interval`
+/// tombstones; see `large::Inner::maybe_gc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogGc {
+    /// What NVAlloc's public code does (`add_log` in its `log.c`): at a check,
+    /// a slow GC when the log's usage (live extent records over the slots of
+    /// its active chunks; `large::artifact_gc` says how the code counts
+    /// them) is at most 10 % (the code's `chunks * 126 / items >= 10`), else
+    /// a fast GC when it is at most 50 % (`>= 2`), else nothing. The code
+    /// has no `Usage_pmem`.
+    Artifact,
+    /// The paper's rule (§5.3): a fast GC at every check, and a slow GC when
+    /// the log's active chunks exceed `usage_pmem` of the heap while at least
+    /// half of their records are dead.
+    Paper,
+    /// No GC at the checks (Fig. 17's baseline "without GC"); only a full log
+    /// is still collected, so that an append finds room.
+    Off,
+}
+
+/// Trace headers written before the switch existed recorded the paper's rule.
+fn log_gc_before_the_switch() -> LogGc {
+    LogGc::Paper
+}
+
 /// The stripe count of NVAlloc (the artifact's `NBANKS`, the paper's choice in §6.5).
 pub const DEFAULT_STRIPES: u32 = 6;
 
@@ -119,12 +145,17 @@ pub struct NvAllocConfig {
     /// ring under `wal=artifact` (the artifact's `NBANKS`, 6: two halves of
     /// 6 lines). Part of the heap layout.
     pub wal_lines: u32,
-    /// Slow-GC threshold of the bookkeeping log: the log's active chunks may
-    /// occupy this fraction of the heap before a slow GC compacts them (the
-    /// paper's `Usage_pmem`, 0.2 % in Fig. 17).
+    /// When the bookkeeping log is collected: `artifact` (the public code's
+    /// usage thresholds, the default), `paper` (the `Usage_pmem` rule) or
+    /// `off` (Fig. 17's baseline).
+    #[serde(default = "log_gc_before_the_switch")]
+    pub log_gc: LogGc,
+    /// Slow-GC threshold of the bookkeeping log under `log_gc = paper`: the
+    /// log's active chunks may occupy this fraction of the heap before a slow
+    /// GC compacts them (the paper's `Usage_pmem`, 0.2 % in Fig. 17).
     pub usage_pmem: f64,
-    /// Tombstones between two log GC checks (the artifact checks every 10,000
-    /// free records).
+    /// Tombstones between two log GC checks (the artifact's `gc_timer`: every
+    /// 10,000 free records).
     pub gc_interval: u32,
     /// The decay window in large-allocator operations: freed extents leave
     /// the reclaimed list for the retained list along a smootherstep curve
@@ -157,8 +188,9 @@ impl Default for NvAllocConfig {
             max_threads: 128,
             tcache_max: 192,
             wal_lines: 6,
+            log_gc: LogGc::Artifact,
             usage_pmem: 0.002,
-            gc_interval: 1024,
+            gc_interval: 10_000,
             decay_ops: 4096,
             log_bytes: 0,
             mutation: Mutation::None,

@@ -25,9 +25,10 @@
 //! or written in place into the extent-header area at the start of the
 //! extent's chunk when the log is switched off (the baseline).
 
+use super::config::LogGc;
 use super::decay::Decay;
 use super::layout::{Layout, CHUNK, SLAB};
-use crate::mech::bklog::{BkLog, LogPos, LogStats};
+use crate::mech::bklog::{BkLog, LogPos, LogStats, CHUNK_BYTES, CHUNK_RECORDS};
 use crate::mech::exthdr::ExtentHeaders;
 use crate::mech::record::{ExtentKind, Record, PAGE};
 use crate::mech::regions::{RegionKind, RegionTiler};
@@ -157,7 +158,9 @@ struct Inner {
     stats: LargeStats,
     tombstones_since_gc: u32,
     gc_interval: u32,
-    /// Slow GC when the log's active chunks exceed this many bytes.
+    gc: LogGc,
+    /// Under [`LogGc::Paper`], slow GC when the log's active chunks exceed
+    /// this many bytes.
     slow_gc_bytes: u64,
 }
 
@@ -170,6 +173,7 @@ pub struct LargeAlloc {
 #[derive(Clone, Copy, Debug)]
 pub struct LargeParams {
     pub gc_interval: u32,
+    pub gc: LogGc,
     pub slow_gc_bytes: u64,
     pub decay_ops: u64,
 }
@@ -252,6 +256,7 @@ impl LargeAlloc {
             stats: LargeStats::default(),
             tombstones_since_gc: 0,
             gc_interval: p.gc_interval,
+            gc: p.gc,
             slow_gc_bytes: p.slow_gc_bytes,
         };
         inner.rebuild(live)?;
@@ -628,7 +633,10 @@ impl Inner {
         Some(c)
     }
 
-    /// Makes sure the log can take one more record, running GC if needed.
+    /// Makes sure the log can take one more record, running GC if needed,
+    /// whatever the [`LogGc`] rule: pmsim's log area is part of the heap's
+    /// layout and bounded, where the artifact's 10 GiB log file stops the
+    /// process when it fills.
     fn ensure_log_room(&mut self, t: &mut PmThread) -> bool {
         let Bookkeeping::Log(log) = &self.book else { return true };
         if log.has_room() {
@@ -656,10 +664,11 @@ impl Inner {
         }
     }
 
-    /// Slow GC, then the VEHs learn their records' new positions.
-    fn slow_gc(&mut self, t: &mut PmThread) {
-        let Bookkeeping::Log(log) = &mut self.book else { return };
-        let Ok(moved) = log.slow_gc(t) else { return };
+    /// Slow GC, then the VEHs learn their records' new positions; false if
+    /// there were too few free chunks to copy the live records to.
+    fn slow_gc(&mut self, t: &mut PmThread) -> bool {
+        let Bookkeeping::Log(log) = &mut self.book else { return false };
+        let Ok(moved) = log.slow_gc(t) else { return false };
         for (r, pos) in moved {
             let Record::Extent { addr, .. } = r else { continue };
             match self.index.get_mut(&addr) {
@@ -667,6 +676,7 @@ impl Inner {
                 _ => panic!("bookkeeping log holds a live record of {addr:#x}, which is not allocated"),
             }
         }
+        true
     }
 
     /// Records the chosen extent at `start` durably.
@@ -742,21 +752,86 @@ impl Inner {
         }
     }
 
-    /// The GC policy: every `gc_interval` tombstones a fast GC, and a slow GC
-    /// when the log's chunks exceed `usage_pmem` of the heap while at least
-    /// half of their records are dead.
+    /// The GC check, every `gc_interval` tombstones (the artifact's
+    /// `gc_timer`), under the configured [`LogGc`] rule.
     fn maybe_gc(&mut self, t: &mut PmThread) {
         if !matches!(self.book, Bookkeeping::Log(_)) || self.tombstones_since_gc < self.gc_interval {
             return;
         }
         self.tombstones_since_gc = 0;
-        t.op_begin(OpKind::LogGc, 0);
-        self.fast_gc(t);
-        let threshold = self.slow_gc_bytes;
-        let log = self.log();
-        if log.used_bytes() > threshold && log.live_records() * 8 * 2 < log.used_bytes() {
-            self.slow_gc(t);
+        match self.gc {
+            LogGc::Off => {}
+            LogGc::Artifact => {
+                let Some(slow) = artifact_gc(self.log()) else { return };
+                t.op_begin(OpKind::LogGc, 0);
+                // A slow GC that finds too few free chunks for the copy
+                // changes nothing; the fast GC still frees what it can.
+                if !slow || !self.slow_gc(t) {
+                    self.fast_gc(t);
+                }
+                t.op_end(OpKind::LogGc, 0);
+            }
+            LogGc::Paper => {
+                t.op_begin(OpKind::LogGc, 0);
+                self.fast_gc(t);
+                let threshold = self.slow_gc_bytes;
+                let log = self.log();
+                if log.used_bytes() > threshold && log.live_records() * 8 * 2 < log.used_bytes() {
+                    self.slow_gc(t);
+                }
+                t.op_end(OpKind::LogGc, 0);
+            }
         }
-        t.op_end(OpKind::LogGc, 0);
+    }
+}
+
+/// The artifact's thresholds on the log's usage, the live records' share of
+/// the slots of the active chunks (`add_log` in NVAlloc's `log.c`, checked
+/// every 10,000 free records): a slow GC when it is at most a tenth
+/// (`chunks * 126 / items >= 10`, 126 records per 1 KiB chunk there), a fast
+/// GC when at most a half (`>= 2`); as fractions (numerator, denominator).
+const ARTIFACT_SLOW_GC_USAGE: (u64, u64) = (1, 10);
+const ARTIFACT_FAST_GC_USAGE: (u64, u64) = (1, 2);
+
+/// The GC the artifact's rule runs on `log`: `Some(true)` a slow GC,
+/// `Some(false)` a fast one, `None` none.
+///
+/// The artifact's usage counter (`num_of_items`) adds one per extent record
+/// appended and is lowered only by a slow GC (to the records it copies) and by
+/// a chunk's worth per chunk a fast GC frees, not by a tombstone; pmsim
+/// compares the live extent records, the quantity the thresholds stand for:
+/// counting dead records too, a log whose extents are freed and replaced one
+/// for one (a record and a tombstone each) stays above 50 % once more than
+/// about two chunks' worth of extents are live, and is never collected.
+fn artifact_gc(log: &BkLog) -> Option<bool> {
+    artifact_gc_at(log.live_records(), log.used_bytes() / CHUNK_BYTES * CHUNK_RECORDS as u64)
+}
+
+/// [`artifact_gc`] for `live` records in `slots` slots.
+fn artifact_gc_at(live: u64, slots: u64) -> Option<bool> {
+    let at_most = |(num, den): (u64, u64)| live * den <= slots * num;
+    if slots == 0 {
+        None
+    } else if at_most(ARTIFACT_SLOW_GC_USAGE) {
+        Some(true)
+    } else if at_most(ARTIFACT_FAST_GC_USAGE) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::artifact_gc_at;
+
+    #[test]
+    fn the_artifact_rule_runs_a_slow_gc_at_a_tenth_and_a_fast_one_at_half() {
+        assert_eq!(artifact_gc_at(0, 0), None, "an empty log");
+        assert_eq!(artifact_gc_at(12, 128), Some(true));
+        assert_eq!(artifact_gc_at(13, 128), Some(false), "just above 10 %");
+        assert_eq!(artifact_gc_at(64, 128), Some(false));
+        assert_eq!(artifact_gc_at(65, 128), None, "just above 50 %");
+        assert_eq!(artifact_gc_at(128, 1280), Some(true), "exactly 10 %");
     }
 }

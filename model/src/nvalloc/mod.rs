@@ -55,7 +55,7 @@ pub mod slab;
 pub mod tcache;
 pub mod thread;
 
-pub use config::{Consistency, Mutation, NvAllocConfig, WalMode};
+pub use config::{Consistency, LogGc, Mutation, NvAllocConfig, WalMode};
 pub use recovery::RecoveryReport;
 pub use thread::NvAllocThread;
 
@@ -153,6 +153,7 @@ pub fn slab_geometry(cfg: &NvAllocConfig) -> (Vec<SlabGeom>, StripeMap) {
 fn large_params(cfg: &NvAllocConfig, heap_size: u64) -> LargeParams {
     LargeParams {
         gc_interval: cfg.gc_interval,
+        gc: cfg.log_gc,
         slow_gc_bytes: (cfg.usage_pmem * heap_size as f64) as u64,
         decay_ops: cfg.decay_ops,
     }
