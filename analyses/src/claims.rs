@@ -1275,11 +1275,11 @@ pub const CLAIMS: &[Claim] = &[
             let l = c.peer(RECOVERY, peers::peer("Makalu"))?;
             Ok(recovery_s(c, "nvalloc-gc")? / recovery_s(c, l)?)
         },
-        note: "Both mark the list conservatively from the roots (mech::mark); pmsim's Makalu finds a scanned word's \
-               block and mark bit through arrays indexed by block, its NVAlloc-GC through hash maps of slabs and \
-               extents (a SipHash per word, the largest part of its recovery in a profile of a 1 M-node list), and \
-               then rewrites every slab's bitmap: an implementation cost of pmsim's NVAlloc-GC, not of the \
-               protocol.",
+        note: "Both mark the list conservatively from the roots (mech::mark) and find a scanned word's block through \
+               arrays; pmsim's NVAlloc-GC then reads every slab's header, rewrites every slab's bitmap and rebuilds \
+               its volatile maps of the heap's extents, and in a profile of its recovery (perf record of pmsim \
+               reproduce --only recovery) the mark comes first, the slab headers' reads (a page fault each) second: \
+               costs of pmsim's NVAlloc-GC as written, not of the protocol.",
     },
     Claim {
         id: "fig18-gc-ralloc",

@@ -90,7 +90,7 @@ use crate::mech::regions::RegionTiler;
 use crate::mech::stripe::StripeMap;
 use crate::mech::wal::{Wal, WalEntry};
 use crate::pm::PmThread;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 /// What an open found and did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -530,11 +530,32 @@ fn settle_newest(
     Ok(())
 }
 
-/// Live old blocks of a slab_in: old block index → (index-table entry, reached).
-type OldBlocks = HashMap<u32, (u64, bool)>;
+/// Live old blocks of a slab_in, by old block index: (index-table entry,
+/// reached), `None` for an old block not live.
+type OldBlocks = Vec<Option<(u64, bool)>>;
+
+/// Blocks of a slab, one bit each.
+type SlabBits = [u64; slab::MAX_BLOCKS as usize / 64];
+
+/// A slab as the post-crash mark sees it.
+struct MarkedSlab {
+    start: u64,
+    class: usize,
+    /// Blocks reached.
+    marks: SlabBits,
+    /// New blocks a slab_in's live old blocks hold back (never live).
+    pinned: SlabBits,
+    /// A slab_in's old geometry and its live old blocks.
+    old: Option<(SlabGeom, OldBlocks)>,
+}
 
 /// NVAlloc-GC's post-crash mark (see the module documentation): rewrites
 /// every slab bitmap to the blocks reachable from the roots.
+///
+/// Every scanned word is asked whether it starts a block: the slab it would
+/// lie in is found by indexing an array by its 64 KiB slab number (slabs
+/// start on slab boundaries), as Makalu finds a block's mark bit through
+/// arrays indexed by block, not by hashing the word.
 fn mark_from_roots(
     t: &mut PmThread,
     extents: &Extents,
@@ -542,13 +563,20 @@ fn mark_from_roots(
     map: StripeMap,
     report: &mut RecoveryReport,
 ) -> Result<(), AllocError> {
-    let mut slabs: HashMap<u64, (usize, [u64; slab::MAX_BLOCKS as usize / 64])> = HashMap::new();
-    // Per slab_in: the old geometry and its live old blocks (entry, reached).
-    let mut olds: HashMap<u64, (SlabGeom, OldBlocks)> = HashMap::new();
+    // Every block and extent lies in [lo, hi): most words scanned (zeros,
+    // data) are no offset there, and are dismissed before any lookup.
+    let lo = extents.values().map(|e| e.start).min().unwrap_or(0) & !(SLAB - 1);
+    let hi = extents.values().map(|e| e.start + e.size).max().unwrap_or(0);
+    let mut slabs: Vec<MarkedSlab> = Vec::new();
+    // Slab number (from `lo`) → its index in `slabs`, or NONE.
+    const NONE: u32 = u32::MAX;
+    let mut slab_at = vec![NONE; (hi.saturating_sub(lo)).div_ceil(SLAB) as usize];
     for e in extents.values().filter(|e| e.kind == ExtentKind::Slab) {
+        debug_assert_eq!(e.start % SLAB, 0, "slabs start on slab boundaries");
         let h = slab::read_header(t, e.start, geoms).map_err(corrupt)?;
         let class = h.size_class as usize;
         let mut pinned = [0u64; slab::MAX_BLOCKS as usize / 64];
+        let mut old = None;
         if h.index_len > 0 {
             // A slab_in: its live old blocks are marked like any block (a
             // free may have cleared *dest and died before their entry);
@@ -561,46 +589,45 @@ fn mark_from_roots(
             for b in (0..h.nblocks).filter(|&b| m.pinned(b)) {
                 pinned[(b / 64) as usize] |= 1 << (b % 64);
             }
-            let live: HashMap<u32, (u64, bool)> = table
-                .iter()
-                .enumerate()
-                .filter(|(_, &x)| x & INDEX_LIVE != 0)
-                .map(|(i, &x)| ((x & !INDEX_LIVE) as u32, (e.start + h.index_off as u64 + 2 * i as u64, false)))
-                .collect();
-            olds.insert(e.start, (geoms[oc], live));
+            let mut live: OldBlocks = Vec::new();
+            for (i, &x) in table.iter().enumerate().filter(|(_, &x)| x & INDEX_LIVE != 0) {
+                let ob = (x & !INDEX_LIVE) as usize;
+                if live.len() <= ob {
+                    live.resize(ob + 1, None);
+                }
+                live[ob] = Some((e.start + h.index_off as u64 + 2 * i as u64, false));
+            }
+            old = Some((geoms[oc], live));
         }
-        slabs.insert(e.start, (class, pinned));
+        slab_at[((e.start - lo) / SLAB) as usize] = slabs.len() as u32;
+        slabs.push(MarkedSlab { start: e.start, class, marks: pinned, pinned, old });
     }
-    let pinned_of: HashMap<u64, [u64; slab::MAX_BLOCKS as usize / 64]> =
-        slabs.iter().map(|(&s, (_, p))| (s, *p)).collect();
     let mut scanned: HashSet<u64> = HashSet::new();
-    // Every block and extent lies in [lo, hi): most words scanned (zeros,
-    // data) are no offset there, and are dismissed before any lookup.
-    let lo = extents.values().map(|e| e.start).min().unwrap_or(0);
-    let hi = extents.values().map(|e| e.start + e.size).max().unwrap_or(0);
     // A word that is the start of a live block or extent not reached yet.
     let reach = |w: u64| -> Option<u64> {
         if w & 63 != 0 || w < lo || w >= hi {
             return None;
         }
-        if let Some((og, live)) = olds.get_mut(&(w & !(SLAB - 1))) {
-            // A live old block's start is no start of a new block in use.
-            if let Some(x) = og.block_index(w & !(SLAB - 1), w).and_then(|ob| live.get_mut(&ob)) {
-                if x.1 {
-                    return None;
+        let i = slab_at[((w - lo) / SLAB) as usize];
+        if i != NONE {
+            let s = &mut slabs[i as usize];
+            if let Some((og, live)) = &mut s.old {
+                // A live old block's start is no start of a new block in use.
+                if let Some(x) = og.block_index(s.start, w).and_then(|ob| live.get_mut(ob as usize)?.as_mut()) {
+                    if x.1 {
+                        return None;
+                    }
+                    x.1 = true;
+                    return Some(og.size as u64);
                 }
-                x.1 = true;
-                return Some(og.size as u64);
             }
-        }
-        if let Some((class, marks)) = slabs.get_mut(&(w & !(SLAB - 1))) {
-            let g = geoms[*class];
-            let b = g.block_index(w & !(SLAB - 1), w)?;
+            let g = geoms[s.class];
+            let b = g.block_index(s.start, w)?;
             let (i, m) = ((b / 64) as usize, 1u64 << (b % 64));
-            if marks[i] & m != 0 {
+            if s.marks[i] & m != 0 {
                 return None;
             }
-            marks[i] |= m;
+            s.marks[i] |= m;
             Some(g.size as u64)
         } else if extents.get(&w).is_some_and(|e| e.kind == ExtentKind::Normal) && scanned.insert(w) {
             Some(extents[&w].size)
@@ -613,8 +640,8 @@ fn mark_from_roots(
         .into_iter()
         .chain(extents.values().filter(|e| e.kind == ExtentKind::Normal).map(|e| e.start));
     mark::mark_from(t, roots, reach);
-    for (_, live) in olds.values() {
-        for (&ob, &(entry, reached)) in live {
+    for (_, live) in slabs.iter().filter_map(|s| s.old.as_ref()) {
+        for (ob, &(entry, reached)) in live.iter().enumerate().filter_map(|(ob, x)| Some((ob, x.as_ref()?))) {
             report.gc_marked += reached as u64;
             if !reached {
                 report.gc_freed += 1;
@@ -623,14 +650,14 @@ fn mark_from_roots(
             }
         }
     }
-    for (&slab, (class, marks)) in &slabs {
-        let g = geoms[*class];
-        let bm = slab::bitmap(slab, map);
+    for s in &slabs {
+        let g = geoms[s.class];
+        let bm = slab::bitmap(s.start, map);
         let mut words = vec![0u64; (bm.area_bytes(g.nblocks) / 8) as usize];
         for b in 0..g.nblocks {
             let was = bm.test(t, b);
-            let pin = pinned_of[&slab][(b / 64) as usize] >> (b % 64) & 1 == 1;
-            let live = !pin && marks[(b / 64) as usize] >> (b % 64) & 1 == 1;
+            let pin = s.pinned[(b / 64) as usize] >> (b % 64) & 1 == 1;
+            let live = !pin && s.marks[(b / 64) as usize] >> (b % 64) & 1 == 1;
             report.gc_marked += live as u64;
             report.gc_freed += (was && !live) as u64;
             if live {
