@@ -31,6 +31,9 @@ pub enum Source {
     /// Each code site of the simulator report (`/sites`, `pmsim sim --by
     /// site`), in traces whose tracer names sites.
     Site,
+    /// Each kind of operation of the simulator report (`/ops`: the events
+    /// inside each thread's innermost open operation, by its kind).
+    Op,
     /// The report of a simulated point's traced run, without its timings
     /// (`Results::traced`: footprints, operations).
     Traced,
@@ -49,6 +52,7 @@ impl Source {
             Source::AccessPoint => "an access-map point",
             Source::ShapePoint => "a heap-shape point",
             Source::Site => "a code site of the simulator report",
+            Source::Op => "an operation kind of the simulator report",
             Source::Traced => "the traced run's report",
             Source::Cpu => "the CPU profile",
             Source::Estimate => "the estimate with CPU work",
@@ -168,6 +172,10 @@ fields! {
     SHAPE_MAPPED = ShapePoint "/mapped_bytes" Always,
     /// Bytes of live data then.
     SHAPE_LIVE = ShapePoint "/live_bytes" Always,
+    /// Flushes issued inside operations of one kind.
+    OP_FLUSHES = Op "/flushes" Always,
+    /// Reflushes among those.
+    OP_REFLUSHES = Op "/reflushes" Always,
     /// Flushes issued at a code site.
     SITE_FLUSHES = Site "/flushes" Always,
     /// Reflushes / flushes of those.
@@ -234,6 +242,8 @@ pub const AP_CATEGORY: &str = "category";
 /// The name of a code site (`function (file:line)`; a string, checked with
 /// the fields).
 pub const SITE_NAME: &str = "name";
+/// The operation kind's name in an operation kind's document (`malloc`, `init`, …).
+pub const OP_NAME: &str = "op";
 
 /// A field's value in `doc` (a document of the field's source): `None` when
 /// absent or null. Absence is an error only in [`check`].
@@ -259,6 +269,9 @@ pub fn check(doc: &Value, source: Source) -> Result<(), String> {
     }
     if source == Source::Site && !doc.get(SITE_NAME).is_some_and(Value::is_string) {
         return Err(format!("{} has no name string at /{SITE_NAME}", source.name()));
+    }
+    if source == Source::Op && !doc.get(OP_NAME).is_some_and(Value::is_string) {
+        return Err(format!("{} has no name string at /{OP_NAME}", source.name()));
     }
     Ok(())
 }

@@ -6,8 +6,14 @@
 
 use crate::fields::{self, Field, Source};
 use crate::point::Point;
+use pmsim_traces::OpKind;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+/// The operations of an allocator's steady state: malloc and free, with the
+/// morphing and log GC they start; not the heap's creation, close or
+/// recovery, which a run does once.
+pub const STEADY_OPS: [OpKind; 5] = [OpKind::Malloc, OpKind::Free, OpKind::Realloc, OpKind::Morph, OpKind::LogGc];
 
 /// The results of one point.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -114,6 +120,7 @@ impl Row {
         }
         self.shape_points().iter().try_for_each(|p| fields::check(p, Source::ShapePoint))?;
         self.sites().iter().try_for_each(|s| fields::check(s, Source::Site))?;
+        self.op_kinds().iter().try_for_each(|o| fields::check(o, Source::Op))?;
         self.result.access_map.iter().try_for_each(|p| fields::check(p, Source::AccessPoint))
     }
 
@@ -131,7 +138,7 @@ impl Row {
             Source::Traced => fields::read(self.result.traced.as_ref()?, f),
             Source::Cpu => fields::read(self.env.cpu.as_ref()?, f),
             Source::Estimate => fields::read(self.env.estimate.as_ref()?, f),
-            Source::AccessPoint | Source::ShapePoint | Source::Site => None,
+            Source::AccessPoint | Source::ShapePoint | Source::Site | Source::Op => None,
         }
     }
 
@@ -145,6 +152,31 @@ impl Row {
     /// the trace named no sites); read them with [`fields::read`].
     pub fn sites(&self) -> &[Value] {
         self.result.sim.as_ref().and_then(|s| s.get("sites")).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    }
+
+    /// The simulator report's figures by kind of operation (none for rows
+    /// not simulated); read them with [`fields::read`].
+    pub fn op_kinds(&self) -> &[Value] {
+        self.result.sim.as_ref().and_then(|s| s.get("ops")).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    }
+
+    /// Reflushes / flushes of the flushes issued inside the allocator's
+    /// steady-state operations ([`STEADY_OPS`]): what the paper's Fig. 1a
+    /// calls allocator-induced flushes. The heap's creation is left out: a
+    /// run does it once, and a scaled-down run's few operations would
+    /// otherwise weigh it far more than the paper's millions do (PMDK's pool
+    /// creation flushes every line of its headers, none twice). `None`
+    /// without flushes in those operations.
+    pub fn steady_reflush_ratio(&self) -> Option<f64> {
+        let steady: Vec<String> = STEADY_OPS.iter().map(|k| k.name()).collect();
+        let (mut flushes, mut reflushes) = (0.0, 0.0);
+        for o in self.op_kinds() {
+            if o.get(fields::OP_NAME).and_then(Value::as_str).is_some_and(|n| steady.iter().any(|s| s == n)) {
+                flushes += fields::read(o, fields::OP_FLUSHES).unwrap_or(0.0);
+                reflushes += fields::read(o, fields::OP_REFLUSHES).unwrap_or(0.0);
+            }
+        }
+        (flushes > 0.0).then(|| reflushes / flushes)
     }
 
     /// An allocator parameter as the instance ran with it (`stripes`, `su`, …),
