@@ -309,7 +309,7 @@ impl<A: Allocator> Family for Native<A> {
             let cfg = A::for_run(&typed::<A>(params)?, d.opts.threads);
             let a = A::create_own_file(path, size, overwrite, cfg)?;
             if d.opts.cpu_profile {
-                a.prefault()?;
+                a.prefault(d.opts.fault_in.unwrap_or(u64::MAX))?;
             }
             let driven = drive(&a, d);
             crash_copy(d, &driven, path, A::Config::ALLOC)?;

@@ -791,9 +791,10 @@ impl Heap {
         &self.map.path
     }
 
-    /// Faults in the whole mapping ([`prefault`]).
-    pub fn prefault(&self) -> Result<(), HeapError> {
-        prefault(self.map.base, self.map.size).map_err(|e| HeapError::io(&self.map.path, "cannot fault in", e))
+    /// Faults in the mapping's first `len` bytes, all of it if `len` is
+    /// larger ([`prefault`]).
+    pub fn prefault(&self, len: u64) -> Result<(), HeapError> {
+        prefault(self.map.base, len.min(self.map.size)).map_err(|e| HeapError::io(&self.map.path, "cannot fault in", e))
     }
 
     /// The ranges of the heap that may hold data; the rest are holes of its

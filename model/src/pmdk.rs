@@ -539,8 +539,8 @@ impl Allocator for Pmdk {
         Pmdk::create(path, size, &PmdkOptions { overwrite, ..PmdkOptions::default() }).map_err(PmdkError::into_alloc)
     }
 
-    fn prefault(&self) -> Result<(), AllocError> {
-        crate::heap::prefault(self.base, self.size)
+    fn prefault(&self, len: u64) -> Result<(), AllocError> {
+        crate::heap::prefault(self.base, len.min(self.size))
             .map_err(|e| AllocError::store("PMDK", format!("{}: cannot fault in the pool: {e}", self.path.display())))
     }
 

@@ -295,6 +295,12 @@ pub fn check_report(r: &RunReport) -> Result<(), String> {
     Ok(())
 }
 
+/// The key of a CPU-profile run's report ([`RunReport::extra`]) that says
+/// where the data of its heap (PMDK's pool) file ended after the run, bytes
+/// from its start: the heap's end after a whole prefault, else the end of
+/// what the run itself touched.
+pub const HEAP_DATA_END: &str = "heap_data_end";
+
 /// Runs natively: real flush instructions, no tracing. A workload that
 /// [crashes](Workload::crashes) (Fig. 18's list) leaves a copy of the heap
 /// as a crash at its end leaves it, and the allocator's own recovery of
@@ -318,7 +324,7 @@ pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
     } else {
         let heap = create_heap(spec.heap)?;
         if spec.opts.cpu_profile {
-            heap.prefault()?;
+            heap.prefault(spec.opts.fault_in.unwrap_or(u64::MAX))?;
         }
         let pm = Pm::native(&heap, spec.flush)?;
         let (driven, pm) = family.run_on_pm(&spec.alloc.params, &heap, pm, &d)?;
@@ -329,6 +335,13 @@ pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
     };
     if let Some(why) = skip {
         out.run.extra.insert("recovery_skipped".into(), why.into());
+    }
+    if spec.opts.cpu_profile {
+        // How far into the heap the run reached: what a CPU profile of the
+        // same run need fault in ([`RunOptions::fault_in`]).
+        if let Ok(end) = crate::sparse::data_end(&hs.path) {
+            out.run.extra.insert(HEAP_DATA_END.into(), end.into());
+        }
     }
     if let Some(image) = image {
         let r = time_recovery(spec, image)?;

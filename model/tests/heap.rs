@@ -165,9 +165,10 @@ fn create_rejects_impossible_sizes_and_leaves_no_file() {
     Heap::create_with(d.path().join("min.heap"), MIN_SIZE, &sparse).unwrap().close().unwrap();
 }
 
-/// A CPU profile's prefault brings every page of a mapping in (`mincore`
-/// finds them resident; none of a fresh anonymous mapping was before), and
-/// on a heap it changes no byte.
+/// A CPU profile's prefault brings every page of a mapping's prefix in
+/// (`mincore` finds them resident; none of a fresh anonymous mapping was
+/// before, none past the prefix), and on a heap it changes no byte; a
+/// length past the heap's end faults in all of it.
 #[test]
 fn prefault_brings_every_page_in_and_changes_nothing() {
     let len = SIZE as usize;
@@ -190,6 +191,8 @@ fn prefault_brings_every_page_in_and_changes_nothing() {
     };
     assert_ne!(p, libc::MAP_FAILED);
     assert_eq!(resident(p), 0);
+    pmsim_model::heap::prefault(p.cast(), SIZE / 4).unwrap();
+    assert_eq!(resident(p), len / 4 / 4096, "a prefix faults in that prefix only");
     pmsim_model::heap::prefault(p.cast(), SIZE).unwrap();
     assert_eq!(resident(p), len / 4096);
     // SAFETY: the mapping made above.
@@ -198,7 +201,8 @@ fn prefault_brings_every_page_in_and_changes_nothing() {
     let d = dir();
     let heap = Heap::create(d.path().join("p.heap"), SIZE).unwrap();
     let before: Vec<u64> = (0..ROOT_SLOTS).map(|i| heap.root(i)).collect();
-    heap.prefault().unwrap();
+    heap.prefault(SIZE / 2).unwrap();
+    heap.prefault(u64::MAX).unwrap();
     assert_eq!((0..ROOT_SLOTS).map(|i| heap.root(i)).collect::<Vec<_>>(), before);
     heap.close().unwrap();
 }

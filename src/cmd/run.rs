@@ -92,6 +92,11 @@ pub struct RunArgs {
     /// sweeps do for their estimates.
     #[arg(long)]
     cpu_profile: bool,
+    /// With --cpu-profile: fault in only the heap's first BYTES (e.g. 64M) before the run [default:
+    /// all of it]. Enough for what the run touches (its JSON's heap_data_end, from a run with
+    /// --prefault 0) measures the same and spares the kernel allocating the rest.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, requires = "cpu_profile")]
+    prefault: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -333,7 +338,8 @@ pub fn run(a: RunArgs) -> CmdResult {
     let stdout = std::io::stdout();
     for (k, job) in jobs.iter().enumerate() {
         let series = a.series_every.map_or(Every::Auto, Every::Ops);
-        let opts = RunOptions { threads: job.threads, seed: a.seed, series, cpu_profile: a.cpu_profile };
+        let opts =
+            RunOptions { threads: job.threads, seed: a.seed, series, cpu_profile: a.cpu_profile, fault_in: a.prefault };
         let size = a.heap_size.unwrap_or_else(|| job.alloc.heap_size(&job.wl, job.threads));
         // A heap kept (--heap) is made under a temporary name and renamed
         // into place with the run's other outputs once the run succeeded;

@@ -74,6 +74,19 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The calling thread's minor page faults so far (`getrusage`,
+/// `RUSAGE_THREAD`; 0 where it cannot tell).
+pub fn thread_minor_faults() -> u64 {
+    // SAFETY: getrusage fills the rusage it is given; all-zero is a valid rusage.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    if rc != 0 {
+        return 0;
+    }
+    ru.ru_minflt as u64
+}
+
 /// The cost of one timing of an operation (two counter reads), in ticks:
 /// the least of a few tries, as an interrupt can only add to it.
 fn timing_overhead() -> u64 {
@@ -93,6 +106,7 @@ pub(crate) struct Clock {
     /// Whether operations are timed (a CPU profile), not only the thread.
     pub(crate) time_ops: bool,
     cpu0: u64,
+    faults0: u64,
     tick0: u64,
     in_op: [u64; 2],
     ops: [u64; 2],
@@ -107,6 +121,7 @@ impl Clock {
         Clock {
             time_ops,
             cpu0: thread_cpu_ns(),
+            faults0: thread_minor_faults(),
             tick0: ticks(),
             in_op: [0; 2],
             ops: [0; 2],
@@ -146,6 +161,7 @@ struct Acc {
     wall_ns: f64,
     in_op_ns: [f64; 2],
     ops: [u64; 2],
+    faults: u64,
     threads: u32,
 }
 
@@ -204,6 +220,7 @@ impl Profiler {
         }
         a.cpu_ns += cpu;
         a.wall_ns += wall;
+        a.faults += thread_minor_faults().saturating_sub(c.faults0);
         a.threads += 1;
     }
 
@@ -228,6 +245,7 @@ impl Profiler {
             cpu_s: a.cpu_ns * 1e-9,
             wall_s: a.wall_ns * 1e-9,
             threads: a.threads,
+            minor_faults: a.faults,
         })
     }
 }
@@ -257,6 +275,11 @@ pub struct CpuProfile {
     pub wall_s: f64,
     /// Worker threads measured (setup and teardown workers included).
     pub threads: u32,
+    /// The minor page faults the worker threads took (waits included): the
+    /// kernel's share of `total_ns`, which the heap's prefault exists to keep
+    /// out (first touches of pages the prefault did not reach).
+    #[serde(default)]
+    pub minor_faults: u64,
 }
 
 impl CpuProfile {
