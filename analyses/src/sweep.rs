@@ -476,6 +476,13 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
         let _exclusive = MACHINE.write().unwrap_or_else(|e| e.into_inner());
         let scratch = ScratchHeap::new(&format!("sweep-{id}-native"))?;
         let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true, shown: None };
+        // A point with a CPU profile runs natively on a heap faulted in as
+        // far as the profile's runs were: the native throughput and the
+        // estimate's CPU work then both leave out the first touches of a
+        // fresh heap's pages, which weigh on a tiny run (Metall's Threadtest
+        // ran 1.3-1.6x slower natively than its profile without it).
+        let fault_in = env.cpu.as_ref().and_then(|c| c.get("fault_in")).and_then(Value::as_u64);
+        let opts = RunOptions { fault_in, ..opts.clone() };
         let spec = RunSpec { alloc: &alloc, workload: &wl, opts: &opts, heap: &hs, flush, progress: &progress };
         let outcome = runner::run_native(&spec).map_err(|e| fail("native", &e))?;
         let Value::Object(mut rep) = serde_json::to_value(&outcome.run).expect("serializes") else {

@@ -308,7 +308,7 @@ impl<A: Allocator> Family for Native<A> {
         Some((|| {
             let cfg = A::for_run(&typed::<A>(params)?, d.opts.threads);
             let a = A::create_own_file(path, size, overwrite, cfg)?;
-            if d.opts.cpu_profile {
+            if d.opts.cpu_profile || d.opts.fault_in.is_some() {
                 a.prefault(d.opts.fault_in.unwrap_or(u64::MAX))?;
             }
             let driven = drive(&a, d);

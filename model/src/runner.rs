@@ -323,7 +323,7 @@ pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
         Outcome { run: driven.run?, alloc, flush_insn }
     } else {
         let heap = create_heap(spec.heap)?;
-        if spec.opts.cpu_profile {
+        if spec.opts.cpu_profile || spec.opts.fault_in.is_some() {
             heap.prefault(spec.opts.fault_in.unwrap_or(u64::MAX))?;
         }
         let pm = Pm::native(&heap, spec.flush)?;

@@ -246,6 +246,7 @@ impl Profiler {
             wall_s: a.wall_ns * 1e-9,
             threads: a.threads,
             minor_faults: a.faults,
+            fault_in: None,
         })
     }
 }
@@ -280,6 +281,12 @@ pub struct CpuProfile {
     /// out (first touches of pages the prefault did not reach).
     #[serde(default)]
     pub minor_faults: u64,
+    /// How much of the heap, from its start, was faulted in before the run
+    /// (`None`: all of it). A sweep's native run of the same point faults in
+    /// as much, so that both measure without the first touches of a fresh
+    /// heap's pages.
+    #[serde(default)]
+    pub fault_in: Option<u64>,
 }
 
 impl CpuProfile {

@@ -472,10 +472,11 @@ pub struct RunOptions {
     /// Measure what the run's work costs the CPU ([`RunReport::cpu`]; run
     /// it with flushes off to measure the CPU alone).
     pub cpu_profile: bool,
-    /// With `cpu_profile`: how much of the heap, from its start, is faulted
-    /// in before the run ([`crate::heap::prefault`]); `None`, all of it.
-    /// A run that touches only a prefix pays the same per operation
-    /// either way, and the kernel does not allocate and zero the rest.
+    /// How much of the heap, from its start, is faulted in before the run
+    /// ([`crate::heap::prefault`]); `None`: all of it with `cpu_profile`,
+    /// none without. A run that touches only a prefix pays the same per
+    /// operation either way, and the kernel does not allocate and zero the
+    /// rest.
     pub fault_in: Option<u64>,
 }
 
