@@ -416,6 +416,8 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
     let mut result = Results::default();
     let mut env = Env { host: host(), pmsim_version: env!("CARGO_PKG_VERSION").into(), started_unix, ..Env::default() };
     let fail = |what: &str, e: &dyn std::fmt::Display| format!("{} ({what}): {e}", p.label());
+    // How far the CPU profile's runs faulted in the heap (the native run does as much).
+    let mut fault_in = None;
     if p.mode.sim() {
         // The CPU's work of the same run, measured natively. It is taken
         // from the threads' CPU time, which other work on the machine does
@@ -426,6 +428,7 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
         };
         let costs = match &cpu {
             cpu::Cpu::Measured(c) => {
+                fault_in = c.fault_in;
                 env.cpu = Some(serde_json::to_value(c).expect("serializes"));
                 Some(cpu::costs(c))
             }
@@ -481,7 +484,6 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
         // estimate's CPU work then both leave out the first touches of a
         // fresh heap's pages, which weigh on a tiny run (Metall's Threadtest
         // ran 1.3-1.6x slower natively than its profile without it).
-        let fault_in = env.cpu.as_ref().and_then(|c| c.get("fault_in")).and_then(Value::as_u64);
         let opts = RunOptions { fault_in, ..opts.clone() };
         let spec = RunSpec { alloc: &alloc, workload: &wl, opts: &opts, heap: &hs, flush, progress: &progress };
         let outcome = runner::run_native(&spec).map_err(|e| fail("native", &e))?;

@@ -308,8 +308,8 @@ impl<A: Allocator> Family for Native<A> {
         Some((|| {
             let cfg = A::for_run(&typed::<A>(params)?, d.opts.threads);
             let a = A::create_own_file(path, size, overwrite, cfg)?;
-            if d.opts.cpu_profile || d.opts.fault_in.is_some() {
-                a.prefault(d.opts.fault_in.unwrap_or(u64::MAX))?;
+            if let Some(len) = d.opts.prefault_bytes() {
+                a.prefault(len)?;
             }
             let driven = drive(&a, d);
             crash_copy(d, &driven, path, A::Config::ALLOC)?;

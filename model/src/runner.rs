@@ -323,8 +323,8 @@ pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
         Outcome { run: driven.run?, alloc, flush_insn }
     } else {
         let heap = create_heap(spec.heap)?;
-        if spec.opts.cpu_profile || spec.opts.fault_in.is_some() {
-            heap.prefault(spec.opts.fault_in.unwrap_or(u64::MAX))?;
+        if let Some(len) = spec.opts.prefault_bytes() {
+            heap.prefault(len)?;
         }
         let pm = Pm::native(&heap, spec.flush)?;
         let (driven, pm) = family.run_on_pm(&spec.alloc.params, &heap, pm, &d)?;

@@ -485,8 +485,8 @@ pub struct Contention {
     /// The trace's tracer ran one thread at a time ([`Contention::set_header`]).
     serialized: bool,
     /// The thread of the latest event pushed other than a thread's start or
-    /// end: in a serialized trace, the thread that started the next one to
-    /// start (see [`Contention::push`]).
+    /// end, kept in a serialized trace only: there, the thread that started
+    /// the next one to start (see [`Contention::push`]).
     last: Option<usize>,
     /// The trace's regions as recorded so far (for the parts' categories).
     regions: RegionMap,
@@ -613,18 +613,9 @@ impl Contention {
     pub fn push(&mut self, tid: u32, ev: &Event<'_>) {
         let t = tid as usize;
         if t >= self.threads.len() || !self.threads[t].started {
-            let creator = self.last.filter(|&c| self.serialized && c != t && self.threads[c].live);
-            if let Some(c) = creator {
-                self.settle(c);
-            }
             self.start(t);
-            if let Some(c) = creator {
-                let clock = self.threads[c].clock;
-                let th = &mut self.threads[t];
-                (th.clock, th.persisted_at) = (clock, clock);
-            }
         }
-        if !matches!(ev, Event::ThreadStart | Event::ThreadEnd) {
+        if self.serialized && !matches!(ev, Event::ThreadStart | Event::ThreadEnd) {
             self.last = Some(t);
         }
         if self.regions.apply(ev) {
@@ -648,8 +639,18 @@ impl Contention {
         }
     }
 
+    /// Starts thread `t` at the clock of its creator in a serialized trace
+    /// (see [`Contention::push`]), else of the latest event replayed.
     #[cold]
     fn start(&mut self, t: usize) {
+        let creator = self.last.filter(|&c| c != t && self.threads[c].live);
+        let clock = match creator {
+            Some(c) => {
+                self.settle(c);
+                self.threads[c].clock
+            }
+            None => self.now,
+        };
         if t >= self.threads.len() {
             self.threads.resize_with(t + 1, Thread::default);
             if self.scope == Scope::Thread {
@@ -659,8 +660,8 @@ impl Contention {
         let th = &mut self.threads[t];
         th.started = true;
         th.live = true;
-        th.clock = self.now;
-        th.persisted_at = self.now;
+        th.clock = clock;
+        th.persisted_at = clock;
         th.nt_line = NO_LINE;
         self.live.push(t as u32);
     }

@@ -480,6 +480,13 @@ pub struct RunOptions {
     pub fault_in: Option<u64>,
 }
 
+impl RunOptions {
+    /// How much of the heap to fault in before the run ([`RunOptions::fault_in`]), if any.
+    pub fn prefault_bytes(&self) -> Option<u64> {
+        self.fault_in.or(self.cpu_profile.then_some(u64::MAX))
+    }
+}
+
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions { threads: 1, seed: 42, series: series::Every::Auto, cpu_profile: false, fault_in: None }
