@@ -21,8 +21,10 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 # figures are drawn with (fonts-dejavu-core: DejaVuSans.ttf); Slurm and munge
 # for a real one-node cluster (scripts/slurm-local.sh, `pmsim sweep --slurm`
 # tests); Chromium and its driver to check reports in a real browser
-# (scripts/check-report.py); Java for TLC (specs/), unless a JDK is there.
-APT_PKGS=(build-essential pkg-config libpmemobj-dev libpmempool-dev valgrind curl ca-certificates python3 python3-pip python3-venv
+# (scripts/check-report.py); Java for TLC (specs/), unless a JDK is there;
+# zstd's library, which the trace files' compression links instead of
+# compiling its own copy (scripts/zstd-env.sh).
+APT_PKGS=(build-essential pkg-config libpmemobj-dev libpmempool-dev libzstd-dev valgrind curl ca-certificates python3 python3-pip python3-venv
   fonts-dejavu-core slurmctld slurmd slurm-client munge chromium chromium-driver)
 command -v java >/dev/null 2>&1 || APT_PKGS+=(openjdk-17-jre-headless)
 missing=()
@@ -69,5 +71,6 @@ if [ "$build_release" = 0 ]; then
   exit 0
 fi
 echo "setup: building pmsim (release)"
+. scripts/zstd-env.sh
 cargo build --release --quiet
 echo "setup: done; the binary is target/release/pmsim"

@@ -29,6 +29,8 @@ done
 # or in CI, else report them as skipped, never as passed.
 if [ "$(id -u)" = 0 ] || [ -n "${CI:-}" ]; then test_args+=(--include-ignored); fi
 
+. scripts/zstd-env.sh
+
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM

@@ -441,7 +441,7 @@ impl Allocator for Metall {
     }
 
     /// `nonfull-lost` needs a chunk filled and then freed from, which the
-    /// suite's Threadtest does not do: `model/tests/metall.rs` tests it.
+    /// suite's Threadtest does not do: `model/tests/integration/metall.rs` tests it.
     const MUTANTS: &'static [&'static str] = &["metall:mutation=mark-before-sync"];
 
     /// The datastore a crash leaves, laid out from the trace's markers and

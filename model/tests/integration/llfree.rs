@@ -4,7 +4,7 @@
 //! eADR), and recovery after SIGKILL at random points with at most one lost
 //! frame per thread (the test binary re-runs itself as the victim).
 
-mod common;
+use crate::common;
 
 use common::{open_heap, pending, retry_locked, slot, tmpdir, Rng, Victim, CHILD_THREADS, SLOTS, TABLE_BYTES};
 use pmsim_model::error::ErrorKind;
@@ -407,7 +407,7 @@ fn sigkill_at_random_points_loses_at_most_a_frame_per_thread() {
     let start = Instant::now();
     let (mut lost, mut rounds_with_loss) = (0, 0);
     for round in 0..kills {
-        let victim = Victim { test: "crash_child_role", env: CHILD_ENV, ready: READY };
+        let victim = Victim { test: "llfree::crash_child_role", env: CHILD_ENV, ready: READY };
         victim.kill_at_random_point(&format!("{}|{}", path.display(), round + 1), round, &mut r);
         // Odd rounds kill after the victim said it opened the zone.
         let l = check_after_crash(&path, round % 2 == 1);

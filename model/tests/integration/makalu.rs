@@ -4,7 +4,7 @@
 //! reachable ones kept), and recovery after SIGKILL at random points (the
 //! test binary re-runs itself as the victim).
 
-mod common;
+use crate::common;
 
 use common::{
     assert_disjoint, check_obj, conservatively_reachable, mixed_size, pending, slot, tmpdir, write_obj, Rng, Victim,
@@ -267,7 +267,7 @@ fn sigkill_at_random_points_is_recovered_by_the_gc() {
     let mut r = Rng::new(0x3A4A);
     let (mut freed, mut undone, mut crashed) = (0, 0, 0);
     let start = Instant::now();
-    let victim = Victim { test: "crash_child_role", env: CHILD_ENV, ready: READY };
+    let victim = Victim { test: "makalu::crash_child_role", env: CHILD_ENV, ready: READY };
     for round in 0..kills {
         victim.kill_at_random_point(&format!("{}|{}", path.display(), round + 1), round, &mut r);
         let rep = check_after_crash(&path);

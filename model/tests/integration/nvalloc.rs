@@ -6,7 +6,7 @@
 //! Objects written by the tests carry their length, a seed and a checksum of
 //! their payload, so any corruption or overlap shows up as a bad checksum.
 
-mod common;
+use crate::common;
 
 use common::{
     assert_disjoint, check_obj, conservatively_reachable, mixed_size, open_heap, pending, retry_locked, slot, tmpdir,
@@ -806,7 +806,7 @@ fn sigkill_at_random_points_is_recovered() {
         drop(t);
         close(heap, nv);
         for round in 0..rounds {
-            let victim = Victim { test: "crash_child_role", env: CHILD_ENV, ready: READY };
+            let victim = Victim { test: "nvalloc::crash_child_role", env: CHILD_ENV, ready: READY };
             victim.kill_at_random_point(&format!("{}|{preset}|{}", path.display(), round + 1), round, &mut r);
             kills += 1;
             let (a, b) = check_after_crash(&path, preset);

@@ -1,7 +1,7 @@
 //! Whatever is written is read back exactly: every event kind, thread switches,
 //! block cuts, values, zstd.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pmsim_traces::*;

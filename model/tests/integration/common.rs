@@ -66,6 +66,7 @@ pub fn retry_locked(f: impl Fn() -> Result<Heap, pmsim_model::HeapError>) -> Hea
 /// A victim: the test `test` of this binary, run with `env=value`, which
 /// prints `ready` once its heap is open and then works until it is killed.
 pub struct Victim<'a> {
+    /// The victim test's full name in this binary (`MODULE::NAME`).
     pub test: &'a str,
     pub env: &'a str,
     pub ready: &'a str,

@@ -5,7 +5,7 @@
 //! management files refused by name, and the metadata check (bins against
 //! bitsets and the chunk directory) catching a lost non-full chunk.
 
-mod common;
+use crate::common;
 
 use common::{assert_disjoint, check_obj, mixed_size, tmpdir, write_obj, Rng, Victim};
 use pmsim_model::config::AllocConfig;
@@ -195,7 +195,7 @@ fn a_killed_store_is_refused_and_its_snapshot_restores_every_object() {
     drop(t);
     close(heap, mt);
 
-    let victim = Victim { test: "crash_child_role", env: CHILD_ENV, ready: READY };
+    let victim = Victim { test: "metall::crash_child_role", env: CHILD_ENV, ready: READY };
     victim.kill_when_ready(path.to_str().unwrap());
     let (heap, r) = try_open(&path);
     let e = r.err().expect("a killed store is refused").to_string();

@@ -1,7 +1,7 @@
 //! Crafted bad files: each gives one clear error naming the file, the byte offset
 //! and the problem — never a panic, never silent garbage.
 
-mod common;
+use crate::common;
 
 use common::*;
 use pmsim_traces::*;
