@@ -17,14 +17,16 @@
 //! ever adds time.
 //!
 //! Each counted run faults its heap in first (see
-//! [`pmsim_model::workloads::cpu`]), but only as far as the run reaches: an
-//! uncounted first run with nothing faulted in finds where the data of its
-//! heap ends ([`runner::HEAP_DATA_END`]), and the counted runs fault in twice
-//! that ([`fault_in`]). Past it they touch nothing, so they measure what a
-//! whole prefault measures, while the kernel no longer allocates, zeroes and
-//! frees every page of heaps sized for the worst case (an 800 MB PMDK pool
-//! for a 4-thread Larson-large run that reaches 270 MB): that was most of a
-//! tiny-scale main job's system time. The profile counts the worker
+//! [`pmsim_model::workloads::cpu`]), but only where the run reaches: an
+//! uncounted first run with nothing faulted in finds which parts of its
+//! heap hold data ([`runner::HEAP_DATA`]), and the counted runs fault in
+//! those parts, each twice as long and 16 MiB more ([`fault_in`]). Outside
+//! them they touch nothing, so they measure what a whole prefault measures,
+//! while the kernel no longer allocates, zeroes and frees every page of
+//! heaps sized for the worst case (an 800 MB PMDK pool for a 4-thread
+//! Larson-large run that reaches 270 MB; a 1 GiB LLFree heap whose 16
+//! threads each touch a few MiB of a tree of their own): that was most of
+//! a tiny-scale main job's system time. The profile counts the worker
 //! threads' page faults ([`CpuProfile::minor_faults`]), which shows it.
 //!
 //! A profile is measured once per configuration (allocator and its
@@ -34,6 +36,7 @@
 //! again with a switch, PMDK's scaling points again under eADR), and those
 //! rows then compare one measurement of the CPU's work, not three.
 
+use pmsim_model::fault_in::FaultIn;
 use pmsim_model::runner::{self, AllocSpec, HeapSpec, RunSpec};
 use pmsim_model::scratch::ScratchHeap;
 use pmsim_model::workloads::cpu::{CpuProfile, FREE, MALLOC};
@@ -91,16 +94,26 @@ pub fn profile(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, heap_size: u
     Ok(cpu)
 }
 
-/// How much of the heap a counted run faults in, from where the data of an
-/// uncounted run's heap ended (`reach`): twice that and 16 MiB more, in
-/// whole 2 MiB, so that a run whose threads interleave otherwise and
-/// reach further still finds its pages in (the heap's size caps it).
-pub fn fault_in(reach: u64) -> u64 {
-    reach.saturating_mul(2).saturating_add(16 << 20).next_multiple_of(2 << 20)
+/// What of the heap a counted run faults in, from the parts of an uncounted
+/// run's heap that held data (`data`, `[start, end)`): each part from its
+/// start (down to whole 2 MiB) twice as far and 16 MiB more (up to whole
+/// 2 MiB), so that a run whose threads interleave otherwise and reach
+/// further still finds its pages in (the heap's size caps it).
+pub fn fault_in(data: &[[u64; 2]]) -> FaultIn {
+    const HUGE: u64 = 2 << 20;
+    FaultIn::from_ranges(data.iter().map(|&[s, e]| {
+        let end = e.saturating_add(e - s).saturating_add(16 << 20);
+        s / HUGE * HUGE..end.checked_next_multiple_of(HUGE).unwrap_or(end)
+    }))
 }
 
-/// A CPU-profile run's profile, and where the data of its heap ended.
-type Ran = (CpuProfile, Option<u64>);
+/// A CPU-profile run's profile, and the parts of its heap that held data.
+type Ran = (CpuProfile, Option<Vec<[u64; 2]>>);
+
+/// The parts of a run's heap that held data, from its report's extra fields.
+fn heap_data(extra: Option<&Value>) -> Option<Vec<[u64; 2]>> {
+    extra.and_then(|v| serde_json::from_value(v.clone()).ok())
+}
 
 /// The least costly of `REPEATS` native runs, after one uncounted run that
 /// finds how much of the heap they need faulted in (see the module doc).
@@ -117,14 +130,14 @@ fn measure(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, heap_size: u64, 
             in_child(alloc, wl, opts, heap_size)
         }
     };
-    let probe = RunOptions { fault_in: Some(0), ..opts.clone() };
-    let (_, reach) = once(&probe, "reach")?;
-    let counted = RunOptions { fault_in: reach.map(fault_in), ..opts.clone() };
+    let probe = RunOptions { fault_in: Some(FaultIn::default()), ..opts.clone() };
+    let (_, data) = once(&probe, "reach")?;
+    let counted = RunOptions { fault_in: data.as_deref().map(fault_in), ..opts.clone() };
     let mut best: Option<CpuProfile> = None;
     for k in 0..REPEATS {
         let (p, _) = once(&counted, &format!("cpu{k}"))?;
         if best.as_ref().is_none_or(|b| p.total_ns < b.total_ns) {
-            best = Some(CpuProfile { fault_in: counted.fault_in, ..p });
+            best = Some(CpuProfile { fault_in: counted.fault_in.clone(), ..p });
         }
     }
     Ok(best.map_or_else(|| Cpu::Skipped("no run".into()), Cpu::Measured))
@@ -137,9 +150,9 @@ fn in_process(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, size: u64, id
     let progress = Progress::default();
     let spec = RunSpec { alloc, workload: wl, opts: &opts, heap: &hs, flush: FlushInsn::None, progress: &progress };
     let o = runner::run_native(&spec).map_err(|e| format!("CPU profile (native, flushes off): {e}"))?;
-    let reach = o.run.extra.get(runner::HEAP_DATA_END).and_then(Value::as_u64);
+    let data = heap_data(o.run.extra.get(runner::HEAP_DATA));
     let p = o.run.cpu.ok_or_else(|| "CPU profile: the run measured none".to_string())?;
-    Ok((p, reach))
+    Ok((p, data))
 }
 
 /// Every parameter of `wl` as `KEY=VALUE` for `pmsim run --param`, so
@@ -170,8 +183,8 @@ fn in_child(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, size: u64) -> R
     cmd.args(["run", "--alloc", alloc.label(), "--workload", wl.name(), "--scale", wl.scale().name()]);
     cmd.args(["--threads", &opts.threads.to_string(), "--seed", &opts.seed.to_string()]);
     cmd.args(["--heap-size", &size.to_string(), "--flush-insn", "none", "--cpu-profile", "--json"]);
-    if let Some(n) = opts.fault_in {
-        cmd.args(["--prefault", &n.to_string()]);
+    if let Some(f) = &opts.fault_in {
+        cmd.args(["--prefault", &f.to_string()]);
     }
     for kv in param_args(wl) {
         cmd.arg("--param").arg(kv);
@@ -183,9 +196,9 @@ fn in_child(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, size: u64) -> R
     }
     let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("CPU profile: not JSON: {e}"))?;
     let cpu = v.pointer("/runs/0/run/cpu").cloned().ok_or("CPU profile: the run reported none")?;
-    let reach = v.pointer(&format!("/runs/0/run/extra/{}", runner::HEAP_DATA_END)).and_then(Value::as_u64);
+    let data = heap_data(v.pointer(&format!("/runs/0/run/extra/{}", runner::HEAP_DATA)));
     let p = serde_json::from_value(cpu).map_err(|e| format!("CPU profile: {e}"))?;
-    Ok((p, reach))
+    Ok((p, data))
 }
 
 /// This executable, if it is pmsim (which can run a profile child); else

@@ -428,7 +428,7 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
         };
         let costs = match &cpu {
             cpu::Cpu::Measured(c) => {
-                fault_in = c.fault_in;
+                fault_in = c.fault_in.clone();
                 env.cpu = Some(serde_json::to_value(c).expect("serializes"));
                 Some(cpu::costs(c))
             }

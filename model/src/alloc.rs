@@ -225,11 +225,11 @@ pub trait Allocator: Send + Sync + Sized + 'static {
         Err(AllocError::config(Self::Config::ALLOC, "runs on a pmsim heap, not on a file of its own"))
     }
 
-    /// Faults in the first `len` bytes of its own file's mapping, all of it
-    /// if `len` is larger ([`Self::OWN_FILE`]; [`crate::heap::prefault`])
-    /// before a CPU profile, as pmsim heaps are.
-    fn prefault(&self, len: u64) -> Result<(), AllocError> {
-        let _ = len;
+    /// Faults in the parts `f` names of its own file's mapping
+    /// ([`Self::OWN_FILE`]; [`crate::fault_in::FaultIn`]) before a CPU
+    /// profile, as pmsim heaps are.
+    fn prefault(&self, f: &crate::fault_in::FaultIn) -> Result<(), AllocError> {
+        let _ = f;
         Ok(())
     }
 

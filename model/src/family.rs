@@ -308,8 +308,8 @@ impl<A: Allocator> Family for Native<A> {
         Some((|| {
             let cfg = A::for_run(&typed::<A>(params)?, d.opts.threads);
             let a = A::create_own_file(path, size, overwrite, cfg)?;
-            if let Some(len) = d.opts.prefault_bytes() {
-                a.prefault(len)?;
+            if let Some(f) = d.opts.prefault() {
+                a.prefault(&f)?;
             }
             let driven = drive(&a, d);
             crash_copy(d, &driven, path, A::Config::ALLOC)?;

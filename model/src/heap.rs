@@ -791,10 +791,11 @@ impl Heap {
         &self.map.path
     }
 
-    /// Faults in the mapping's first `len` bytes, all of it if `len` is
-    /// larger ([`prefault`]).
-    pub fn prefault(&self, len: u64) -> Result<(), HeapError> {
-        prefault(self.map.base, len.min(self.map.size)).map_err(|e| HeapError::io(&self.map.path, "cannot fault in", e))
+    /// Faults in the parts `f` names of the mapping ([`prefault`]).
+    pub fn prefault(&self, f: &crate::fault_in::FaultIn) -> Result<(), HeapError> {
+        // SAFETY: the heap's own writable mapping of `size` bytes.
+        unsafe { f.apply(self.map.base, self.map.size) }
+            .map_err(|e| HeapError::io(&self.map.path, "cannot fault in", e))
     }
 
     /// The ranges of the heap that may hold data; the rest are holes of its

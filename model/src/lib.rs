@@ -20,6 +20,7 @@ mod arch;
 pub mod config;
 pub mod error;
 pub mod family;
+pub mod fault_in;
 pub mod flush;
 pub mod heap;
 pub mod live;

@@ -539,8 +539,9 @@ impl Allocator for Pmdk {
         Pmdk::create(path, size, &PmdkOptions { overwrite, ..PmdkOptions::default() }).map_err(PmdkError::into_alloc)
     }
 
-    fn prefault(&self, len: u64) -> Result<(), AllocError> {
-        crate::heap::prefault(self.base, len.min(self.size))
+    fn prefault(&self, f: &crate::fault_in::FaultIn) -> Result<(), AllocError> {
+        // SAFETY: the pool's writable mapping of `size` bytes.
+        unsafe { f.apply(self.base, self.size) }
             .map_err(|e| AllocError::store("PMDK", format!("{}: cannot fault in the pool: {e}", self.path.display())))
     }
 

@@ -296,10 +296,10 @@ pub fn check_report(r: &RunReport) -> Result<(), String> {
 }
 
 /// The key of a CPU-profile run's report ([`RunReport::extra`]) that says
-/// where the data of its heap (PMDK's pool) file ended after the run, bytes
-/// from its start: the heap's end after a whole prefault, else the end of
+/// which parts of its heap (PMDK's pool) file held data after the run, as
+/// `[start, end)` byte ranges: the whole heap after a whole prefault, else
 /// what the run itself touched.
-pub const HEAP_DATA_END: &str = "heap_data_end";
+pub const HEAP_DATA: &str = "heap_data";
 
 /// Runs natively: real flush instructions, no tracing. A workload that
 /// [crashes](Workload::crashes) (Fig. 18's list) leaves a copy of the heap
@@ -323,8 +323,8 @@ pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
         Outcome { run: driven.run?, alloc, flush_insn }
     } else {
         let heap = create_heap(spec.heap)?;
-        if let Some(len) = spec.opts.prefault_bytes() {
-            heap.prefault(len)?;
+        if let Some(f) = spec.opts.prefault() {
+            heap.prefault(&f)?;
         }
         let pm = Pm::native(&heap, spec.flush)?;
         let (driven, pm) = family.run_on_pm(&spec.alloc.params, &heap, pm, &d)?;
@@ -337,10 +337,11 @@ pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
         out.run.extra.insert("recovery_skipped".into(), why.into());
     }
     if spec.opts.cpu_profile {
-        // How far into the heap the run reached: what a CPU profile of the
-        // same run need fault in ([`RunOptions::fault_in`]).
-        if let Ok(end) = crate::sparse::data_end(&hs.path) {
-            out.run.extra.insert(HEAP_DATA_END.into(), end.into());
+        // Where in the heap the run reached: what a CPU profile of the same
+        // run need fault in ([`RunOptions::fault_in`]).
+        if let Ok(data) = crate::sparse::data(&hs.path) {
+            let data: Vec<[u64; 2]> = data.iter().map(|r| [r.start, r.end]).collect();
+            out.run.extra.insert(HEAP_DATA.into(), serde_json::to_value(data).expect("serializes"));
         }
     }
     if let Some(image) = image {

@@ -42,13 +42,11 @@ pub fn data_ranges(file: &File, len: u64) -> Vec<Range<u64>> {
     out
 }
 
-/// Where the data of the file at `path` ends: the end of its last data
-/// range (`SEEK_DATA`/`SEEK_HOLE`), its length if its file system cannot
-/// tell.
-pub fn data_end(path: &Path) -> io::Result<u64> {
+/// The ranges of the file at `path` that hold data ([`data_ranges`]).
+pub fn data(path: &Path) -> io::Result<Vec<Range<u64>>> {
     let f = File::open(path)?;
     let len = f.metadata()?.len();
-    Ok(data_ranges(&f, len).last().map_or(0, |r| r.end))
+    Ok(data_ranges(&f, len))
 }
 
 /// Copies the file `from` to `to` (created or truncated), its holes kept.

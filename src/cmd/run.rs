@@ -7,6 +7,7 @@
 
 use super::CmdResult;
 use clap::Args;
+use pmsim_model::fault_in::FaultIn;
 use pmsim_model::runner::{self, AllocInfo, AllocSpec, HeapSpec, Outcome, RunError, RunSpec};
 use pmsim_model::scratch::ScratchHeap;
 use pmsim_model::workloads::series::Every;
@@ -92,14 +93,24 @@ pub struct RunArgs {
     /// sweeps do for their estimates.
     #[arg(long)]
     cpu_profile: bool,
-    /// With --cpu-profile: fault in only the heap's first BYTES (e.g. 64M) before the run [default:
-    /// all of it]. Enough for what the run touches (its JSON's heap_data_end, from a run with
-    /// --prefault 0) measures the same and spares the kernel allocating the rest.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size, requires = "cpu_profile")]
-    prefault: Option<u64>,
+    /// With --cpu-profile: fault in only the heap's first BYTES (e.g. 64M), or the byte ranges
+    /// START-END,START-END,… before the run [default: all of it]. Enough for what the run touches
+    /// (its JSON's heap_data, from a run with --prefault 0) measures the same and spares the kernel
+    /// allocating the rest.
+    #[arg(long, value_name = "BYTES|RANGES", value_parser = parse_fault_in, requires = "cpu_profile")]
+    prefault: Option<FaultIn>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// `--prefault`: a size ([`parse_size`]) for a prefix, else byte ranges.
+fn parse_fault_in(s: &str) -> Result<FaultIn, String> {
+    if s.contains(['-', ',']) {
+        s.parse()
+    } else {
+        parse_size(s).map(FaultIn::prefix)
+    }
 }
 
 /// Parses `123`, `64K`, `512M`, `4G`, `1T` (binary units; `KiB`, `MB`… also accepted).
@@ -338,8 +349,13 @@ pub fn run(a: RunArgs) -> CmdResult {
     let stdout = std::io::stdout();
     for (k, job) in jobs.iter().enumerate() {
         let series = a.series_every.map_or(Every::Auto, Every::Ops);
-        let opts =
-            RunOptions { threads: job.threads, seed: a.seed, series, cpu_profile: a.cpu_profile, fault_in: a.prefault };
+        let opts = RunOptions {
+            threads: job.threads,
+            seed: a.seed,
+            series,
+            cpu_profile: a.cpu_profile,
+            fault_in: a.prefault.clone(),
+        };
         let size = a.heap_size.unwrap_or_else(|| job.alloc.heap_size(&job.wl, job.threads));
         // A heap kept (--heap) is made under a temporary name and renamed
         // into place with the run's other outputs once the run succeeded;

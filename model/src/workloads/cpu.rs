@@ -281,12 +281,11 @@ pub struct CpuProfile {
     /// out (first touches of pages the prefault did not reach).
     #[serde(default)]
     pub minor_faults: u64,
-    /// How much of the heap, from its start, was faulted in before the run
-    /// (`None`: all of it). A sweep's native run of the same point faults in
-    /// as much, so that both measure without the first touches of a fresh
-    /// heap's pages.
+    /// What of the heap was faulted in before the run (`None`: all of
+    /// it). A sweep's native run of the same point faults in the same, so
+    /// that both measure without the first touches of a fresh heap's pages.
     #[serde(default)]
-    pub fault_in: Option<u64>,
+    pub fault_in: Option<crate::fault_in::FaultIn>,
 }
 
 impl CpuProfile {

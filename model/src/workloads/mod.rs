@@ -47,6 +47,7 @@ pub mod threadtest;
 pub use driver::{Progress, Shared, Slots, Snapshot, Worker};
 
 use crate::alloc::{AllocThread, Allocator, Footprint, HeapNeed};
+use crate::fault_in::FaultIn;
 use crate::params::{set_field, split_overrides};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -472,18 +473,17 @@ pub struct RunOptions {
     /// Measure what the run's work costs the CPU ([`RunReport::cpu`]; run
     /// it with flushes off to measure the CPU alone).
     pub cpu_profile: bool,
-    /// How much of the heap, from its start, is faulted in before the run
-    /// ([`crate::heap::prefault`]); `None`: all of it with `cpu_profile`,
-    /// none without. A run that touches only a prefix pays the same per
-    /// operation either way, and the kernel does not allocate and zero the
-    /// rest.
-    pub fault_in: Option<u64>,
+    /// Which parts of the heap are faulted in before the run
+    /// ([`FaultIn`]); `None`: all of it with `cpu_profile`, none without.
+    /// A run that touches only those parts pays the same per operation
+    /// either way, and the kernel does not allocate and zero the rest.
+    pub fault_in: Option<FaultIn>,
 }
 
 impl RunOptions {
-    /// How much of the heap to fault in before the run ([`RunOptions::fault_in`]), if any.
-    pub fn prefault_bytes(&self) -> Option<u64> {
-        self.fault_in.or(self.cpu_profile.then_some(u64::MAX))
+    /// What of the heap to fault in before the run ([`RunOptions::fault_in`]), if anything.
+    pub fn prefault(&self) -> Option<FaultIn> {
+        self.fault_in.clone().or_else(|| self.cpu_profile.then(FaultIn::all))
     }
 }
 

@@ -1,6 +1,7 @@
 //! The heap file: creation, roots, clean shutdown, remapping, and the errors a
 //! wrong file gets.
 
+use pmsim_model::fault_in::FaultIn;
 use pmsim_model::heap::{HEADER_SIZE, LAYOUT_VERSION, MIN_SIZE, ROOT_SLOTS};
 use pmsim_model::{FlushInsn, Heap, HeapErrorKind, HeapOptions, Pm, PmOff};
 use std::path::{Path, PathBuf};
@@ -168,7 +169,8 @@ fn create_rejects_impossible_sizes_and_leaves_no_file() {
 /// A CPU profile's prefault brings every page of a mapping's prefix in
 /// (`mincore` finds them resident; none of a fresh anonymous mapping was
 /// before, none past the prefix), and on a heap it changes no byte; a
-/// length past the heap's end faults in all of it.
+/// length past the heap's end faults in all of it; ranges fault in their
+/// pages only.
 #[test]
 fn prefault_brings_every_page_in_and_changes_nothing() {
     let len = SIZE as usize;
@@ -193,6 +195,12 @@ fn prefault_brings_every_page_in_and_changes_nothing() {
     assert_eq!(resident(p), 0);
     pmsim_model::heap::prefault(p.cast(), SIZE / 4).unwrap();
     assert_eq!(resident(p), len / 4 / 4096, "a prefix faults in that prefix only");
+    // Ranges (a run that reached two places, LLFree's threads' trees): those
+    // pages only, a range past the end cut at it.
+    let ranges = FaultIn::from_ranges([SIZE / 2..SIZE / 2 + 8192, SIZE - 4096..SIZE + (1 << 30)]);
+    // SAFETY: the writable mapping of SIZE bytes made above.
+    unsafe { ranges.apply(p.cast(), SIZE) }.unwrap();
+    assert_eq!(resident(p), len / 4 / 4096 + 3, "ranges fault in their pages only");
     pmsim_model::heap::prefault(p.cast(), SIZE).unwrap();
     assert_eq!(resident(p), len / 4096);
     // SAFETY: the mapping made above.
@@ -201,8 +209,8 @@ fn prefault_brings_every_page_in_and_changes_nothing() {
     let d = dir();
     let heap = Heap::create(d.path().join("p.heap"), SIZE).unwrap();
     let before: Vec<u64> = (0..ROOT_SLOTS).map(|i| heap.root(i)).collect();
-    heap.prefault(SIZE / 2).unwrap();
-    heap.prefault(u64::MAX).unwrap();
+    heap.prefault(&FaultIn::prefix(SIZE / 2)).unwrap();
+    heap.prefault(&FaultIn::all()).unwrap();
     assert_eq!((0..ROOT_SLOTS).map(|i| heap.root(i)).collect::<Vec<_>>(), before);
     heap.close().unwrap();
 }
