@@ -1609,14 +1609,17 @@ pub fn figure_table(s: &[Scored], id: &str) -> Option<Table> {
 /// largest ratio comes from 16-thread runs on two cores: their contention
 /// replay follows the order the run recorded, which differs from run to run,
 /// and clean-clone CI runs measured it from 3.3× to 5.9× against the paper's
-/// 3.5×).
+/// 3.5×; the abstract's FPTree factor, NVAlloc-LOG against PMDK at 4
+/// threads on two cores, where PMDK's measured CPU work per operation came
+/// out from 742 to 1,338 ns in four `--only fptree` runs of one binary, the
+/// factor from 3.13× to 4.86× against the paper's 3.1×).
 pub const EXPECTED: &[(&str, Verdict)] = {
     use Verdict::*;
     &[
         ("abstract-small", Off),
         ("abstract-large", Off),
         ("abstract-memory", Agrees),
-        ("abstract-fptree", Agrees),
+        ("abstract-fptree", Off),
         ("reflush-share-low", Agrees),
         ("reflush-share-pmdk", Agrees),
         ("reflush-share-nvm-malloc", Agrees),
