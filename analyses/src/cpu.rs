@@ -214,3 +214,22 @@ fn child_exe(alloc: &AllocSpec) -> Result<std::path::PathBuf, String> {
     }
     Ok(exe)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn each_part_is_faulted_in_twice_as_far_and_16_mib_more() {
+        // One part from the start: the prefix it always was.
+        assert_eq!(fault_in(&[[0, 10 * MIB]]), FaultIn::prefix(36 * MIB));
+        // Threads' trees 64 MiB apart: each its own range, in whole 2 MiB.
+        let f = fault_in(&[[0, 40 << 10], [65 * MIB, 66 * MIB + 1], [129 * MIB, 130 * MIB]]);
+        let r: Vec<_> = f.ranges().collect();
+        assert_eq!(r, [0..18 * MIB, 64 * MIB..84 * MIB, 128 * MIB..148 * MIB]);
+        // Parts closer than their slack merge.
+        assert_eq!(fault_in(&[[0, MIB], [4 * MIB, 5 * MIB]]).ranges().count(), 1);
+    }
+}
