@@ -28,6 +28,7 @@
 //! allocator. Pointers stored in the heap are heap offsets ([`PmOff`]), never
 //! addresses, because the next run may map the file elsewhere.
 
+use crate::fault_in::FaultIn;
 use crate::flush::FlushInsn;
 use memmap2::{MmapMut, MmapOptions};
 use std::fmt;
@@ -413,22 +414,6 @@ fn map(file: &File, path: &Path, size: u64, populate: bool) -> Result<MmapMut, H
     unsafe { opts.map_mut(file) }.map_err(|e| HeapError::io(path, "cannot map", e))
 }
 
-/// Faults in every page of the mapping `[base, base + len)` for writing
-/// (`MADV_POPULATE_WRITE`), changing no byte: a CPU profile then measures
-/// the allocator's work and not the kernel's first-touch page faults, which
-/// a run as long as the paper's pays once per page and a tiny-scale run of
-/// large objects pays on nearly every operation.
-pub fn prefault(base: *mut u8, len: u64) -> std::io::Result<()> {
-    // SAFETY: MADV_POPULATE_WRITE only faults pages in; the caller passes a
-    // range it has mapped writable.
-    let rc = unsafe { libc::madvise(base.cast(), len as usize, libc::MADV_POPULATE_WRITE) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 /// A private (copy-on-write) mapping of `file`: see [`Heap::open_copy`].
 fn map_copy(file: &File, path: &Path, size: u64) -> Result<MmapMut, HeapError> {
     // SAFETY: as in `map`; writes go to private pages, never to the file.
@@ -791,8 +776,8 @@ impl Heap {
         &self.map.path
     }
 
-    /// Faults in the parts `f` names of the mapping ([`prefault`]).
-    pub fn prefault(&self, f: &crate::fault_in::FaultIn) -> Result<(), HeapError> {
+    /// Faults in the parts `f` names of the mapping ([`FaultIn::apply`]).
+    pub fn prefault(&self, f: &FaultIn) -> Result<(), HeapError> {
         // SAFETY: the heap's own writable mapping of `size` bytes.
         unsafe { f.apply(self.map.base, self.map.size) }
             .map_err(|e| HeapError::io(&self.map.path, "cannot fault in", e))

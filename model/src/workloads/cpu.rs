@@ -9,7 +9,7 @@
 //! PMDK with `PMEM_NO_FLUSH=1`), so it holds the CPU's work and not the
 //! DRAM's answer to the flushes, which the simulator models for Optane.
 //! The heap (PMDK's pool) is faulted in before the run
-//! ([`crate::heap::prefault`]): a first touch of a page costs the kernel a
+//! ([`crate::fault_in::prefault`]): a first touch of a page costs the kernel a
 //! fault of a microsecond or more, which the paper's runs (30 s of Larson,
 //! 50 warm-up iterations of DBMStest on a reused heap) pay once per page,
 //! while a tiny-scale run of 32–512 KB objects, about 1,300 operations on

@@ -193,7 +193,7 @@ fn prefault_brings_every_page_in_and_changes_nothing() {
     };
     assert_ne!(p, libc::MAP_FAILED);
     assert_eq!(resident(p), 0);
-    pmsim_model::heap::prefault(p.cast(), SIZE / 4).unwrap();
+    pmsim_model::fault_in::prefault(p.cast(), SIZE / 4).unwrap();
     assert_eq!(resident(p), len / 4 / 4096, "a prefix faults in that prefix only");
     // Ranges (a run that reached two places, LLFree's threads' trees): those
     // pages only, a range past the end cut at it.
@@ -201,7 +201,7 @@ fn prefault_brings_every_page_in_and_changes_nothing() {
     // SAFETY: the writable mapping of SIZE bytes made above.
     unsafe { ranges.apply(p.cast(), SIZE) }.unwrap();
     assert_eq!(resident(p), len / 4 / 4096 + 3, "ranges fault in their pages only");
-    pmsim_model::heap::prefault(p.cast(), SIZE).unwrap();
+    pmsim_model::fault_in::prefault(p.cast(), SIZE).unwrap();
     assert_eq!(resident(p), len / 4096);
     // SAFETY: the mapping made above.
     unsafe { libc::munmap(p, len) };
