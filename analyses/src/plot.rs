@@ -8,6 +8,7 @@
 use crate::table::Table;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor;
 use pmsim_traces::output::Staged;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -528,6 +529,23 @@ fn draw_xy<DB: DrawingBackend>(
         .axis_desc_style((FAMILY, 15))
         .draw()
         .map_err(e)?;
+    if log2 {
+        // The mesh labels the powers of two only: an x of the data between
+        // them (Fig. 16a's 6 bit stripes, the paper's best) gets its own
+        // label, level with theirs.
+        let mut odd: Vec<f64> = series.iter().flat_map(|s| s.1.iter().map(|p| p.0)).filter(|&x| x > 0.0).collect();
+        odd.retain(|x| (x.log2() - x.log2().round()).abs() > 1e-6);
+        odd.sort_by(f64::total_cmp);
+        odd.dedup();
+        let style =
+            TextStyle::from((FAMILY, 13)).pos(text_anchor::Pos::new(text_anchor::HPos::Center, text_anchor::VPos::Top));
+        chart
+            .draw_series(
+                odd.iter()
+                    .map(|&x| EmptyElement::at((x.log2(), yr.start)) + Text::new(tick(x), (0, 11), style.clone())),
+            )
+            .map_err(e)?;
+    }
     let mut entries = Vec::new();
     let styles = series_styles(&series.iter().map(|x| x.0.as_str()).collect::<Vec<_>>());
     for (k, (name, vals)) in series.iter().enumerate() {
