@@ -31,15 +31,12 @@ threads = [1]
 stripes = [1, 2, 4, 6]
 "#;
 
-/// The experiment file, written once per process.
-fn experiment() -> String {
-    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| {
-        let p = std::env::temp_dir().join(format!("pmsim-slurm-test-{}.toml", std::process::id()));
-        std::fs::write(&p, EXPERIMENT).unwrap();
-        p.display().to_string()
-    })
-    .clone()
+/// The experiment file, written beside the sweep directory `out` (in the
+/// test's own temporary directory, removed with it).
+fn experiment(out: &str) -> String {
+    let p = Path::new(out).parent().expect("a sweep directory inside the test's").join("experiment.toml");
+    std::fs::write(&p, EXPERIMENT).unwrap();
+    p.display().to_string()
 }
 
 fn pmsim<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
@@ -59,7 +56,7 @@ fn text(o: &Output) -> String {
 }
 
 fn sweep_args(out: &str, extra: &[&str]) -> Vec<String> {
-    let mut v = vec!["sweep".to_string(), experiment(), "--out".into(), out.into()];
+    let mut v = vec!["sweep".to_string(), experiment(out), "--out".into(), out.into()];
     v.extend(extra.iter().map(|s| s.to_string()));
     v
 }
