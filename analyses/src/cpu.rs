@@ -99,19 +99,19 @@ pub fn profile(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, heap_size: u
 /// start (down to whole 2 MiB) twice as far and 16 MiB more (up to whole
 /// 2 MiB), so that a run whose threads interleave otherwise and reach
 /// further still finds its pages in (the heap's size caps it).
-pub fn fault_in(data: &[[u64; 2]]) -> FaultIn {
+pub fn fault_in(data: &FaultIn) -> FaultIn {
     const HUGE: u64 = 2 << 20;
-    FaultIn::from_ranges(data.iter().map(|&[s, e]| {
-        let end = e.saturating_add(e - s).saturating_add(16 << 20);
-        s / HUGE * HUGE..end.checked_next_multiple_of(HUGE).unwrap_or(end)
+    FaultIn::from_ranges(data.ranges().map(|r| {
+        let end = r.end.saturating_add(r.end - r.start).saturating_add(16 << 20);
+        r.start / HUGE * HUGE..end.checked_next_multiple_of(HUGE).unwrap_or(end)
     }))
 }
 
 /// A CPU-profile run's profile, and the parts of its heap that held data.
-type Ran = (CpuProfile, Option<Vec<[u64; 2]>>);
+type Ran = (CpuProfile, Option<FaultIn>);
 
 /// The parts of a run's heap that held data, from its report's extra fields.
-fn heap_data(extra: Option<&Value>) -> Option<Vec<[u64; 2]>> {
+fn heap_data(extra: Option<&Value>) -> Option<FaultIn> {
     extra.and_then(|v| serde_json::from_value(v.clone()).ok())
 }
 
@@ -132,7 +132,7 @@ fn measure(alloc: &AllocSpec, wl: &Workload, opts: &RunOptions, heap_size: u64, 
     };
     let probe = RunOptions { fault_in: Some(FaultIn::default()), ..opts.clone() };
     let (_, data) = once(&probe, "reach")?;
-    let counted = RunOptions { fault_in: data.as_deref().map(fault_in), ..opts.clone() };
+    let counted = RunOptions { fault_in: data.as_ref().map(fault_in), ..opts.clone() };
     let mut best: Option<CpuProfile> = None;
     for k in 0..REPEATS {
         let (p, _) = once(&counted, &format!("cpu{k}"))?;
@@ -224,12 +224,12 @@ mod tests {
     #[test]
     fn each_part_is_faulted_in_twice_as_far_and_16_mib_more() {
         // One part from the start: the prefix it always was.
-        assert_eq!(fault_in(&[[0, 10 * MIB]]), FaultIn::prefix(36 * MIB));
+        assert_eq!(fault_in(&FaultIn::prefix(10 * MIB)), FaultIn::prefix(36 * MIB));
         // Threads' trees 64 MiB apart: each its own range, in whole 2 MiB.
-        let f = fault_in(&[[0, 40 << 10], [65 * MIB, 66 * MIB + 1], [129 * MIB, 130 * MIB]]);
+        let f = fault_in(&FaultIn::from_ranges([0..40 << 10, 65 * MIB..66 * MIB + 1, 129 * MIB..130 * MIB]));
         let r: Vec<_> = f.ranges().collect();
         assert_eq!(r, [0..18 * MIB, 64 * MIB..84 * MIB, 128 * MIB..148 * MIB]);
         // Parts closer than their slack merge.
-        assert_eq!(fault_in(&[[0, MIB], [4 * MIB, 5 * MIB]]).ranges().count(), 1);
+        assert_eq!(fault_in(&FaultIn::from_ranges([0..MIB, 4 * MIB..5 * MIB])).ranges().count(), 1);
     }
 }

@@ -340,7 +340,7 @@ pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
         // Where in the heap the run reached: what a CPU profile of the same
         // run need fault in ([`RunOptions::fault_in`]).
         if let Ok(data) = crate::sparse::data(&hs.path) {
-            let data: Vec<[u64; 2]> = data.iter().map(|r| [r.start, r.end]).collect();
+            let data = crate::fault_in::FaultIn::from_ranges(data);
             out.run.extra.insert(HEAP_DATA.into(), serde_json::to_value(data).expect("serializes"));
         }
     }
