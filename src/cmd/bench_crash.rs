@@ -3,6 +3,7 @@
 //! worker included): what a user's `pmsim crash TRACE` costs on this machine.
 
 use pmsim_crash::{explore, target_for, CrashTrace, Options, Progress};
+use pmsim_model::workloads::cpu::rusage;
 use serde::Serialize;
 use std::path::Path;
 use std::time::Instant;
@@ -25,13 +26,6 @@ pub struct CrashRow {
     pub violation: bool,
 }
 
-/// What getrusage says of `who` (RUSAGE_SELF or RUSAGE_CHILDREN).
-fn usage(who: libc::c_int) -> Option<libc::rusage> {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    (unsafe { libc::getrusage(who, &mut u) } == 0).then_some(u)
-}
-
 /// User plus system seconds of a usage.
 fn cpu_of(u: &libc::rusage) -> f64 {
     let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
@@ -40,7 +34,7 @@ fn cpu_of(u: &libc::rusage) -> f64 {
 
 /// CPU seconds of this process so far, every thread.
 pub fn process_cpu_s() -> f64 {
-    usage(libc::RUSAGE_SELF).map_or(0.0, |u| cpu_of(&u))
+    rusage(libc::RUSAGE_SELF).map_or(0.0, |u| cpu_of(&u))
 }
 
 /// The child processes waited for so far (TLC's JVMs, recovery processes).
@@ -52,7 +46,7 @@ pub struct Children {
 }
 
 pub fn children_usage() -> Children {
-    usage(libc::RUSAGE_CHILDREN).map_or(Children { cpu_s: 0.0, max_rss_mb: 0.0 }, |u| Children {
+    rusage(libc::RUSAGE_CHILDREN).map_or(Children { cpu_s: 0.0, max_rss_mb: 0.0 }, |u| Children {
         cpu_s: cpu_of(&u),
         max_rss_mb: u.ru_maxrss as f64 / 1024.0,
     })

@@ -74,17 +74,18 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The calling thread's minor page faults so far (`getrusage`,
-/// `RUSAGE_THREAD`; 0 where it cannot tell).
-pub fn thread_minor_faults() -> u64 {
-    // SAFETY: getrusage fills the rusage it is given; all-zero is a valid rusage.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+/// What `getrusage` says of `who` (`RUSAGE_THREAD`, `RUSAGE_SELF` or
+/// `RUSAGE_CHILDREN`); `None` where it cannot tell.
+pub fn rusage(who: libc::c_int) -> Option<libc::rusage> {
+    // SAFETY: getrusage only writes the struct it is given; all-zero is a valid rusage.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    if rc != 0 {
-        return 0;
-    }
-    ru.ru_minflt as u64
+    (unsafe { libc::getrusage(who, &mut u) } == 0).then_some(u)
+}
+
+/// The calling thread's minor page faults so far (0 where it cannot tell).
+pub fn thread_minor_faults() -> u64 {
+    rusage(libc::RUSAGE_THREAD).map_or(0, |u| u.ru_minflt as u64)
 }
 
 /// The cost of one timing of an operation (two counter reads), in ticks:
