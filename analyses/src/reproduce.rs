@@ -51,6 +51,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("access-map.toml", include_str!("../experiments/access-map.toml")),
     ("scaling.toml", include_str!("../experiments/scaling.toml")),
     ("large.toml", include_str!("../experiments/large.toml")),
+    ("space.toml", include_str!("../experiments/space.toml")),
     ("fptree.toml", include_str!("../experiments/fptree.toml")),
     ("fragbench.toml", include_str!("../experiments/fragbench.toml")),
     ("fragbench-time.toml", include_str!("../experiments/fragbench-time.toml")),
