@@ -293,6 +293,26 @@ fn makalu_and_metall_stream_into_the_simulator() {
     }
 }
 
+/// nvm_malloc's headers lie inside its chunks (a chunk's first page, the
+/// first 64 B of every run): their flushes count as metadata, the objects
+/// around them as user data.
+#[test]
+fn nvm_malloc_headers_inside_its_chunks_count_as_metadata() {
+    let o = short_threadtest("nvm-malloc", &["--sim", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    let regions = v["runs"][0]["sim"]["regions"].as_array().unwrap();
+    let of =
+        |name: &str| regions.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no {name}: {regions:?}"));
+    let (headers, chunks) = (of("nvm_malloc headers"), of("nvm_malloc chunks"));
+    assert_eq!(headers["category"], "meta");
+    assert_eq!(chunks["category"], "data");
+    // Every malloc and free of a run's object changes its header's state
+    // and bitmap, and persists the header's line.
+    let ops = 2 * 2 * 2 * 300;
+    assert!(headers["flushes"].as_u64().unwrap() >= ops, "{headers}");
+}
+
 /// `pmsim lint` names the shipped Makalu code's defect: the state word
 /// persisted on every free-list probe and every block freed shows up as
 /// redundant flushes at exactly those two sites, which the intended

@@ -83,6 +83,7 @@ use crate::config::AllocConfig;
 use crate::error::AllocError;
 use crate::heap::Heap;
 use crate::live::LiveBytes;
+use crate::mech::regions::{RegionKind, RegionTiler};
 use crate::params::as_map;
 use crate::pm::{Pm, PmThread};
 use arena::Arena;
@@ -156,7 +157,17 @@ pub struct NvmMalloc {
     version: u64,
     live: LiveBytes,
     report: RecoveryReport,
+    /// The chunks' regions: user data, except the headers inside them.
+    regions: Mutex<RegionTiler>,
 }
+
+/// The kinds of the chunks' regions ([`NvmMalloc::regions`]).
+const REGION_KINDS: [RegionKind; 2] = [
+    RegionKind { name: "nvm_malloc chunks", category: Category::Data },
+    RegionKind { name: "nvm_malloc headers", category: Category::Meta },
+];
+const DATA: usize = 0;
+const HEADERS: usize = 1;
 
 impl NvmMalloc {
     /// Formats a new heap on `heap` (`nvm_initialize_empty`).
@@ -168,12 +179,19 @@ impl NvmMalloc {
         }
         t.op_begin(OpKind::Init, 0);
         let lay = Layout::plan(heap.size()).map_err(|e| e.in_file(heap))?;
-        register_regions(&mut t, &lay);
+        let regions = register_regions(&mut t, &lay, &[]);
         lay.format(&mut t);
         t.op_end(OpKind::Init, 0);
         drop(t);
         let arenas = (0..cfg.arenas as u64).map(Arena::new).collect();
-        Ok(Arc::new(NvmMalloc::assemble(cfg, pm, lay, arenas, BTreeSet::new(), 0, RecoveryReport::default())))
+        let rec = recovery::Recovered {
+            arenas,
+            huge: BTreeSet::new(),
+            version: 0,
+            report: RecoveryReport::default(),
+            headers: Vec::new(),
+        };
+        Ok(Arc::new(NvmMalloc::assemble(cfg, pm, lay, rec, regions)))
     }
 
     /// Opens the heap on `heap`, repairing what a crash interrupted
@@ -183,34 +201,39 @@ impl NvmMalloc {
         let mut t = pm.thread(0);
         let lay = Layout::read(&t, heap.size()).map_err(|e| e.in_file(heap))?;
         t.op_begin(OpKind::Recovery, 0);
-        register_regions(&mut t, &lay);
         let rec = recovery::recover(&mut t, &lay, &cfg, !heap.was_clean()).map_err(|e| e.in_file(heap))?;
+        let regions = register_regions(&mut t, &lay, &rec.headers);
         t.op_end(OpKind::Recovery, 0);
         drop(t);
-        Ok(Arc::new(NvmMalloc::assemble(cfg, pm, lay, rec.arenas, rec.huge, rec.version, rec.report)))
+        Ok(Arc::new(NvmMalloc::assemble(cfg, pm, lay, rec, regions)))
     }
 
-    fn assemble(
-        cfg: NvmConfig,
-        pm: Pm,
-        lay: Layout,
-        arenas: Vec<Arena>,
-        huge: BTreeSet<(u64, u64)>,
-        version: u64,
-        report: RecoveryReport,
-    ) -> NvmMalloc {
+    fn assemble(cfg: NvmConfig, pm: Pm, lay: Layout, rec: recovery::Recovered, regions: RegionTiler) -> NvmMalloc {
+        let report = rec.report;
         NvmMalloc {
             cfg,
             pm,
             lay,
-            arenas: arenas.into_iter().map(Mutex::new).collect(),
-            huge: Mutex::new(huge),
+            arenas: rec.arenas.into_iter().map(Mutex::new).collect(),
+            huge: Mutex::new(rec.huge),
             chunk_lock: Mutex::new(()),
             next_log: AtomicU64::new(0),
             chunks_used: AtomicU64::new(report.chunks),
-            version,
+            version: rec.version,
             live: LiveBytes::new(report.live_bytes, LIVE_SLOTS),
             report,
+            regions: Mutex::new(regions),
+        }
+    }
+
+    /// Registers `[h, h + len)` as a header (`len` bytes: a 64 B header, or
+    /// a chunk's 4 KiB) and `[h + len, end)` as user data, over whatever
+    /// those bytes held before (a header of a page run since merged).
+    fn paint_header(&self, t: &mut PmThread, h: u64, len: u64, end: u64) {
+        let mut r = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+        r.paint(t, h, h + len, HEADERS);
+        if h + len < end {
+            r.paint(t, h + len, end, DATA);
         }
     }
 
@@ -306,6 +329,7 @@ impl NvmMalloc {
         let hdr = match fit {
             Some((have, h)) if have > n => {
                 let hdr = h + (have - n) * CHUNK;
+                self.paint_header(t, hdr, HDR, hdr + n * CHUNK);
                 t.store_u64(hdr + H_STATE, usage::FREE | state::INITIALIZED);
                 t.store_u64(hdr + H_SIZE, n);
                 self.persist(t, hdr);
@@ -313,10 +337,14 @@ impl NvmMalloc {
                 self.huge.lock().unwrap().insert((have - n, h));
                 hdr
             }
-            Some((_, h)) => h,
+            Some((_, h)) => {
+                self.paint_header(t, h, HDR, h + n * CHUNK);
+                h
+            }
             None => {
                 let c = self.activate_chunks(t, n)?;
                 let hdr = self.lay.chunk_off(c);
+                self.paint_header(t, hdr, HDR, hdr + n * CHUNK);
                 t.store_u64(hdr + H_STATE, usage::HUGE | state::INITIALIZING);
                 t.store_u64(hdr + H_SIZE, n);
                 t.store_bytes(hdr + H_ON, &[0; 32]);
@@ -486,9 +514,19 @@ impl NvmMalloc {
     }
 }
 
-fn register_regions(t: &mut PmThread, lay: &Layout) {
+/// Registers the meta page, and the chunks as user data except `headers`
+/// (`(start, length)`, those a recovered heap holds): nvm_malloc's headers
+/// lie inside its chunks (a chunk's first 4 KiB, and the first 64 B of each
+/// run, page run and huge object), so that their flushes count as metadata.
+fn register_regions(t: &mut PmThread, lay: &Layout, headers: &[(u64, u64)]) -> RegionTiler {
     t.add_region("nvm_malloc meta page (activation log)", Category::Log, layout::META, BLOCK);
-    t.add_region("nvm_malloc chunks", Category::Data, lay.chunks, lay.capacity * CHUNK);
+    let mut r = RegionTiler::new(&REGION_KINDS);
+    r.paint(t, lay.chunks, lay.chunks + lay.capacity * CHUNK, DATA);
+    for &(h, len) in headers {
+        r.paint(t, h, h + len, HEADERS);
+    }
+    r.publish(t);
+    r
 }
 
 impl Allocator for NvmMalloc {

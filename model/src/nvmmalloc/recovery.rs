@@ -47,6 +47,9 @@ pub(super) struct Recovered {
     pub huge: BTreeSet<(u64, u64)>,
     pub version: u64,
     pub report: RecoveryReport,
+    /// Every header of the chunks in use, `(start, length)`, for the trace's
+    /// region table.
+    pub headers: Vec<(u64, u64)>,
 }
 
 /// What an object is, by where it lies.
@@ -263,30 +266,46 @@ pub(super) fn recover(t: &mut PmThread, lay: &Layout, cfg: &NvmConfig, crashed: 
     let k = arenas.len() as u64;
     let mut huge = BTreeSet::new();
     let mut restamp = Vec::new();
-    walk(t, lay, |p| match p {
-        Piece::FreePages { h, pages, arena } => _ = arenas[(arena % k) as usize].free.insert((pages, h)),
-        Piece::Run { h, size, bitmap, misc: m, .. } => {
-            let a = &mut arenas[(misc_arena(m) % k) as usize];
-            let n_max = run_objects(size);
-            let n_free = n_max - bitmap.count_ones() as u64;
-            rep.live_bytes += (n_max - n_free) * size;
-            a.runs.insert(h, Run { size, bitmap, n_free, n_max });
-            if n_free > 0 {
-                let bin = &mut a.bins[(size / SMALL_MIN - 1) as usize];
-                bin.runs.push(h);
-                bin.n_free += n_free;
-            }
-            if misc_version(m) < version {
-                restamp.push((h, m));
-            }
+    let mut headers = Vec::new();
+    walk(t, lay, |p| {
+        headers.push(match p {
+            Piece::Run { h, .. }
+            | Piece::Block { h, .. }
+            | Piece::FreePages { h, .. }
+            | Piece::Huge { h, .. }
+            | Piece::HugeFree { h, .. } => (h, HDR),
+            Piece::Raw { c } => (lay.chunk_off(c), HDR),
+        });
+        // An arena chunk's own header: its first page.
+        if let Piece::Run { h, .. } | Piece::Block { h, .. } | Piece::FreePages { h, .. } = p {
+            let c = lay.chunk_of(h).expect("a page of a chunk in use");
+            headers.push((lay.chunk_off(c), BLOCK));
         }
-        Piece::Block { pages, st, .. } if st == usage::BLOCK | state::INITIALIZED => {
-            rep.live_bytes += pages * BLOCK - HDR
+        match p {
+            Piece::FreePages { h, pages, arena } => _ = arenas[(arena % k) as usize].free.insert((pages, h)),
+            Piece::Run { h, size, bitmap, misc: m, .. } => {
+                let a = &mut arenas[(misc_arena(m) % k) as usize];
+                let n_max = run_objects(size);
+                let n_free = n_max - bitmap.count_ones() as u64;
+                rep.live_bytes += (n_max - n_free) * size;
+                a.runs.insert(h, Run { size, bitmap, n_free, n_max });
+                if n_free > 0 {
+                    let bin = &mut a.bins[(size / SMALL_MIN - 1) as usize];
+                    bin.runs.push(h);
+                    bin.n_free += n_free;
+                }
+                if misc_version(m) < version {
+                    restamp.push((h, m));
+                }
+            }
+            Piece::Block { pages, st, .. } if st == usage::BLOCK | state::INITIALIZED => {
+                rep.live_bytes += pages * BLOCK - HDR
+            }
+            Piece::Block { .. } => {}
+            Piece::Huge { n, st, .. } if st == usage::HUGE | state::INITIALIZED => rep.live_bytes += n * CHUNK - HDR,
+            Piece::Huge { h, n, .. } | Piece::HugeFree { h, n } => _ = huge.insert((n, h)),
+            Piece::Raw { .. } => unreachable!("repaired above"),
         }
-        Piece::Block { .. } => {}
-        Piece::Huge { n, st, .. } if st == usage::HUGE | state::INITIALIZED => rep.live_bytes += n * CHUNK - HDR,
-        Piece::Huge { h, n, .. } | Piece::HugeFree { h, n } => _ = huge.insert((n, h)),
-        Piece::Raw { .. } => unreachable!("repaired above"),
     })
     .map_err(bad)?;
     for (h, m) in restamp {
@@ -295,7 +314,9 @@ pub(super) fn recover(t: &mut PmThread, lay: &Layout, cfg: &NvmConfig, crashed: 
         rep.restamped += 1;
     }
     rep.chunks = used;
-    Ok(Recovered { arenas, huge, version, report: rep })
+    headers.sort_unstable();
+    headers.dedup();
+    Ok(Recovered { arenas, huge, version, report: rep, headers })
 }
 
 /// Every activated object `(offset, usable size)`, by offset.
