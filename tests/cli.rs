@@ -293,24 +293,29 @@ fn makalu_and_metall_stream_into_the_simulator() {
     }
 }
 
-/// nvm_malloc's headers lie inside its chunks (a chunk's first page, the
-/// first 64 B of every run): their flushes count as metadata, the objects
-/// around them as user data.
+/// nvm_malloc's and PAllocator's headers lie inside their chunks and
+/// segments (a chunk's first page and the first 64 B of every run; a small
+/// page's header line and block entries): their flushes count as metadata,
+/// the objects around them as user data.
 #[test]
-fn nvm_malloc_headers_inside_its_chunks_count_as_metadata() {
-    let o = short_threadtest("nvm-malloc", &["--sim", "--json"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
-    let regions = v["runs"][0]["sim"]["regions"].as_array().unwrap();
-    let of =
-        |name: &str| regions.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no {name}: {regions:?}"));
-    let (headers, chunks) = (of("nvm_malloc headers"), of("nvm_malloc chunks"));
-    assert_eq!(headers["category"], "meta");
-    assert_eq!(chunks["category"], "data");
-    // Every malloc and free of a run's object changes its header's state
-    // and bitmap, and persists the header's line.
-    let ops = 2 * 2 * 2 * 300;
-    assert!(headers["flushes"].as_u64().unwrap() >= ops, "{headers}");
+fn headers_inside_the_data_areas_count_as_metadata() {
+    for (alloc, headers, data) in [
+        ("nvm-malloc", "nvm_malloc headers", "nvm_malloc chunks"),
+        ("pallocator", "pallocator headers", "pallocator segments"),
+    ] {
+        let o = short_threadtest(alloc, &["--sim", "--json"]);
+        assert!(o.status.success(), "{alloc}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+        let regions = v["runs"][0]["sim"]["regions"].as_array().unwrap();
+        let of =
+            |name: &str| regions.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no {name}: {regions:?}"));
+        let (h, d) = (of(headers), of(data));
+        assert_eq!((h["category"].as_str(), d["category"].as_str()), (Some("meta"), Some("data")), "{alloc}");
+        // Every malloc and free of a small object changes its header (a
+        // run's state and bitmap, a page's block entry) and persists it.
+        let ops = 2 * 2 * 2 * 300;
+        assert!(h["flushes"].as_u64().unwrap() >= ops, "{alloc}: {h}");
+    }
 }
 
 /// `pmsim lint` names the shipped Makalu code's defect: the state word

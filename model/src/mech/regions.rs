@@ -119,6 +119,27 @@ impl RegionTiler {
         self.insert(t, lo, hi, kind);
     }
 
+    /// Paints `[start, start + header)` with `header_kind` and the rest up
+    /// to `end` with `body_kind`: a block with its header in front, over
+    /// whatever those bytes were (the headers of blocks since merged).
+    pub fn paint_headed(&mut self, t: &mut PmThread, start: u64, header: u64, end: u64, kinds: (usize, usize)) {
+        self.paint(t, start, start + header, kinds.0);
+        if start + header < end {
+            self.paint(t, start + header, end, kinds.1);
+        }
+    }
+
+    /// Paints every `(start, length)` of `ranges` with `kind` and registers
+    /// the result once at the end (a recovered layout's headers, found one by
+    /// one).
+    pub fn paint_all(&mut self, t: &mut PmThread, ranges: &[(u64, u64)], kind: usize) {
+        self.defer();
+        for &(start, len) in ranges {
+            self.paint(t, start, start + len, kind);
+        }
+        self.publish(t);
+    }
+
     /// The pieces as `(start, end, kind)`, for tests and reports.
     pub fn pieces(&self) -> Vec<(u64, u64, usize)> {
         self.pieces.iter().map(|(&s, p)| (s, p.end, p.kind)).collect()

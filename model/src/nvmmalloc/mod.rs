@@ -179,7 +179,7 @@ impl NvmMalloc {
         }
         t.op_begin(OpKind::Init, 0);
         let lay = Layout::plan(heap.size()).map_err(|e| e.in_file(heap))?;
-        let regions = register_regions(&mut t, &lay, &[]);
+        let regions = register_regions(&mut t, &lay);
         lay.format(&mut t);
         t.op_end(OpKind::Init, 0);
         drop(t);
@@ -201,8 +201,9 @@ impl NvmMalloc {
         let mut t = pm.thread(0);
         let lay = Layout::read(&t, heap.size()).map_err(|e| e.in_file(heap))?;
         t.op_begin(OpKind::Recovery, 0);
+        let mut regions = register_regions(&mut t, &lay);
         let rec = recovery::recover(&mut t, &lay, &cfg, !heap.was_clean()).map_err(|e| e.in_file(heap))?;
-        let regions = register_regions(&mut t, &lay, &rec.headers);
+        regions.paint_all(&mut t, &rec.headers, HEADERS);
         t.op_end(OpKind::Recovery, 0);
         drop(t);
         Ok(Arc::new(NvmMalloc::assemble(cfg, pm, lay, rec, regions)))
@@ -230,11 +231,7 @@ impl NvmMalloc {
     /// a chunk's 4 KiB) and `[h + len, end)` as user data, over whatever
     /// those bytes held before (a header of a page run since merged).
     fn paint_header(&self, t: &mut PmThread, h: u64, len: u64, end: u64) {
-        let mut r = self.regions.lock().unwrap_or_else(|e| e.into_inner());
-        r.paint(t, h, h + len, HEADERS);
-        if h + len < end {
-            r.paint(t, h + len, end, DATA);
-        }
+        self.regions.lock().unwrap_or_else(|e| e.into_inner()).paint_headed(t, h, len, end, (HEADERS, DATA));
     }
 
     /// Closes the heap (`nvm_teardown`: it only unmaps).
@@ -514,17 +511,15 @@ impl NvmMalloc {
     }
 }
 
-/// Registers the meta page, and the chunks as user data except `headers`
-/// (`(start, length)`, those a recovered heap holds): nvm_malloc's headers
-/// lie inside its chunks (a chunk's first 4 KiB, and the first 64 B of each
-/// run, page run and huge object), so that their flushes count as metadata.
-fn register_regions(t: &mut PmThread, lay: &Layout, headers: &[(u64, u64)]) -> RegionTiler {
+/// Registers the meta page, and the chunks as user data: nvm_malloc's
+/// headers lie inside its chunks (a chunk's first 4 KiB, and the first 64 B
+/// of each run, page run and huge object), and are painted as metadata as
+/// they are made ([`NvmMalloc::paint_header`]) or found (at open),
+/// so that their flushes count as metadata.
+fn register_regions(t: &mut PmThread, lay: &Layout) -> RegionTiler {
     t.add_region("nvm_malloc meta page (activation log)", Category::Log, layout::META, BLOCK);
     let mut r = RegionTiler::new(&REGION_KINDS);
     r.paint(t, lay.chunks, lay.chunks + lay.capacity * CHUNK, DATA);
-    for &(h, len) in headers {
-        r.paint(t, h, h + len, HEADERS);
-    }
     r.publish(t);
     r
 }

@@ -67,6 +67,7 @@ use crate::config::AllocConfig;
 use crate::error::AllocError;
 use crate::heap::Heap;
 use crate::live::LiveBytes;
+use crate::mech::regions::{RegionKind, RegionTiler};
 use crate::mech::sizeclass::SizeClasses;
 use crate::mech::wal::{Wal, WalCursor, WalEntry};
 use crate::params::as_map;
@@ -149,14 +150,36 @@ pub struct PAllocator {
     top_seg: AtomicU64,
     live: LiveBytes,
     report: RecoveryReport,
+    /// The segments' regions: user data, except the headers inside them.
+    regions: Mutex<RegionTiler>,
 }
 
+/// The kinds of the segments' regions ([`PAllocator::regions`]).
+const REGION_KINDS: [RegionKind; 2] = [
+    RegionKind { name: "pallocator segments", category: Category::Data },
+    RegionKind { name: "pallocator headers", category: Category::Meta },
+];
+const DATA: usize = 0;
+const HEADERS: usize = 1;
+
 impl PAllocator {
+    /// Registers `[h, h + len)` as a header (a small page's line and block
+    /// entries, a big block's 64 B) and `[h + len, end)` as user data.
+    fn paint_header(&self, t: &mut PmThread, h: u64, len: u64, end: u64) {
+        self.regions.lock().unwrap_or_else(|e| e.into_inner()).paint_headed(t, h, len, end, (HEADERS, DATA));
+    }
+
     fn wal(&self) -> Wal {
         self.lay.wal().with_entry_flush(self.cfg.mutation != Mutation::MicroLogFlush)
     }
 
-    fn assemble(cfg: PAllocatorConfig, pm: Pm, lay: Layout, rec: recovery::Recovered) -> PAllocator {
+    fn assemble(
+        cfg: PAllocatorConfig,
+        pm: Pm,
+        lay: Layout,
+        rec: recovery::Recovered,
+        regions: RegionTiler,
+    ) -> PAllocator {
         let classes = SizeClasses::jemalloc(64, 14337);
         let mut smalls = rec.smalls;
         smalls.resize_with(lay.threads as usize, Small::default);
@@ -175,6 +198,7 @@ impl PAllocator {
             top_seg: AtomicU64::new(top),
             live: LiveBytes::new(rec.report.live_bytes, LIVE_SLOTS),
             report: rec.report,
+            regions: Mutex::new(regions),
         }
     }
 
@@ -188,12 +212,12 @@ impl PAllocator {
         t.op_begin(OpKind::Init, 0);
         let lay = Layout::plan(heap.size(), cfg.page_kib << 10, cfg.segment_mib << 20, cfg.threads)
             .map_err(|e| e.in_file(heap))?;
-        register_regions(&mut t, &lay);
+        let regions = register_regions(&mut t, &lay);
         lay.format(&mut t);
         t.op_end(OpKind::Init, 0);
         drop(t);
         let rec = recovery::Recovered::empty(&lay);
-        Ok(Arc::new(PAllocator::assemble(cfg, pm, lay, rec)))
+        Ok(Arc::new(PAllocator::assemble(cfg, pm, lay, rec, regions)))
     }
 
     /// Opens the heap on `heap`, redoing what the micro-logs hold.
@@ -202,12 +226,13 @@ impl PAllocator {
         let mut t = pm.thread(0);
         let lay = Layout::read(&t, heap.size()).map_err(|e| e.in_file(heap))?;
         t.op_begin(OpKind::Recovery, 0);
-        register_regions(&mut t, &lay);
+        let mut regions = register_regions(&mut t, &lay);
         let classes = SizeClasses::jemalloc(64, 14337);
         let rec = recovery::recover(&mut t, &lay, &classes, !heap.was_clean()).map_err(|e| e.in_file(heap))?;
+        regions.paint_all(&mut t, &rec.headers(), HEADERS);
         t.op_end(OpKind::Recovery, 0);
         drop(t);
-        Ok(Arc::new(PAllocator::assemble(cfg, pm, lay, rec)))
+        Ok(Arc::new(PAllocator::assemble(cfg, pm, lay, rec, regions)))
     }
 
     /// Closes the heap: everything is durable already.
@@ -384,11 +409,19 @@ impl PAllocator {
     }
 }
 
-fn register_regions(t: &mut PmThread, lay: &Layout) {
+/// Registers the identity page, the micro-logs, the segment table, and the
+/// segments as user data: the small pages' headers and the big blocks'
+/// lie inside the segments, and are painted as metadata as they are made
+/// ([`PAllocator::paint_header`]) or found (at open), so that their flushes
+/// count as metadata.
+fn register_regions(t: &mut PmThread, lay: &Layout) -> RegionTiler {
     t.add_region("pallocator identity", Category::Meta, layout::META, 4096);
     t.add_region("pallocator micro-logs", Category::Wal, lay.wal, lay.segtab - lay.wal);
     t.add_region("pallocator segment table", Category::Meta, lay.segtab, lay.segs - lay.segtab);
-    t.add_region("pallocator segments", Category::Data, lay.segs, lay.nseg * lay.seg);
+    let mut r = RegionTiler::new(&REGION_KINDS);
+    r.paint(t, lay.segs, lay.segs + lay.nseg * lay.seg, DATA);
+    r.publish(t);
+    r
 }
 
 impl Allocator for PAllocator {

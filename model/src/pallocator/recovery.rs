@@ -34,6 +34,16 @@ pub(super) struct Recovered {
 }
 
 impl Recovered {
+    /// The headers inside the segments, `(start, length)`: every small
+    /// page's and every big block's, in heap order.
+    pub fn headers(&self) -> Vec<(u64, u64)> {
+        let pages = self.smalls.iter().flat_map(|s| s.pages.iter().map(|(&at, p)| (at, p.hdr)));
+        let mut v: Vec<_> = pages.chain(self.big.blocks.keys().map(|&at| (at, HDR))).collect();
+        // In heap order, so that a trace registers them the same way each time.
+        v.sort_unstable();
+        v
+    }
+
     /// A new heap's: nothing in use.
     pub fn empty(lay: &Layout) -> Recovered {
         Recovered {
