@@ -14,6 +14,7 @@
 use crate::pm::PmThread;
 use pmsim_traces::Category;
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 /// A region kind: the name and category every piece of that kind registers with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,30 +120,54 @@ impl RegionTiler {
         self.insert(t, lo, hi, kind);
     }
 
-    /// Paints `[start, start + header)` with `header_kind` and the rest up
-    /// to `end` with `body_kind`: a block with its header in front, over
-    /// whatever those bytes were (the headers of blocks since merged).
-    pub fn paint_headed(&mut self, t: &mut PmThread, start: u64, header: u64, end: u64, kinds: (usize, usize)) {
-        self.paint(t, start, start + header, kinds.0);
-        if start + header < end {
-            self.paint(t, start + header, end, kinds.1);
-        }
-    }
-
-    /// Paints every `(start, length)` of `ranges` with `kind` and registers
-    /// the result once at the end (a recovered layout's headers, found one by
-    /// one).
-    pub fn paint_all(&mut self, t: &mut PmThread, ranges: &[(u64, u64)], kind: usize) {
-        self.defer();
-        for &(start, len) in ranges {
-            self.paint(t, start, start + len, kind);
-        }
-        self.publish(t);
-    }
-
     /// The pieces as `(start, end, kind)`, for tests and reports.
     pub fn pieces(&self) -> Vec<(u64, u64, usize)> {
         self.pieces.iter().map(|(&s, p)| (s, p.end, p.kind)).collect()
+    }
+}
+
+/// An area of user data with headers inside it, each at the front of its
+/// block (nvm_malloc's runs and page runs in its chunks, PAllocator's pages
+/// and big blocks in its segments): its regions, painted as headers are
+/// made, so that their flushes count as metadata. Shared by the threads.
+#[derive(Debug)]
+pub struct HeadedArea(Mutex<RegionTiler>);
+
+const BODY: usize = 0;
+const HEADER: usize = 1;
+
+impl HeadedArea {
+    /// Registers `[start, end)` as user data named `data`, whose headers
+    /// will be metadata named `headers`.
+    pub fn register(t: &mut PmThread, data: &'static str, headers: &'static str, start: u64, end: u64) -> HeadedArea {
+        let mut r = RegionTiler::new(&[
+            RegionKind { name: data, category: Category::Data },
+            RegionKind { name: headers, category: Category::Meta },
+        ]);
+        r.paint(t, start, end, BODY);
+        r.publish(t);
+        HeadedArea(Mutex::new(r))
+    }
+
+    /// A header `[h, h + len)` and its block's body behind it up to `end`,
+    /// over whatever those bytes were (the headers of blocks since merged).
+    pub fn paint_header(&self, t: &mut PmThread, h: u64, len: u64, end: u64) {
+        let mut r = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        r.paint(t, h, h + len, HEADER);
+        if h + len < end {
+            r.paint(t, h + len, end, BODY);
+        }
+    }
+
+    /// The headers a recovered layout holds (`(start, length)`), registered
+    /// together at the end.
+    pub fn paint_headers(&self, t: &mut PmThread, headers: &[(u64, u64)]) {
+        let mut r = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        r.defer();
+        for &(h, len) in headers {
+            r.paint(t, h, h + len, HEADER);
+        }
+        r.publish(t);
     }
 }
 
@@ -194,5 +219,41 @@ mod tests {
         r.paint(&mut t, 0x20000, 0x21000, 1);
         r.paint(&mut t, 0x1f000, 0x40000, 1);
         assert_eq!(r.pieces(), vec![(0x10000, 0x1f000, 0), (0x1f000, 0x40000, 1), (0x40000, 0x50000, 0)]);
+    }
+
+    /// A header painted over a block's body, then a larger block over both:
+    /// the old header becomes body, the table tiles the area, and headers
+    /// found at open are registered too.
+    #[test]
+    fn a_headed_area_keeps_headers_in_front_of_their_blocks() {
+        let d = tempfile::tempdir().unwrap();
+        let heap = Heap::create(d.path().join("h"), 1 << 20).unwrap();
+        let pm = Pm::native(&heap, FlushInsn::None).unwrap();
+        let mut t = pm.thread(0);
+        let a = HeadedArea::register(&mut t, "body", "headers", 0x10000, 0x20000);
+        a.paint_header(&mut t, 0x11000, 64, 0x12000);
+        let pieces = |a: &HeadedArea| a.0.lock().unwrap().pieces();
+        assert_eq!(pieces(&a), vec![(0x10000, 0x11000, BODY), (0x11000, 0x11040, HEADER), (0x11040, 0x20000, BODY)]);
+        // A page run from 0x10000 over the block at 0x11000: its header is body now.
+        a.paint_header(&mut t, 0x10000, 64, 0x13000);
+        assert_eq!(pieces(&a), vec![(0x10000, 0x10040, HEADER), (0x10040, 0x20000, BODY)]);
+        a.paint_headers(&mut t, &[(0x14000, 4096), (0x15000, 64)]);
+        assert_eq!(
+            pieces(&a),
+            vec![
+                (0x10000, 0x10040, HEADER),
+                (0x10040, 0x14000, BODY),
+                (0x14000, 0x15040, HEADER),
+                (0x15040, 0x20000, BODY)
+            ]
+        );
+        let b = heap.base() as u64;
+        let meta: Vec<(u64, u64)> = pm
+            .regions()
+            .into_iter()
+            .filter(|x| x.name == "headers")
+            .map(|x| (x.base - b, x.base - b + x.len))
+            .collect();
+        assert_eq!(meta.len(), 2, "{meta:?}");
     }
 }

@@ -124,7 +124,7 @@ impl NvmMalloc {
         let hdr = if pages > 1 {
             // The run is the free page run's last page.
             let hdr = fb + (pages - 1) * BLOCK;
-            self.paint_header(t, hdr, HDR, hdr + BLOCK);
+            self.regions.paint_header(t, hdr, HDR, hdr + BLOCK);
             t.store_bytes(hdr, &[0; HDR as usize]);
             t.store_u64(hdr + H_STATE, usage::RUN | state::INITIALIZED);
             t.store_u64(hdr + H_SIZE, n);
@@ -164,7 +164,7 @@ impl NvmMalloc {
         };
         let blk = if have > pages {
             let blk = fb + (have - pages) * BLOCK;
-            self.paint_header(t, blk, HDR, blk + pages * BLOCK);
+            self.regions.paint_header(t, blk, HDR, blk + pages * BLOCK);
             t.store_u64(blk + H_STATE, usage::FREE | state::INITIALIZED);
             t.store_u64(blk + H_SIZE, pages);
             t.store_u64(blk + B_ARENA, a.id);
@@ -176,7 +176,7 @@ impl NvmMalloc {
         } else {
             // The pages behind the header may hold the headers of page
             // runs merged into this one: user data now.
-            self.paint_header(t, fb, HDR, fb + pages * BLOCK);
+            self.regions.paint_header(t, fb, HDR, fb + pages * BLOCK);
             fb
         };
         Some(blk + HDR)
@@ -189,7 +189,7 @@ impl NvmMalloc {
         let c = self.activate_chunks(t, 1)?;
         let chunk = self.lay.chunk_off(c);
         // The chunk header, and the free page run's header behind it.
-        self.paint_header(t, chunk, BLOCK + HDR, chunk + CHUNK);
+        self.regions.paint_header(t, chunk, BLOCK + HDR, chunk + CHUNK);
         t.store_bytes(chunk, &[0; BLOCK as usize]);
         t.store_u64(chunk + H_STATE, usage::ARENA | state::INITIALIZING);
         t.store_u64(chunk + C_SIGNATURE, Layout::signature());

@@ -83,7 +83,7 @@ use crate::config::AllocConfig;
 use crate::error::AllocError;
 use crate::heap::Heap;
 use crate::live::LiveBytes;
-use crate::mech::regions::{RegionKind, RegionTiler};
+use crate::mech::regions::HeadedArea;
 use crate::params::as_map;
 use crate::pm::{Pm, PmThread};
 use arena::Arena;
@@ -158,16 +158,8 @@ pub struct NvmMalloc {
     live: LiveBytes,
     report: RecoveryReport,
     /// The chunks' regions: user data, except the headers inside them.
-    regions: Mutex<RegionTiler>,
+    regions: HeadedArea,
 }
-
-/// The kinds of the chunks' regions ([`NvmMalloc::regions`]).
-const REGION_KINDS: [RegionKind; 2] = [
-    RegionKind { name: "nvm_malloc chunks", category: Category::Data },
-    RegionKind { name: "nvm_malloc headers", category: Category::Meta },
-];
-const DATA: usize = 0;
-const HEADERS: usize = 1;
 
 impl NvmMalloc {
     /// Formats a new heap on `heap` (`nvm_initialize_empty`).
@@ -201,15 +193,15 @@ impl NvmMalloc {
         let mut t = pm.thread(0);
         let lay = Layout::read(&t, heap.size()).map_err(|e| e.in_file(heap))?;
         t.op_begin(OpKind::Recovery, 0);
-        let mut regions = register_regions(&mut t, &lay);
+        let regions = register_regions(&mut t, &lay);
         let rec = recovery::recover(&mut t, &lay, &cfg, !heap.was_clean()).map_err(|e| e.in_file(heap))?;
-        regions.paint_all(&mut t, &rec.headers, HEADERS);
+        regions.paint_headers(&mut t, &rec.headers);
         t.op_end(OpKind::Recovery, 0);
         drop(t);
         Ok(Arc::new(NvmMalloc::assemble(cfg, pm, lay, rec, regions)))
     }
 
-    fn assemble(cfg: NvmConfig, pm: Pm, lay: Layout, rec: recovery::Recovered, regions: RegionTiler) -> NvmMalloc {
+    fn assemble(cfg: NvmConfig, pm: Pm, lay: Layout, rec: recovery::Recovered, regions: HeadedArea) -> NvmMalloc {
         let report = rec.report;
         NvmMalloc {
             cfg,
@@ -223,15 +215,8 @@ impl NvmMalloc {
             version: rec.version,
             live: LiveBytes::new(report.live_bytes, LIVE_SLOTS),
             report,
-            regions: Mutex::new(regions),
+            regions,
         }
-    }
-
-    /// Registers `[h, h + len)` as a header (`len` bytes: a 64 B header, or
-    /// a chunk's 4 KiB) and `[h + len, end)` as user data, over whatever
-    /// those bytes held before (a header of a page run since merged).
-    fn paint_header(&self, t: &mut PmThread, h: u64, len: u64, end: u64) {
-        self.regions.lock().unwrap_or_else(|e| e.into_inner()).paint_headed(t, h, len, end, (HEADERS, DATA));
     }
 
     /// Closes the heap (`nvm_teardown`: it only unmaps).
@@ -326,7 +311,7 @@ impl NvmMalloc {
         let hdr = match fit {
             Some((have, h)) if have > n => {
                 let hdr = h + (have - n) * CHUNK;
-                self.paint_header(t, hdr, HDR, hdr + n * CHUNK);
+                self.regions.paint_header(t, hdr, HDR, hdr + n * CHUNK);
                 t.store_u64(hdr + H_STATE, usage::FREE | state::INITIALIZED);
                 t.store_u64(hdr + H_SIZE, n);
                 self.persist(t, hdr);
@@ -335,13 +320,13 @@ impl NvmMalloc {
                 hdr
             }
             Some((_, h)) => {
-                self.paint_header(t, h, HDR, h + n * CHUNK);
+                self.regions.paint_header(t, h, HDR, h + n * CHUNK);
                 h
             }
             None => {
                 let c = self.activate_chunks(t, n)?;
                 let hdr = self.lay.chunk_off(c);
-                self.paint_header(t, hdr, HDR, hdr + n * CHUNK);
+                self.regions.paint_header(t, hdr, HDR, hdr + n * CHUNK);
                 t.store_u64(hdr + H_STATE, usage::HUGE | state::INITIALIZING);
                 t.store_u64(hdr + H_SIZE, n);
                 t.store_bytes(hdr + H_ON, &[0; 32]);
@@ -514,14 +499,11 @@ impl NvmMalloc {
 /// Registers the meta page, and the chunks as user data: nvm_malloc's
 /// headers lie inside its chunks (a chunk's first 4 KiB, and the first 64 B
 /// of each run, page run and huge object), and are painted as metadata as
-/// they are made ([`NvmMalloc::paint_header`]) or found (at open),
+/// they are made ([`HeadedArea::paint_header`]) or found (at open),
 /// so that their flushes count as metadata.
-fn register_regions(t: &mut PmThread, lay: &Layout) -> RegionTiler {
+fn register_regions(t: &mut PmThread, lay: &Layout) -> HeadedArea {
     t.add_region("nvm_malloc meta page (activation log)", Category::Log, layout::META, BLOCK);
-    let mut r = RegionTiler::new(&REGION_KINDS);
-    r.paint(t, lay.chunks, lay.chunks + lay.capacity * CHUNK, DATA);
-    r.publish(t);
-    r
+    HeadedArea::register(t, "nvm_malloc chunks", "nvm_malloc headers", lay.chunks, lay.chunks + lay.capacity * CHUNK)
 }
 
 impl Allocator for NvmMalloc {

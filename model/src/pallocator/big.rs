@@ -53,7 +53,7 @@ impl PAllocator {
             None => {
                 let i = self.take_segments(t, 1, seg::BIG)?;
                 let at = self.lay.seg_off(i);
-                self.paint_header(t, at, HDR, at + self.lay.seg);
+                self.regions.paint_header(t, at, HDR, at + self.lay.seg);
                 t.store_u64(at, self.lay.seg);
                 t.persist(at, 8);
                 b.add(at, self.lay.seg, false);
@@ -69,13 +69,13 @@ impl PAllocator {
     pub(super) fn big_commit(&self, t: &mut PmThread, b: &mut Big, have: u64, at: u64, bytes: u64) {
         if have > bytes {
             let rest = at + bytes;
-            self.paint_header(t, rest, HDR, at + have);
+            self.regions.paint_header(t, rest, HDR, at + have);
             t.store_u64(rest, have - bytes);
             t.persist(rest, 8);
             b.add(rest, have - bytes, false);
         }
         // Behind the header, the headers of blocks merged into this one: user data now.
-        self.paint_header(t, at, HDR, at + bytes);
+        self.regions.paint_header(t, at, HDR, at + bytes);
         t.store_u64(at, bytes | ALLOCATED);
         t.persist(at, 8);
         b.add(at, bytes, true);

@@ -67,7 +67,7 @@ use crate::config::AllocConfig;
 use crate::error::AllocError;
 use crate::heap::Heap;
 use crate::live::LiveBytes;
-use crate::mech::regions::{RegionKind, RegionTiler};
+use crate::mech::regions::HeadedArea;
 use crate::mech::sizeclass::SizeClasses;
 use crate::mech::wal::{Wal, WalCursor, WalEntry};
 use crate::params::as_map;
@@ -151,24 +151,10 @@ pub struct PAllocator {
     live: LiveBytes,
     report: RecoveryReport,
     /// The segments' regions: user data, except the headers inside them.
-    regions: Mutex<RegionTiler>,
+    regions: HeadedArea,
 }
 
-/// The kinds of the segments' regions ([`PAllocator::regions`]).
-const REGION_KINDS: [RegionKind; 2] = [
-    RegionKind { name: "pallocator segments", category: Category::Data },
-    RegionKind { name: "pallocator headers", category: Category::Meta },
-];
-const DATA: usize = 0;
-const HEADERS: usize = 1;
-
 impl PAllocator {
-    /// Registers `[h, h + len)` as a header (a small page's line and block
-    /// entries, a big block's 64 B) and `[h + len, end)` as user data.
-    fn paint_header(&self, t: &mut PmThread, h: u64, len: u64, end: u64) {
-        self.regions.lock().unwrap_or_else(|e| e.into_inner()).paint_headed(t, h, len, end, (HEADERS, DATA));
-    }
-
     fn wal(&self) -> Wal {
         self.lay.wal().with_entry_flush(self.cfg.mutation != Mutation::MicroLogFlush)
     }
@@ -178,7 +164,7 @@ impl PAllocator {
         pm: Pm,
         lay: Layout,
         rec: recovery::Recovered,
-        regions: RegionTiler,
+        regions: HeadedArea,
     ) -> PAllocator {
         let classes = SizeClasses::jemalloc(64, 14337);
         let mut smalls = rec.smalls;
@@ -198,7 +184,7 @@ impl PAllocator {
             top_seg: AtomicU64::new(top),
             live: LiveBytes::new(rec.report.live_bytes, LIVE_SLOTS),
             report: rec.report,
-            regions: Mutex::new(regions),
+            regions,
         }
     }
 
@@ -226,10 +212,10 @@ impl PAllocator {
         let mut t = pm.thread(0);
         let lay = Layout::read(&t, heap.size()).map_err(|e| e.in_file(heap))?;
         t.op_begin(OpKind::Recovery, 0);
-        let mut regions = register_regions(&mut t, &lay);
+        let regions = register_regions(&mut t, &lay);
         let classes = SizeClasses::jemalloc(64, 14337);
         let rec = recovery::recover(&mut t, &lay, &classes, !heap.was_clean()).map_err(|e| e.in_file(heap))?;
-        regions.paint_all(&mut t, &rec.headers(), HEADERS);
+        regions.paint_headers(&mut t, &rec.headers());
         t.op_end(OpKind::Recovery, 0);
         drop(t);
         Ok(Arc::new(PAllocator::assemble(cfg, pm, lay, rec, regions)))
@@ -412,16 +398,13 @@ impl PAllocator {
 /// Registers the identity page, the micro-logs, the segment table, and the
 /// segments as user data: the small pages' headers and the big blocks'
 /// lie inside the segments, and are painted as metadata as they are made
-/// ([`PAllocator::paint_header`]) or found (at open), so that their flushes
+/// ([`HeadedArea::paint_header`]) or found (at open), so that their flushes
 /// count as metadata.
-fn register_regions(t: &mut PmThread, lay: &Layout) -> RegionTiler {
+fn register_regions(t: &mut PmThread, lay: &Layout) -> HeadedArea {
     t.add_region("pallocator identity", Category::Meta, layout::META, 4096);
     t.add_region("pallocator micro-logs", Category::Wal, lay.wal, lay.segtab - lay.wal);
     t.add_region("pallocator segment table", Category::Meta, lay.segtab, lay.segs - lay.segtab);
-    let mut r = RegionTiler::new(&REGION_KINDS);
-    r.paint(t, lay.segs, lay.segs + lay.nseg * lay.seg, DATA);
-    r.publish(t);
-    r
+    HeadedArea::register(t, "pallocator segments", "pallocator headers", lay.segs, lay.segs + lay.nseg * lay.seg)
 }
 
 impl Allocator for PAllocator {

@@ -109,7 +109,7 @@ impl PAllocator {
     /// written, every entry free, and persisted.
     fn init_page(&self, t: &mut PmThread, s: &mut Small, page: u64, size: u64, tid: u32) {
         let (n, hdr) = page_geometry(self.lay.page, size);
-        self.paint_header(t, page, hdr, page + self.lay.page);
+        self.regions.paint_header(t, page, hdr, page + self.lay.page);
         t.store_bytes(page + P_ENTRIES, &vec![0; (hdr - P_ENTRIES) as usize]);
         t.store_u64(page + P_COUNT, n);
         t.store_u64(page + P_OWNER, tid as u64);
