@@ -50,10 +50,10 @@ pub fn clean_after_if_asked() {
     let dirs: Vec<PathBuf> =
         std::env::var_os(CLEAN_DIRS).map(|v| std::env::split_paths(&v).collect()).unwrap_or_default();
     let start = std::time::Instant::now();
-    while crate::output::pid_alive(pid) && start.elapsed() < Duration::from_secs(60) {
+    while crate::owned::pid_alive(pid) && start.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(2));
     }
-    if !crate::output::pid_alive(pid) {
+    if !crate::owned::pid_alive(pid) {
         for d in dirs {
             crate::owned::remove_left_by(&d, pid);
         }

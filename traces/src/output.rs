@@ -70,17 +70,6 @@ pub fn plain_name(what: &str, name: &str) -> Result<(), OutputError> {
     }
 }
 
-/// Whether process `pid` exists (a stale temporary or lock names a pid that
-/// does not).
-pub fn pid_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
-}
-
 /// What a command may write over.
 #[derive(Debug, Default)]
 pub struct Policy {
@@ -871,7 +860,7 @@ impl Holder {
     fn of(text: &str) -> Holder {
         let mut lines = text.lines();
         let Some(pid) = lines.next().and_then(|l| l.trim().parse::<u32>().ok()) else { return Holder::Unnamed };
-        if !pid_alive(pid) {
+        if !crate::owned::pid_alive(pid) {
             Holder::Gone(pid)
         } else if lines.nth(1) == Some(LOCK_STOPPING) || stop_signal_pending(pid) {
             Holder::Ending(pid)

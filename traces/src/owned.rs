@@ -12,6 +12,10 @@
 //! [`remove_stale`] removes only such directories: a user's
 //! `/tmp/pmsim-1-x`, a file `/dev/shm/pmsim-40001-notes.txt` or a heap kept
 //! on purpose carry no stamp and are never touched, whatever their names.
+//! One more leftover is removed: a directory whose pmsim was killed between
+//! the `mkdir` and the end of its stamp, named exactly as pmsim names them
+//! for a process that is gone and holding nothing but that stamp, empty or
+//! cut short (nothing a user could have put there).
 //!
 //! Two kinds live here:
 //! * the per-process scratch directories, `pmsim-PID-TOKEN` under
@@ -213,6 +217,17 @@ fn remove_contents(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// Whether process `pid` exists (a stale temporary or lock names a pid that
+/// does not).
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+}
+
 /// Whether `dir` is a directory pmsim made whose owner is gone; if so it is
 /// removed (holding the stamp's lock meanwhile). A user's entry of any name
 /// is left alone: it is not a directory of this user, or has no stamp, or
@@ -226,7 +241,7 @@ fn remove_if_stale(dir: &Path) -> bool {
     let Ok(mut f) =
         OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(dir.join(STAMP))
     else {
-        return false;
+        return remove_if_unstamped(dir);
     };
     if !f.metadata().is_ok_and(|m| m.is_file()) {
         return false;
@@ -237,9 +252,43 @@ fn remove_if_stale(dir: &Path) -> bool {
     }
     let mut head = [0u8; MAGIC.len()];
     if f.read_exact(&mut head).is_err() || head != *MAGIC.as_bytes() {
-        return false;
+        drop(f);
+        return remove_if_unstamped(dir);
     }
     remove_contents(dir).is_ok()
+}
+
+/// A directory whose pmsim was killed between making it and finishing its
+/// stamp ([`OwnedDir::create`]): named as pmsim names them, for a process
+/// that is gone, and holding nothing but a stamp still empty or cut short
+/// (a beginning of the magic line). Removed; anything else in it, or any
+/// other name, and it is left alone: it holds nothing a user could have
+/// put there.
+fn remove_if_unstamped(dir: &Path) -> bool {
+    let Some(pid) = dir.file_name().and_then(|n| n.to_str()).and_then(pid_of_name) else { return false };
+    if pid_alive(pid) {
+        return false;
+    }
+    let Ok(rd) = fs::read_dir(dir) else { return false };
+    for e in rd.flatten() {
+        let partial_stamp = e.file_name() == STAMP
+            && e.file_type().is_ok_and(|t| t.is_file())
+            && fs::read(e.path()).is_ok_and(|b| MAGIC.as_bytes().starts_with(&b));
+        if !partial_stamp {
+            return false;
+        }
+    }
+    let _ = fs::remove_file(dir.join(STAMP));
+    fs::remove_dir(dir).is_ok()
+}
+
+/// The pid in a name pmsim gives its directories (`PREFIX{pid}-{8 hex}`,
+/// the prefix `pmsim-` with or without a leading dot).
+fn pid_of_name(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix('.').unwrap_or(name).strip_prefix(SCRATCH_PREFIX)?;
+    let (pid, tok) = rest.split_once('-')?;
+    let hex = tok.len() == 8 && tok.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+    (hex && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())).then(|| pid.parse().ok()).flatten()
 }
 
 /// Removes the directories `parent/PREFIX…` that a pmsim process made and
@@ -400,5 +449,31 @@ mod tests {
         let p = live.path().to_path_buf();
         drop(live);
         assert!(!p.exists(), "dropped, an owned directory is removed");
+    }
+
+    /// A pmsim killed between making its directory and finishing the stamp
+    /// leaves it bare or with a stamp cut short: removed once its process
+    /// is gone; the same with anything else in it, a living process's, or
+    /// another name, stays.
+    #[test]
+    fn a_directory_its_dead_maker_never_stamped_is_removed() {
+        let d = tempfile::tempdir().unwrap();
+        // No process has pid 0x7fff_fff0 (above the kernel's pid_max).
+        let dead = 2147483632u32;
+        let bare = d.path().join(format!(".pmsim-{dead}-0a1b2c3d"));
+        let cut = d.path().join(format!("pmsim-{dead}-deadbeef"));
+        let full = d.path().join(format!(".pmsim-{dead}-01234567"));
+        let living = d.path().join(format!(".pmsim-{}-89abcdef", std::process::id()));
+        let odd = d.path().join(format!(".pmsim-{dead}-notatokn"));
+        for p in [&bare, &cut, &full, &living, &odd] {
+            fs::create_dir(p).unwrap();
+        }
+        fs::write(cut.join(STAMP), &MAGIC.as_bytes()[..10]).unwrap();
+        fs::write(full.join(STAMP), b"").unwrap();
+        fs::write(full.join("notes"), b"mine").unwrap();
+        assert_eq!(remove_stale(d.path(), ".pmsim-") + remove_stale(d.path(), "pmsim-"), 2);
+        assert!(!bare.exists() && !cut.exists());
+        assert_eq!(fs::read(full.join("notes")).unwrap(), b"mine");
+        assert!(living.exists() && odd.exists());
     }
 }
