@@ -1615,7 +1615,11 @@ pub fn figure_table(s: &[Scored], id: &str) -> Option<Table> {
 /// everywhere", the least margin of NVAlloc-LOG over a strongly consistent
 /// peer at any benchmark and thread count, which main-job runs of one
 /// commit range measured at +0.675, +0.620, +0.125 and +0.000, the last of
-/// them failing a clean-clone CI run).
+/// them failing a clean-clone CI run; Fig. 16b's "a smaller SU costs less
+/// time" on W4, whose persistence is the same at every SU (+0.000 without
+/// the CPU's work), so that the CPU work measured for the lowest and the
+/// highest SU decides it: +0.082 to +0.293 in seven main-job runs, +0.000
+/// in a clean-clone CI run).
 pub const EXPECTED: &[(&str, Verdict)] = {
     use Verdict::*;
     &[
@@ -1664,7 +1668,7 @@ pub const EXPECTED: &[(&str, Verdict)] = {
         ("fig16a-best-stripes", Off),
         ("fig16a-reflush-falls", Agrees),
         ("fig16b-memory-falls", Agrees),
-        ("fig16b-time-rises", Agrees),
+        ("fig16b-time-rises", Off),
         ("fig17-larson-large", Off),
         ("fig17-dbmstest", Off),
         ("fig18-log-slower", Off),
