@@ -42,7 +42,7 @@ use crate::watch::AccessWatch;
 use pmsim_traces::output::{Output, OutputDir, Pending};
 use pmsim_traces::EventSink;
 use pmsim_traces::{line_of, Category, FenceKind, HeapInfo, OpKind, Region, TraceHeader, Tracer};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -127,8 +127,11 @@ struct Shared {
     map: Arc<Mapping>,
     flush: FlushInsn,
     trace: Option<Arc<TraceShared>>,
-    /// The live regions (absolute addresses, as in the trace).
-    regions: Mutex<Vec<Region>>,
+    /// The live regions (absolute addresses, as in the trace), by id: an
+    /// allocator that paints its headers as it makes them
+    /// ([`crate::mech::regions`]) adds and removes regions on its allocation
+    /// path, so a removal must not scan them all.
+    regions: Mutex<BTreeMap<u64, Region>>,
     next_region: AtomicU64,
     /// Thread ids with a live `PmThread`: two handles with one id would mix
     /// their program orders in the trace.
@@ -231,7 +234,7 @@ impl Pm {
                 map: heap.mapping().clone(),
                 flush,
                 trace,
-                regions: Mutex::new(vec![header_region(heap)]),
+                regions: Mutex::new(BTreeMap::from([(0, header_region(heap))])),
                 next_region: AtomicU64::new(1),
                 live: Mutex::new(HashSet::new()),
                 watch: heap.watch().cloned(),
@@ -324,7 +327,7 @@ impl Pm {
     /// The live regions, with absolute addresses as in the trace (for trace
     /// headers of later runs, or an in-process consumer).
     pub fn regions(&self) -> Vec<Region> {
-        self.shared.regions.lock().unwrap().clone()
+        self.shared.regions.lock().unwrap().values().cloned().collect()
     }
 
     /// Number of live `PmThread` handles.
@@ -848,18 +851,13 @@ impl PmThread {
         if let Mode::Traced = self.mode {
             self.tracer().region_add(region.clone());
         }
-        self.shared.regions.lock().unwrap().push(region);
+        self.shared.regions.lock().unwrap().insert(id, region);
         id
     }
 
     /// Unregisters a region; returns whether it was registered.
     pub fn remove_region(&mut self, id: u64) -> bool {
-        let removed = {
-            let mut regions = self.shared.regions.lock().unwrap();
-            let before = regions.len();
-            regions.retain(|r| r.id != id);
-            regions.len() != before
-        };
+        let removed = self.shared.regions.lock().unwrap().remove(&id).is_some();
         if removed && self.mode == Mode::Traced {
             self.tracer().region_remove(id);
         }
