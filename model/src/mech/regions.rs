@@ -130,8 +130,13 @@ impl RegionTiler {
 /// block (nvm_malloc's runs and page runs in its chunks, PAllocator's pages
 /// and big blocks in its segments): its regions, painted as headers are
 /// made, so that their flushes count as metadata. Shared by the threads.
+///
+/// Only a traced run keeps them: regions exist for the trace, a native run's
+/// table has no reader, and repainting on every block split is a hot-path
+/// cost (it took 43 % of PAllocator-style's native throughput on
+/// Larson-large, which the CPU profile then charged to PAllocator).
 #[derive(Debug)]
-pub struct HeadedArea(Mutex<RegionTiler>);
+pub struct HeadedArea(Option<Mutex<RegionTiler>>);
 
 const BODY: usize = 0;
 const HEADER: usize = 1;
@@ -140,19 +145,26 @@ impl HeadedArea {
     /// Registers `[start, end)` as user data named `data`, whose headers
     /// will be metadata named `headers`.
     pub fn register(t: &mut PmThread, data: &'static str, headers: &'static str, start: u64, end: u64) -> HeadedArea {
+        if !t.is_traced() {
+            return HeadedArea(None);
+        }
         let mut r = RegionTiler::new(&[
             RegionKind { name: data, category: Category::Data },
             RegionKind { name: headers, category: Category::Meta },
         ]);
         r.paint(t, start, end, BODY);
         r.publish(t);
-        HeadedArea(Mutex::new(r))
+        HeadedArea(Some(Mutex::new(r)))
+    }
+
+    fn tiler(&self) -> Option<std::sync::MutexGuard<'_, RegionTiler>> {
+        self.0.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// A header `[h, h + len)` and its block's body behind it up to `end`,
     /// over whatever those bytes were (the headers of blocks since merged).
     pub fn paint_header(&self, t: &mut PmThread, h: u64, len: u64, end: u64) {
-        let mut r = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mut r) = self.tiler() else { return };
         r.paint(t, h, h + len, HEADER);
         if h + len < end {
             r.paint(t, h + len, end, BODY);
@@ -162,7 +174,7 @@ impl HeadedArea {
     /// The headers a recovered layout holds (`(start, length)`), registered
     /// together at the end.
     pub fn paint_headers(&self, t: &mut PmThread, headers: &[(u64, u64)]) {
-        let mut r = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(mut r) = self.tiler() else { return };
         r.defer();
         for &(h, len) in headers {
             r.paint(t, h, h + len, HEADER);
@@ -174,7 +186,8 @@ impl HeadedArea {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{FlushInsn, Heap, Pm};
+    use crate::{FlushInsn, Heap, Pm, TraceConfig};
+    use pmsim_traces::VecSink;
 
     #[test]
     fn paint_splits_and_merges_and_the_table_follows() {
@@ -228,11 +241,17 @@ mod tests {
     fn a_headed_area_keeps_headers_in_front_of_their_blocks() {
         let d = tempfile::tempdir().unwrap();
         let heap = Heap::create(d.path().join("h"), 1 << 20).unwrap();
-        let pm = Pm::native(&heap, FlushInsn::None).unwrap();
+        let native = Pm::native(&heap, FlushInsn::None).unwrap();
+        let a = HeadedArea::register(&mut native.thread(0), "body", "headers", 0x10000, 0x20000);
+        a.paint_header(&mut native.thread(0), 0x11000, 64, 0x12000);
+        assert!(a.0.is_none() && native.regions().len() == 1, "a native run keeps no regions");
+        drop(native);
+        let (pm, collector) =
+            Pm::traced(&heap, FlushInsn::None, &TraceConfig::default(), |_| Ok(VecSink::default())).unwrap();
         let mut t = pm.thread(0);
         let a = HeadedArea::register(&mut t, "body", "headers", 0x10000, 0x20000);
         a.paint_header(&mut t, 0x11000, 64, 0x12000);
-        let pieces = |a: &HeadedArea| a.0.lock().unwrap().pieces();
+        let pieces = |a: &HeadedArea| a.tiler().unwrap().pieces();
         assert_eq!(pieces(&a), vec![(0x10000, 0x11000, BODY), (0x11000, 0x11040, HEADER), (0x11040, 0x20000, BODY)]);
         // A page run from 0x10000 over the block at 0x11000: its header is body now.
         a.paint_header(&mut t, 0x10000, 64, 0x13000);
@@ -255,5 +274,7 @@ mod tests {
             .map(|x| (x.base - b, x.base - b + x.len))
             .collect();
         assert_eq!(meta.len(), 2, "{meta:?}");
+        drop(t);
+        collector.finish(pm).unwrap();
     }
 }
