@@ -175,14 +175,7 @@ impl NvmMalloc {
         lay.format(&mut t);
         t.op_end(OpKind::Init, 0);
         drop(t);
-        let arenas = (0..cfg.arenas as u64).map(Arena::new).collect();
-        let rec = recovery::Recovered {
-            arenas,
-            huge: BTreeSet::new(),
-            version: 0,
-            report: RecoveryReport::default(),
-            headers: Vec::new(),
-        };
+        let rec = recovery::Recovered::empty(cfg.arenas);
         Ok(Arc::new(NvmMalloc::assemble(cfg, pm, lay, rec, regions)))
     }
 

@@ -52,6 +52,19 @@ pub(super) struct Recovered {
     pub headers: Vec<(u64, u64)>,
 }
 
+impl Recovered {
+    /// A new heap's: empty arenas, nothing huge, nothing repaired.
+    pub fn empty(arenas: u32) -> Recovered {
+        Recovered {
+            arenas: (0..u64::from(arenas)).map(Arena::new).collect(),
+            huge: BTreeSet::new(),
+            version: 0,
+            report: RecoveryReport::default(),
+            headers: Vec::new(),
+        }
+    }
+}
+
 /// What an object is, by where it lies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Kind {
@@ -266,21 +279,27 @@ pub(super) fn recover(t: &mut PmThread, lay: &Layout, cfg: &NvmConfig, crashed: 
     let k = arenas.len() as u64;
     let mut huge = BTreeSet::new();
     let mut restamp = Vec::new();
+    // In heap order, so sorted and unique as they are pushed.
     let mut headers = Vec::new();
+    let mut last_chunk = None;
     walk(t, lay, |p| {
-        headers.push(match p {
+        let h = match p {
             Piece::Run { h, .. }
             | Piece::Block { h, .. }
             | Piece::FreePages { h, .. }
             | Piece::Huge { h, .. }
-            | Piece::HugeFree { h, .. } => (h, HDR),
-            Piece::Raw { c } => (lay.chunk_off(c), HDR),
-        });
-        // An arena chunk's own header: its first page.
-        if let Piece::Run { h, .. } | Piece::Block { h, .. } | Piece::FreePages { h, .. } = p {
+            | Piece::HugeFree { h, .. } => h,
+            Piece::Raw { .. } => unreachable!("repaired above"),
+        };
+        // An arena chunk's own header, its first page, before its first piece.
+        if let Piece::Run { .. } | Piece::Block { .. } | Piece::FreePages { .. } = p {
             let c = lay.chunk_of(h).expect("a page of a chunk in use");
-            headers.push((lay.chunk_off(c), BLOCK));
+            if last_chunk != Some(c) {
+                last_chunk = Some(c);
+                headers.push((lay.chunk_off(c), BLOCK));
+            }
         }
+        headers.push((h, HDR));
         match p {
             Piece::FreePages { h, pages, arena } => _ = arenas[(arena % k) as usize].free.insert((pages, h)),
             Piece::Run { h, size, bitmap, misc: m, .. } => {
@@ -304,7 +323,7 @@ pub(super) fn recover(t: &mut PmThread, lay: &Layout, cfg: &NvmConfig, crashed: 
             Piece::Block { .. } => {}
             Piece::Huge { n, st, .. } if st == usage::HUGE | state::INITIALIZED => rep.live_bytes += n * CHUNK - HDR,
             Piece::Huge { h, n, .. } | Piece::HugeFree { h, n } => _ = huge.insert((n, h)),
-            Piece::Raw { .. } => unreachable!("repaired above"),
+            Piece::Raw { .. } => {}
         }
     })
     .map_err(bad)?;
@@ -314,8 +333,7 @@ pub(super) fn recover(t: &mut PmThread, lay: &Layout, cfg: &NvmConfig, crashed: 
         rep.restamped += 1;
     }
     rep.chunks = used;
-    headers.sort_unstable();
-    headers.dedup();
+    debug_assert!(headers.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0), "headers out of heap order");
     Ok(Recovered { arenas, huge, version, report: rep, headers })
 }
 
