@@ -15,7 +15,7 @@ mod recovery;
 mod space;
 mod throughput;
 pub use recovery::fig18;
-pub use space::{fig13a, fig13b, fig1b};
+pub use space::{fig13a, fig13b, fig1b, peaks};
 pub use throughput::{fig10, fig12, fig14, fig15cd, fig17, fig20, fig21, fig9};
 
 /// A figure function.

@@ -321,11 +321,7 @@ pub fn remove_all_live() -> Vec<PathBuf> {
 /// its own (its cleaner calls this): only a directory of this user whose
 /// name carries that pid as pmsim's names do.
 pub fn remove_left_by(dir: &Path, pid: u32) {
-    let ours = dir.file_name().is_some_and(|n| {
-        let n = n.as_encoded_bytes();
-        let p = format!("pmsim-{pid}-");
-        n.starts_with(p.as_bytes()) || (n.first() == Some(&b'.') && n[1..].starts_with(p.as_bytes()))
-    });
+    let ours = dir.file_name().and_then(|n| n.to_str()).and_then(pid_of_name) == Some(pid);
     // SAFETY: geteuid cannot fail.
     let mine = fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == unsafe { libc::geteuid() });
     if ours && mine {

@@ -54,7 +54,7 @@ pub fn fig1b(rows: &[Row]) -> Option<Figure> {
 
 /// A run's peak mapped and live bytes: the native run's where there is one,
 /// else the traced run's.
-fn peaks(r: &Row) -> (Option<f64>, Option<f64>) {
+pub fn peaks(r: &Row) -> (Option<f64>, Option<f64>) {
     match r.num(PEAK_MAPPED) {
         Some(m) => (Some(m), r.num(PEAK_LIVE)),
         None => (r.num(TRACED_PEAK_MAPPED), r.num(TRACED_PEAK_LIVE)),
