@@ -148,6 +148,9 @@ pub struct Shared<'a, A: Allocator> {
     /// The threads' CPU time, and the CPU profile when the run asks for one
     /// ([`super::cpu`]).
     cpu: Profiler,
+    /// Allocator thread handles made by the thread that spawns their
+    /// workers ([`Shared::prepare`]), by thread id, until the worker takes it.
+    prepared: Mutex<Vec<Option<A::Thread>>>,
 }
 
 impl<'a, A: Allocator> Shared<'a, A> {
@@ -181,6 +184,7 @@ impl<'a, A: Allocator> Shared<'a, A> {
             dir: AtomicU64::new(0),
             series: Series::new(every, FLUSH_OPS),
             cpu: Profiler::new(cpu_profile),
+            prepared: Mutex::new((0..threads).map(|_| None).collect()),
         }
     }
 
@@ -195,9 +199,31 @@ impl<'a, A: Allocator> Shared<'a, A> {
         self.cpu.cpu_s()
     }
 
-    /// A worker (and an allocator thread handle) for thread `tid`.
+    /// Makes thread `tid`'s allocator handle now, in the thread that is
+    /// about to spawn its worker (unless one is waiting already), and hands
+    /// its first events to the trace.
+    ///
+    /// Why: a trace orders threads by when they record, and the contention
+    /// replay starts a thread at the virtual time its first event arrives.
+    /// On fewer cores than threads, a worker the OS runs late would record
+    /// its start late and be replayed after the others, not beside them, by
+    /// an amount that changes from run to run. A handle made at spawn
+    /// records the start where the program has it.
+    pub fn prepare(&self, tid: u32) {
+        let mut p = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot @ None) = p.get_mut(tid as usize) {
+            let mut t = self.alloc.thread(tid);
+            t.idle();
+            *slot = Some(t);
+        }
+    }
+
+    /// A worker (and an allocator thread handle) for thread `tid`: the one
+    /// [`Shared::prepare`] made, else a new one.
     pub fn worker(&self, tid: u32) -> Worker<'_, 'a, A> {
-        let t = self.alloc.thread(tid);
+        let ready =
+            self.prepared.lock().unwrap_or_else(|e| e.into_inner()).get_mut(tid as usize).and_then(Option::take);
+        let t = ready.unwrap_or_else(|| self.alloc.thread(tid));
         let cpu = Clock::start(self.cpu.time_ops);
         Worker { tid, t, rng: Rng::new(self.seed, tid as u64), sh: self, pending: 0, cpu: Some(cpu) }
     }
@@ -208,6 +234,9 @@ impl<'a, A: Allocator> Shared<'a, A> {
     where
         F: Fn(u32) -> Result<(), WorkloadError> + Sync,
     {
+        for tid in 0..self.threads {
+            self.prepare(tid);
+        }
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..self.threads)
                 .map(|tid| {
@@ -223,6 +252,11 @@ impl<'a, A: Allocator> Shared<'a, A> {
                 let _ = h.join();
             }
         });
+        // A handle no worker took (a thread that failed first) ends here,
+        // not at the end of the run, where it would hold back the replay.
+        let unused: Vec<_> =
+            self.prepared.lock().unwrap_or_else(|e| e.into_inner()).iter_mut().map(Option::take).collect();
+        drop(unused);
         self.take_error()
     }
 

@@ -117,8 +117,9 @@ pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadE
     sh.parallel(|tid| {
         let mut gen = 0;
         while (p.generations == 0 || gen < p.generations) && !over() {
-            // Each generation is a new OS thread with a new allocator handle;
-            // this thread only waits for it.
+            // Each generation is a new OS thread with a new allocator handle,
+            // made here as it is spawned; this thread only waits for it.
+            sh.prepare(tid);
             std::thread::scope(|s| {
                 s.spawn(|| {
                     sh.guard(tid, || {

@@ -189,9 +189,13 @@ fn parameters_are_checked() {
 /// loses nothing. Values (with `values = true`) are heap contents, which hold
 /// offsets, never addresses.
 fn traced_events(wl: &Workload, seed: u64) -> Vec<(u32, OwnedEvent)> {
+    traced_events_on(wl, seed, 1)
+}
+
+fn traced_events_on(wl: &Workload, seed: u64, threads: u32) -> Vec<(u32, OwnedEvent)> {
     let dir = tmpdir();
     let path = dir.path().join("det.heap");
-    let heap = Heap::create_with(&path, wl.heap_size_hint(1), &HeapOptions::default()).unwrap();
+    let heap = Heap::create_with(&path, wl.heap_size_hint(threads), &HeapOptions::default()).unwrap();
     let base = heap.base() as u64;
     let size = heap.size();
     let cfg = TraceConfig { values: true, ..TraceConfig::default() };
@@ -201,7 +205,7 @@ fn traced_events(wl: &Workload, seed: u64) -> Vec<(u32, OwnedEvent)> {
     })
     .unwrap();
     let nv = NvAlloc::create(&heap, pm, nv_config("nvalloc-log")).unwrap();
-    workloads::run(&nv, wl, &RunOptions { threads: 1, seed, ..Default::default() }, &Progress::default()).unwrap();
+    workloads::run(&nv, wl, &RunOptions { threads, seed, ..Default::default() }, &Progress::default()).unwrap();
     let pm = nv.close().unwrap();
     let events = collector.finish(pm).unwrap().sink.0;
     heap.close().unwrap();
@@ -246,6 +250,23 @@ fn one_thread_traced_runs_are_identical() {
             let c = traced_events(&wl, 12);
             assert!(a != c, "{name}: the seed changes nothing");
         }
+    }
+}
+
+/// The workers of a parallel phase start in the trace where the program
+/// spawns them, all before any of them works, however late the OS runs one:
+/// the contention replay starts a thread where its start arrives.
+#[test]
+fn workers_start_in_the_trace_where_they_are_spawned() {
+    let events = traced_events_on(&workload("threadtest"), 11, 4);
+    let first = |f: &dyn Fn(&(u32, OwnedEvent)) -> bool| events.iter().position(f).unwrap();
+    let first_op = first(&|(t, e)| *t > 0 && matches!(e, OwnedEvent::OpBegin { .. }));
+    for tid in 1..4 {
+        let start = first(&|(t, e)| *t == tid && matches!(e, OwnedEvent::ThreadStart));
+        assert!(
+            start < first_op,
+            "thread {tid} starts at event {start}, after a worker's first operation ({first_op})"
+        );
     }
 }
 
