@@ -12,8 +12,9 @@
 //! For a claim that is off, the scoreboard says why by measurement: it
 //! evaluates the claim again with one model term switched at a time
 //! ([`Lens`]: without the CPU's work, without contention, at another thread
-//! count, without the reflush penalty, with an XPBuffer that never fills,
-//! another reading of an ablation preset) from rows the report holds, and
+//! count, without the reflush penalty, with an XPBuffer that never fills, on
+//! the paper's two DIMMs, another reading of an ablation preset) from rows
+//! the report holds, and
 //! names the switches that move pmsim towards the paper and those that move
 //! it away, with their values.
 //!
@@ -163,6 +164,7 @@ impl Lens {
                 "reflush.threshold" => "without the reflush penalty (no flush counted a reflush)".into(),
                 "optane.xpbuffer_entries" => format!("with an XPBuffer of {v} entries"),
                 "reflush.timed" => "with the reflush wait timed from the line's previous write (reflush.timed)".into(),
+                "optane.dimms" => format!("on {v} DIMMs (the paper's machine)"),
                 _ => format!("with {k} = {v}"),
             },
             Lens::Alloc(a, b) => format!("reading {a} as {b}"),
@@ -179,6 +181,7 @@ const SWITCHES: &[Lens] = &[
     Lens::Sim("reflush.threshold", "0"),
     Lens::Sim("optane.xpbuffer_entries", "4096"),
     Lens::Sim("reflush.timed", "true"),
+    Lens::Sim("optane.dimms", "2"),
     Lens::Alloc("+interleaved", "+interleaved:stripes=6"),
     Lens::Alloc("base", "base:interleaved_wal=true"),
 ];
@@ -186,10 +189,11 @@ const SWITCHES: &[Lens] = &[
 /// The simulator keys the switches set, each with the experiment that holds
 /// its rows (the Fig. 11 points with that key set): rows that have one are
 /// read only through [`Lens::Sim`].
-const SWITCH_EXPS: [(&str, &str); 3] = [
+const SWITCH_EXPS: [(&str, &str); 4] = [
     ("reflush.threshold", "switch-reflush"),
     ("optane.xpbuffer_entries", "switch-xpbuffer"),
     ("reflush.timed", "switch-timed-reflush"),
+    ("optane.dimms", "switch-dimms"),
 ];
 
 /// The experiment whose rows the [`Lens::Alloc`] switches read (the other

@@ -65,6 +65,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("switch-reflush.toml", include_str!("../experiments/switch-reflush.toml")),
     ("switch-xpbuffer.toml", include_str!("../experiments/switch-xpbuffer.toml")),
     ("switch-timed-reflush.toml", include_str!("../experiments/switch-timed-reflush.toml")),
+    ("switch-dimms.toml", include_str!("../experiments/switch-dimms.toml")),
     ("switch-presets.toml", include_str!("../experiments/switch-presets.toml")),
 ];
 
