@@ -229,6 +229,34 @@ pub fn conservatively_reachable(
     seen
 }
 
+/// Every 8-byte word of the first `size` heap bytes that points into one of
+/// `targets` (`(offset, length)`): its address, its value and the
+/// allocation holding it, if any. For a leak's failure message: what could
+/// have kept the block.
+pub fn words_naming(
+    t: &impl AllocThread,
+    size: u64,
+    targets: &[(u64, u64)],
+    allocs: &[(u64, u64)],
+) -> Vec<(u64, u64, Option<(u64, u64)>)> {
+    let mut hits = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < size {
+        let n = (size - at).min(buf.len() as u64) as usize;
+        t.read(at, &mut buf[..n]);
+        for (i, w) in buf[..n].chunks_exact(8).enumerate() {
+            let v = u64::from_le_bytes(w.try_into().unwrap());
+            if targets.iter().any(|&(o, l)| v >= o && v < o + l) {
+                let a = at + 8 * i as u64;
+                hits.push((a, v, allocs.iter().find(|&&(o, l)| a >= o && a < o + l).copied()));
+            }
+        }
+        at += n as u64;
+    }
+    hits
+}
+
 // ----- the victims' root table -------------------------------------------------------
 
 /// Threads of a SIGKILL victim.

@@ -10,7 +10,7 @@ use crate::common;
 
 use common::{
     assert_disjoint, check_obj, conservatively_reachable, mixed_size, open_heap, pending, retry_locked, slot, tmpdir,
-    write_obj, Rng, Victim, CHILD_THREADS, OBJ_HEADER, SLOTS, TABLE_BYTES,
+    words_naming, write_obj, Rng, Victim, CHILD_THREADS, OBJ_HEADER, SLOTS, TABLE_BYTES,
 };
 use pmsim_model::heap::Heap as H;
 use pmsim_model::mech::wal::WalEntry;
@@ -770,7 +770,13 @@ fn check_after_crash(path: &Path, preset: &str) -> (u64, u64) {
         let retained = conservatively_reachable(&t, &allocs, reachable.keys().copied());
         leaked.retain(|(o, _)| !retained.contains(o));
     }
-    assert!(leaked.is_empty(), "{preset}: {} allocation(s) leaked: {leaked:x?}", leaked.len());
+    assert!(
+        leaked.is_empty(),
+        "{preset}: {} allocation(s) leaked: {leaked:x?}; the heap's words that point into them \
+         (address, value, allocation holding it): {:x?}; the root table at {table:#x}; recovery: {rep:?}",
+        leaked.len(),
+        words_naming(&t, heap.size(), &leaked, &allocs)
+    );
     assert!(
         reachable.keys().all(|o| allocs.binary_search_by_key(o, |a| a.0).is_ok()),
         "{preset}: reachable not allocated"
