@@ -103,6 +103,20 @@ enum Piece {
     Raw { c: u64 },
 }
 
+impl Piece {
+    /// Where its 64 B header lies (a raw chunk has none yet).
+    fn header(&self) -> Option<u64> {
+        match *self {
+            Piece::Run { h, .. }
+            | Piece::Block { h, .. }
+            | Piece::FreePages { h, .. }
+            | Piece::Huge { h, .. }
+            | Piece::HugeFree { h, .. } => Some(h),
+            Piece::Raw { .. } => None,
+        }
+    }
+}
+
 /// Walks chunks `0..used`, calling `visit` on each piece.
 fn walk(t: &PmThread, lay: &Layout, mut visit: impl FnMut(Piece)) -> Result<(), String> {
     let used = t.load_u64(CHUNKS_USED);
@@ -281,25 +295,16 @@ pub(super) fn recover(t: &mut PmThread, lay: &Layout, cfg: &NvmConfig, crashed: 
     let mut restamp = Vec::new();
     // In heap order, so sorted and unique as they are pushed.
     let mut headers = Vec::new();
-    let mut last_chunk = None;
     walk(t, lay, |p| {
-        let h = match p {
-            Piece::Run { h, .. }
-            | Piece::Block { h, .. }
-            | Piece::FreePages { h, .. }
-            | Piece::Huge { h, .. }
-            | Piece::HugeFree { h, .. } => h,
-            Piece::Raw { .. } => unreachable!("repaired above"),
-        };
-        // An arena chunk's own header, its first page, before its first piece.
-        if let Piece::Run { .. } | Piece::Block { .. } | Piece::FreePages { .. } = p {
-            let c = lay.chunk_of(h).expect("a page of a chunk in use");
-            if last_chunk != Some(c) {
-                last_chunk = Some(c);
-                headers.push((lay.chunk_off(c), BLOCK));
+        if let Some(h) = p.header() {
+            // An arena chunk's own header (its first page) comes just
+            // before the chunk's first piece, which starts on its second.
+            let in_arena = matches!(p, Piece::Run { .. } | Piece::Block { .. } | Piece::FreePages { .. });
+            if in_arena && lay.chunk_of(h).is_some_and(|c| h == lay.chunk_off(c) + BLOCK) {
+                headers.push((h - BLOCK, BLOCK));
             }
+            headers.push((h, HDR));
         }
-        headers.push((h, HDR));
         match p {
             Piece::FreePages { h, pages, arena } => _ = arenas[(arena % k) as usize].free.insert((pages, h)),
             Piece::Run { h, size, bitmap, misc: m, .. } => {
@@ -323,7 +328,7 @@ pub(super) fn recover(t: &mut PmThread, lay: &Layout, cfg: &NvmConfig, crashed: 
             Piece::Block { .. } => {}
             Piece::Huge { n, st, .. } if st == usage::HUGE | state::INITIALIZED => rep.live_bytes += n * CHUNK - HDR,
             Piece::Huge { h, n, .. } | Piece::HugeFree { h, n } => _ = huge.insert((n, h)),
-            Piece::Raw { .. } => {}
+            Piece::Raw { .. } => unreachable!("repaired above"),
         }
     })
     .map_err(bad)?;
