@@ -449,6 +449,38 @@ fn pmdk_threadtest_is_traced_and_simulated() {
     assert!(at(&|s| s["function"] == "pmemobj_alloc") > 0 && at(&|s| s["function"] == "pmemobj_free") > 0, "{sites:?}");
 }
 
+/// The tool runs one thread at a time, so its trace names who spawned each
+/// thread (a spawn marker on the creator just before the start) and, where
+/// the program says so, who waited for whose end (a join marker after it).
+#[test]
+fn threads_are_traced_with_their_spawns_and_joins() {
+    use pmsim_traces::{JOIN_MARKER, SPAWN_MARKER};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pmdk.pmt");
+    trace_pmdk_threadtest_with(dir.path(), &out, &[], &["2", "50", "64", "3"]);
+    let (_, evs) = read(&out);
+    let main = evs[0].0;
+    let marker = |i: usize, label: &str| match &evs[i] {
+        (t, OwnedEvent::Marker { id, label: l }) if *t == main && l == label => Some(*id as u32),
+        _ => None,
+    };
+    let mut workers = Vec::new();
+    for (i, (t, e)) in evs.iter().enumerate() {
+        if *t != main && matches!(e, OwnedEvent::ThreadStart) {
+            assert_eq!(marker(i - 1, SPAWN_MARKER), Some(*t), "no spawn marker before {:?}", &evs[i - 1..=i]);
+            workers.push(*t);
+        }
+    }
+    assert_eq!(workers.len(), 3, "{workers:?}");
+    for w in &workers {
+        let end = evs.iter().position(|(t, e)| t == w && matches!(e, OwnedEvent::ThreadEnd)).expect("a worker's end");
+        assert!(
+            (end..evs.len()).any(|i| marker(i, JOIN_MARKER) == Some(*w)),
+            "the main thread records no join of worker {w} after its end"
+        );
+    }
+}
+
 /// `--window-at pmemobj_alloc` records one marker at the first allocation, and
 /// `pmsim sim` reports the steady state (no pool creation) beside the whole run.
 #[test]

@@ -17,6 +17,8 @@ const REGION_REMOVE: u64 = BASE + 2;
 const OP_BEGIN: u64 = BASE + 3;
 const OP_END: u64 = BASE + 4;
 const RUNNING: u64 = BASE + 6;
+const THREAD_ID: u64 = BASE + 7;
+const JOINED: u64 = BASE + 8;
 
 /// Whether this process runs under the tool (asked once).
 pub fn running() -> bool {
@@ -53,5 +55,24 @@ pub fn region_add(id: u64, category: Category, base: *const u8, len: u64, name: 
 pub fn region_remove(id: u64) {
     if running() {
         valgrind_request(0, &[REGION_REMOVE, id, 0, 0, 0, 0]);
+    }
+}
+
+/// The calling thread's id in the tool's trace (None outside the tool).
+pub fn thread_id() -> Option<u32> {
+    if !running() {
+        return None;
+    }
+    valgrind_request(0, &[THREAD_ID, 0, 0, 0, 0, 0]).checked_sub(1).map(|t| t as u32)
+}
+
+/// The calling thread waited for the end of thread `tid` (a [`thread_id`]):
+/// the tool records a join marker ([`pmsim_traces::JOIN_MARKER`]). The tool
+/// runs one thread at a time and a joining thread records nothing, so
+/// without it a trace's replay cannot tell that the joiner's next work (a
+/// Larson generation it spawns, a teardown) comes after that end.
+pub fn joined(tid: u32) {
+    if running() {
+        valgrind_request(0, &[JOINED, tid as u64, 0, 0, 0, 0]);
     }
 }

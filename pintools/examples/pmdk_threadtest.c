@@ -109,8 +109,12 @@ static int verify(const char *p, uint64_t id) {
     return a == id && b == mix(id ^ size) && c == mix(id + size);
 }
 
+/* Each worker's id in the trace (PMTRACE_THREAD_ID), for the join markers. */
+static unsigned long traced_ids[256];
+
 static void *worker(void *arg) {
     uint64_t tid = (uint64_t)(uintptr_t)arg, it, i;
+    traced_ids[tid] = PMTRACE_THREAD_ID();
     PMEMoid *slots = &root->slots[tid * objects];
     for (it = 0; it < iterations; it++) {
         for (i = 0; i < objects; i++) {
@@ -209,7 +213,12 @@ int main(int argc, char **argv) {
         PMTRACE_REGION_ADD(3, PMT_META, r + rlen, base + pool_size - (r + rlen), "pmdk pool");
     }
     for (t = 0; t < nthreads; t++) pthread_create(&th[t], NULL, worker, (void *)(uintptr_t)t);
-    for (t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
+    for (t = 0; t < nthreads; t++) {
+        pthread_join(th[t], NULL);
+        /* The tool runs one thread at a time and cannot see the wait: the
+         * simulator's replay then starts the teardown after the workers. */
+        if (traced_ids[t] > 0) PMTRACE_JOINED(traced_ids[t] - 1);
+    }
     pmemobj_close(pop);
     unlink(path);
     if (failed) return 1;

@@ -34,7 +34,9 @@ enum {
     PMTRACE_REQ_OP_BEGIN,
     PMTRACE_REQ_OP_END,
     PMTRACE_REQ_MARKER,
-    PMTRACE_REQ_RUNNING
+    PMTRACE_REQ_RUNNING,
+    PMTRACE_REQ_THREAD_ID,
+    PMTRACE_REQ_JOINED
 };
 
 #define PMTRACE_REQ_(req, a, b, c, d, e) \
@@ -54,5 +56,11 @@ enum {
 #define PMTRACE_OP_END(op, result) PMTRACE_REQ_(PMTRACE_REQ_OP_END, (op), (result), 0, 0, 0)
 /* A user marker `id` with a label. */
 #define PMTRACE_MARKER(id, label) PMTRACE_REQ_(PMTRACE_REQ_MARKER, (id), (label), 0, 0, 0)
+/* The calling thread's id in the trace, plus 1 (0: not under the tool). */
+#define PMTRACE_THREAD_ID() PMTRACE_REQ_(PMTRACE_REQ_THREAD_ID, 0, 0, 0, 0, 0)
+/* The calling thread waited for the end of thread `tid` (an id from
+ * PMTRACE_THREAD_ID() - 1), e.g. in pthread_join: the tool runs one thread at
+ * a time, so its trace cannot show who waited for whom by itself. */
+#define PMTRACE_JOINED(tid) PMTRACE_REQ_(PMTRACE_REQ_JOINED, (tid), 0, 0, 0, 0)
 
 #endif /* PMTRACE_H */

@@ -921,6 +921,13 @@ static Bool pmt_handle_client_request(ThreadId tid, UWord *arg, UWord *ret) {
         break;
     case PMTRACE_REQ_RUNNING:
         break;
+    case PMTRACE_REQ_THREAD_ID:
+        *ret = (UWord)t + 1;
+        break;
+    case PMTRACE_REQ_JOINED:
+        if (tracing)
+            check(pmt_marker(&writer, t, arg[1], PMT_JOIN_MARKER, sizeof PMT_JOIN_MARKER - 1));
+        break;
     default:
         VG_(umsg)("pmtrace: warning: unknown client request %#lx\n", arg[0]);
         *ret = 0;
@@ -967,10 +974,15 @@ static void pmt_post_syscall(ThreadId tid, UInt sysno, UWord *args, UInt nargs, 
     }
 }
 
+/* Valgrind runs one thread at a time, so the thread of the latest event is
+ * not always the one creating this thread: the spawn marker names it. */
 static void pmt_thread_create(ThreadId parent, ThreadId child) {
-    (void)parent;
     if (child <= PMT_MAX_THREADS) live[child] = True;
-    if (tracing) check(pmt_thread_start(&writer, trace_tid(child)));
+    if (!tracing) return;
+    if (parent != VG_INVALID_THREADID)
+        check(pmt_marker(&writer, trace_tid(parent), trace_tid(child), PMT_SPAWN_MARKER,
+                         sizeof PMT_SPAWN_MARKER - 1));
+    check(pmt_thread_start(&writer, trace_tid(child)));
 }
 
 static void pmt_thread_exit(ThreadId tid) {

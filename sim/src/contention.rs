@@ -97,6 +97,7 @@ use crate::optane::Optane;
 use crate::stats::{BARE_FENCE, PERSIST_SLOTS, UNMAPPED};
 use pmsim_traces::{
     Event, EventSink, FlushKind, Record, RegionMap, TraceError, TraceHeader, TraceReader, TraceTotals, Visit,
+    JOIN_MARKER, SPAWN_MARKER,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -104,6 +105,8 @@ use std::io::{self, Read};
 
 /// No line pending in a thread's write-combining buffer.
 const NO_LINE: u64 = u64::MAX;
+/// A trace thread id that names no replayed thread yet.
+const NO_SLOT: u32 = u32::MAX;
 
 /// Writes a DIMM keeps pending, per WPQ entry: a bound on memory, not a
 /// constant of the machine. Only a thread that streams writes without a
@@ -266,6 +269,16 @@ enum Ev {
     },
     OpEnd,
     End,
+    /// The thread spawns replayed thread `child` (a spawn marker): the
+    /// child starts at this thread's clock.
+    Spawn {
+        child: u32,
+    },
+    /// The thread waited for replayed thread `thread` to end (a join
+    /// marker): it goes on from that end, or from its own clock if later.
+    Join {
+        thread: u32,
+    },
     /// Counted, costs nothing (regions, markers, thread starts).
     Other,
 }
@@ -291,6 +304,9 @@ impl Ev {
 
 #[derive(Clone, Debug)]
 struct Thread {
+    /// The trace's id of the thread.
+    tid: u32,
+    started_at: u64,
     clock: u64,
     /// When every write issued since the last fence is accepted.
     persisted_at: u64,
@@ -310,12 +326,19 @@ struct Thread {
     parts: [u64; PARTS],
     started: bool,
     live: bool,
+    /// Neither live nor done: it waits for its spawn to be replayed, or for
+    /// the end of a thread it joins ([`Contention::joins`]).
+    held: bool,
+    /// Its end is replayed (and nothing of a successor with its id queued).
+    done: bool,
     queue: VecDeque<Ev>,
 }
 
 impl Default for Thread {
     fn default() -> Thread {
         Thread {
+            tid: 0,
+            started_at: 0,
             clock: 0,
             persisted_at: 0,
             fence_wait: 0,
@@ -329,6 +352,8 @@ impl Default for Thread {
             parts: [0; PARTS],
             started: false,
             live: false,
+            held: false,
+            done: false,
             queue: VecDeque::new(),
         }
     }
@@ -404,6 +429,8 @@ pub struct ThreadTime {
     pub events: u64,
     /// Completed outermost operations.
     pub ops: u64,
+    /// The clock it started at (its creator's, see [`Contention::push`]).
+    pub start_ns: f64,
     /// The thread's clock at its last event.
     pub end_ns: f64,
     /// Time its fences waited for its writes to be accepted.
@@ -488,6 +515,15 @@ pub struct Contention {
     /// end, kept in a serialized trace only: there, the thread that started
     /// the next one to start (see [`Contention::push`]).
     last: Option<usize>,
+    /// The threads held at a join, each with the thread it waits for.
+    joins: Vec<(usize, usize)>,
+    /// Per trace thread id, the replayed thread it names now ([`NO_SLOT`]:
+    /// none yet): a thread's own index unless its id was reused while the
+    /// replay still held its predecessor (see [`Contention::push`]).
+    slots: Vec<u32>,
+    /// Per trace thread id, the replayed thread it named at its latest end
+    /// ([`NO_SLOT`]: none): what a join marker naming the id waits for.
+    ended: Vec<u32>,
     /// The trace's regions as recorded so far (for the parts' categories).
     regions: RegionMap,
     cpu: Option<CpuCosts>,
@@ -558,6 +594,9 @@ impl Contention {
             now: 0,
             serialized: false,
             last: None,
+            joins: Vec::new(),
+            slots: Vec::new(),
+            ended: Vec::new(),
             regions: RegionMap::default(),
             cpu: None,
         })
@@ -598,36 +637,109 @@ impl Contention {
 
     /// The next event of the trace (recorded order), of thread `tid`.
     ///
-    /// A thread that starts begins at the clock of the latest event
-    /// replayed. In a trace whose tracer ran one thread at a time
-    /// (Valgrind's: PMDK's traces) it begins at the clock its creator had
-    /// then instead: the thread of the latest event recorded before the start
-    /// (other than a start or an end), once that thread's held-back events
-    /// are replayed. There the latest event replayed can lie far behind: a
-    /// thread idle from start to end (a timer thread of the program's) holds
-    /// back every other one, so a Larson thread would run beside the thread
-    /// that spawned it at its end, not after it, and the workers beside the
-    /// main thread's set-up. pmsim's own tracer records threads that run at
-    /// once in no such order, and reuses a thread's id for its successor.
+    /// A thread that a spawn marker ([`SPAWN_MARKER`]) names starts when the
+    /// marker is replayed, at its creator's clock, and a thread that a join
+    /// marker ([`JOIN_MARKER`]) says waited for another goes on from that
+    /// thread's end: until then neither holds the other threads back. Both
+    /// come from a tracer that runs one thread at a time (Valgrind's: PMDK's
+    /// traces), whose order says neither.
+    ///
+    /// Any other thread starts at the clock of the latest event replayed,
+    /// or, in a trace of one thread at a time, at the clock of its guessed
+    /// creator: the thread of the latest event recorded before the start
+    /// (other than a start or an end), which is often a thread that ran
+    /// between the creator's last event and the spawn. In such a trace the
+    /// latest event replayed can lie far behind: a thread idle from start to
+    /// end (a timer thread of the program's) holds back every other one, so
+    /// a Larson thread would run beside the thread that spawned it at its
+    /// end, not after it, and the workers beside the main thread's set-up.
+    /// pmsim's own tracer records threads that run at once in no such order,
+    /// and reuses a thread's id for its successor.
+    ///
+    /// A thread id names one thread at a time, but a replayed thread may end
+    /// after its id's next thread started (Valgrind reuses the id of a thread
+    /// that ended): each spawned thread is a replayed thread of its own
+    /// ([`Contention::slots`]).
     #[inline]
     pub fn push(&mut self, tid: u32, ev: &Event<'_>) {
-        let t = tid as usize;
-        if t >= self.threads.len() || !self.threads[t].started {
-            self.start(t);
+        let t = self.slot(tid);
+        if !self.threads[t].started {
+            self.start(t, self.last);
         }
-        if self.serialized && !matches!(ev, Event::ThreadStart | Event::ThreadEnd) {
-            self.last = Some(t);
-        }
-        if self.regions.apply(ev) {
-            return self.push_ev(t, Ev::Other);
-        }
-        let ev = Ev::of(ev, &self.regions);
+        let ev = match *ev {
+            Event::Marker { id, label } if label == SPAWN_MARKER => Ev::Spawn { child: self.spawned(id as u32) },
+            Event::Marker { id, label } if label == JOIN_MARKER => match self.ended.get(id as usize) {
+                Some(&x) if x != NO_SLOT => Ev::Join { thread: x },
+                _ => Ev::Other,
+            },
+            _ => {
+                if let Event::ThreadEnd = ev {
+                    self.set_ended(tid, t);
+                }
+                if self.serialized && !matches!(ev, Event::ThreadStart | Event::ThreadEnd) {
+                    self.last = Some(t);
+                }
+                if self.regions.apply(ev) {
+                    Ev::Other
+                } else {
+                    Ev::of(ev, &self.regions)
+                }
+            }
+        };
         self.push_ev(t, ev)
+    }
+
+    /// A new replayed thread for trace thread `tid`, named by a spawn marker:
+    /// started, so that its events queue, and held until the spawn is
+    /// replayed.
+    #[cold]
+    fn spawned(&mut self, tid: u32) -> u32 {
+        let c = self.new_slot(tid);
+        let th = &mut self.threads[c];
+        th.started = true;
+        th.held = true;
+        c as u32
+    }
+
+    /// Thread `t`, named `tid` in the trace, ends (recorded; its replay may
+    /// come later): what a later join marker naming `tid` waits for.
+    #[cold]
+    fn set_ended(&mut self, tid: u32, t: usize) {
+        if self.ended.len() <= tid as usize {
+            self.ended.resize(tid as usize + 1, NO_SLOT);
+        }
+        self.ended[tid as usize] = t as u32;
+    }
+
+    /// The replayed thread trace thread `tid` now names (a new one the
+    /// first time).
+    #[inline(always)]
+    fn slot(&mut self, tid: u32) -> usize {
+        match self.slots.get(tid as usize) {
+            Some(&s) if s != NO_SLOT => s as usize,
+            _ => self.new_slot(tid),
+        }
+    }
+
+    /// A new replayed thread for trace thread `tid`, from now on what it names.
+    #[cold]
+    fn new_slot(&mut self, tid: u32) -> usize {
+        let t = self.threads.len();
+        if self.slots.len() <= tid as usize {
+            self.slots.resize(tid as usize + 1, NO_SLOT);
+        }
+        self.slots[tid as usize] = t as u32;
+        self.threads.push(Thread { tid, ..Thread::default() });
+        if self.scope == Scope::Thread {
+            self.trackers.push(Tracker::default());
+        }
+        t
     }
 
     #[inline]
     fn push_ev(&mut self, t: usize, ev: Ev) {
-        if self.threads[t].queue.is_empty() && self.is_lowest(t) {
+        let th = &self.threads[t];
+        if th.queue.is_empty() && !th.held && self.is_lowest(t) && !self.blocks(t, ev) {
             self.exec(t, ev);
             if self.buffered > 0 {
                 self.run(false);
@@ -639,28 +751,78 @@ impl Contention {
         }
     }
 
-    /// Starts thread `t` at the clock of its creator in a serialized trace
-    /// (see [`Contention::push`]), else of the latest event replayed.
+    /// Whether `ev`, thread `t`'s next event, must wait: a join of a thread
+    /// whose end is not replayed yet. Then `t` is held until that end.
+    #[inline(always)]
+    fn blocks(&mut self, t: usize, ev: Ev) -> bool {
+        match ev {
+            Ev::Join { thread } if !self.threads[thread as usize].done => {
+                self.hold(t, thread as usize);
+                true
+            }
+            _ => false,
+        }
+    }
+
     #[cold]
-    fn start(&mut self, t: usize) {
-        let creator = self.last.filter(|&c| c != t && self.threads[c].live);
-        let clock = match creator {
+    fn hold(&mut self, t: usize, joined: usize) {
+        let th = &mut self.threads[t];
+        th.held = true;
+        th.live = false;
+        self.live.retain(|&o| o as usize != t);
+        self.joins.push((t, joined));
+    }
+
+    /// Thread `x` ended: the threads held at a join of it go on.
+    #[cold]
+    fn wake_joiners(&mut self, x: usize) {
+        let end = self.threads[x].clock;
+        let mut i = 0;
+        while i < self.joins.len() {
+            if self.joins[i].1 != x {
+                i += 1;
+                continue;
+            }
+            let (j, _) = self.joins.swap_remove(i);
+            self.go_on(j, end);
+        }
+    }
+
+    /// Held thread `t` goes on, live, from `clock` or its own if later.
+    fn go_on(&mut self, t: usize, clock: u64) {
+        let th = &mut self.threads[t];
+        if th.clock < clock {
+            th.parts[WAIT] += clock - th.clock;
+            th.clock = clock;
+        }
+        th.held = false;
+        th.live = true;
+        self.live.push(t as u32);
+    }
+
+    /// Starts thread `t` at the clock of `creator` if it is another live
+    /// thread (see [`Contention::push`]), else of the latest event replayed.
+    #[cold]
+    fn start(&mut self, t: usize, creator: Option<usize>) {
+        let clock = match creator.filter(|&c| c != t && self.threads[c].live) {
             Some(c) => {
                 self.settle(c);
                 self.threads[c].clock
             }
             None => self.now,
         };
-        if t >= self.threads.len() {
-            self.threads.resize_with(t + 1, Thread::default);
-            if self.scope == Scope::Thread {
-                self.trackers.resize_with(t + 1, Tracker::default);
-            }
-        }
+        self.begin(t, clock);
+    }
+
+    /// Thread `t` begins, live, at `clock`.
+    fn begin(&mut self, t: usize, clock: u64) {
         let th = &mut self.threads[t];
         th.started = true;
         th.live = true;
+        th.held = false;
+        th.done = false;
         th.clock = clock;
+        th.started_at = clock;
         th.persisted_at = clock;
         th.nt_line = NO_LINE;
         self.live.push(t as u32);
@@ -682,9 +844,7 @@ impl Contention {
     /// Replays held-back events, forced where need be, until thread `t`
     /// has none.
     fn settle(&mut self, t: usize) {
-        while !self.threads[t].queue.is_empty() {
-            self.step(true);
-        }
+        while !self.threads[t].queue.is_empty() && self.step(true) {}
     }
 
     /// Replays one held-back event: the lowest-clock live thread's, or (with
@@ -700,7 +860,9 @@ impl Contention {
         if !(force || self.buffered > self.reorder) {
             return false;
         }
-        let k = self.lowest(|th| !th.queue.is_empty()).expect("held-back events belong to some thread");
+        let Some(k) = self.lowest(|th| !th.queue.is_empty()) else {
+            return self.release_all();
+        };
         let ck = self.threads[k].clock;
         for &o in &self.live {
             let th = &mut self.threads[o as usize];
@@ -726,10 +888,36 @@ impl Contention {
         }
         // Ended threads never hold events back, but a thread may end and
         // have events queued after its end (a reused id): still replay them.
-        best.map(|b| b.1).or_else(|| self.threads.iter().position(&f).filter(|&t| !self.threads[t].queue.is_empty()))
+        best.map(|b| b.1).or_else(|| self.threads.iter().position(|th| f(th) && !th.held && !th.queue.is_empty()))
+    }
+
+    /// Every held thread with events goes on (at its own clock, or if it
+    /// never started, at the latest event's): when only held threads have
+    /// events, what they wait for is not in the trace (a join of a thread
+    /// whose end was cut off). False when there are none.
+    #[cold]
+    fn release_all(&mut self) -> bool {
+        let held: Vec<usize> =
+            (0..self.threads.len()).filter(|&t| self.threads[t].held && !self.threads[t].queue.is_empty()).collect();
+        for &t in &held {
+            let joiner = self.joins.iter().any(|&(j, _)| j == t);
+            self.joins.retain(|&(j, _)| j != t);
+            if joiner {
+                // The join it waits at is given up.
+                self.threads[t].queue[0] = Ev::Other;
+                self.go_on(t, 0);
+            } else {
+                self.begin(t, self.now);
+            }
+        }
+        !held.is_empty()
     }
 
     fn pop_exec(&mut self, t: usize) {
+        let next = *self.threads[t].queue.front().expect("a thread with events");
+        if self.blocks(t, next) {
+            return;
+        }
         let ev = self.threads[t].queue.pop_front().expect("a thread with events");
         self.buffered -= 1;
         self.exec(t, ev);
@@ -858,7 +1046,11 @@ impl Contention {
                 if th.queue.is_empty() {
                     th.live = false;
                     th.started = false;
+                    th.done = true;
                     self.live.retain(|&o| o as usize != t);
+                    if !self.joins.is_empty() {
+                        self.wake_joiners(t);
+                    }
                 } else {
                     // Events of a successor with this id came in before this
                     // end was replayed (pmsim's tracer reuses an id: Larson's
@@ -869,6 +1061,17 @@ impl Contention {
                     th.persisted_at = th.clock;
                 }
                 part
+            }
+            Ev::Spawn { child } => {
+                let clock = self.threads[t].clock;
+                self.begin(child as usize, clock);
+                STORES
+            }
+            Ev::Join { thread } => {
+                let end = self.threads[thread as usize].clock;
+                let th = &mut self.threads[t];
+                th.clock = th.clock.max(end);
+                WAIT
             }
             Ev::Other => STORES,
         }
@@ -984,9 +1187,10 @@ impl Contention {
             .map(|t| {
                 let th = &self.threads[t];
                 ThreadTime {
-                    tid: t as u32,
+                    tid: th.tid,
                     events: th.events,
                     ops: th.ops,
+                    start_ns: ns(th.started_at),
                     end_ns: ns(th.clock),
                     fence_wait_ns: ns(th.fence_wait),
                     reflushes: th.reflushes,
@@ -1353,6 +1557,112 @@ mod tests {
         // Without the order's meaning, the idle thread holds every other
         // back, and the threads start at the clock replayed last: together.
         assert!(builtin.makespan_ns < 1.5 * one, "{builtin:?}");
+    }
+
+    /// A Valgrind trace: the main thread sets up, then spawns two workers
+    /// with spawn markers (or without, `marked` false); the first worker
+    /// runs to its end before the second is spawned (Valgrind ran it while
+    /// the main thread waited). With `reuse` the second worker gets the
+    /// first's id, as Valgrind reuses it.
+    fn spawned_workers(marked: bool, reuse: bool) -> ContentionReport {
+        let mut c = Contention::new(&Config::default()).unwrap();
+        c.set_header(&TraceHeader { tracer: pmsim_traces::Tracer::Valgrind, ..TraceHeader::default() });
+        c.push(0, &Event::ThreadStart);
+        for i in 0..10 {
+            op(&mut c, 0, i * 4096);
+        }
+        let second = if reuse { 1 } else { 2 };
+        for (w, base) in [(1u32, 1000u64), (second, 2000)] {
+            if marked {
+                c.push(0, &Event::Marker { id: w.into(), label: SPAWN_MARKER });
+            }
+            c.push(w, &Event::ThreadStart);
+            for i in 0..50 {
+                op(&mut c, w, (base + i) * 4096);
+            }
+            c.push(w, &Event::ThreadEnd);
+        }
+        c.push(0, &Event::ThreadEnd);
+        c.report()
+    }
+
+    #[test]
+    fn a_spawned_thread_starts_where_its_creator_was_not_the_thread_that_ran_last() {
+        let (set_up, one) = {
+            let mut alone = Contention::new(&Config::default()).unwrap();
+            for i in 0..10 {
+                op(&mut alone, 0, i * 4096);
+            }
+            let set_up = alone.report().makespan_ns;
+            let mut alone = Contention::new(&Config::default()).unwrap();
+            for i in 0..50 {
+                op(&mut alone, 0, i * 4096);
+            }
+            (set_up, alone.report().makespan_ns)
+        };
+        for reuse in [false, true] {
+            // The workers run side by side after the set-up.
+            let r = spawned_workers(true, reuse);
+            assert!((r.makespan_ns - (set_up + one)).abs() < 0.15 * one, "reuse {reuse}: {r:?}");
+            let workers: Vec<u32> = r.threads.iter().filter(|t| t.events > 100).map(|t| t.tid).collect();
+            assert_eq!(workers, [1, if reuse { 1 } else { 2 }], "each worker is a thread of its own: {r:?}");
+        }
+        // Guessed from the latest event's thread, the second worker follows
+        // the first.
+        let guessed = spawned_workers(false, false);
+        assert!(guessed.makespan_ns > set_up + 1.8 * one, "{guessed:?}");
+    }
+
+    /// A Valgrind trace of Larson's shape: the main thread spawns two
+    /// keepers, and each keeper spawns a generation of 50 operations, waits
+    /// for its end, then spawns the next (Valgrind gives it the ended one's
+    /// id). With `joins` the keepers record join markers.
+    fn generations(joins: bool) -> ContentionReport {
+        let mut c = Contention::new(&Config::default()).unwrap();
+        c.set_header(&TraceHeader { tracer: pmsim_traces::Tracer::Valgrind, ..TraceHeader::default() });
+        let spawn = |c: &mut Contention, parent: u32, child: u32| {
+            c.push(parent, &Event::Marker { id: child.into(), label: SPAWN_MARKER });
+            c.push(child, &Event::ThreadStart);
+        };
+        c.push(0, &Event::ThreadStart);
+        spawn(&mut c, 0, 1);
+        spawn(&mut c, 0, 2);
+        for gen in 0..2u64 {
+            for (keeper, child) in [(1u32, 3u32), (2, 4)] {
+                spawn(&mut c, keeper, child);
+                for i in 0..50 {
+                    op(&mut c, child, ((child as u64 * 10 + gen) * 100 + i) * 4096);
+                }
+                c.push(child, &Event::ThreadEnd);
+                if joins {
+                    c.push(keeper, &Event::Marker { id: child.into(), label: JOIN_MARKER });
+                }
+            }
+        }
+        for keeper in [1, 2] {
+            c.push(keeper, &Event::ThreadEnd);
+            c.push(0, &Event::Marker { id: keeper.into(), label: JOIN_MARKER });
+        }
+        c.push(0, &Event::ThreadEnd);
+        c.report()
+    }
+
+    #[test]
+    fn a_thread_that_joins_goes_on_from_the_joined_threads_end() {
+        let mut alone = Contention::new(&Config::default()).unwrap();
+        for i in 0..50 {
+            op(&mut alone, 0, i * 4096);
+        }
+        let one = alone.report().makespan_ns;
+        // The keepers' chains run side by side, each generation after the
+        // one before; the main thread ends after both chains.
+        let joined = generations(true);
+        assert!((joined.makespan_ns - 2.0 * one).abs() < 0.2 * one, "{joined:?}");
+        assert!((joined.threads[0].end_ns - joined.makespan_ns).abs() < 1e-6, "{joined:?}");
+        assert_eq!(joined.forced, 0, "a keeper waiting at a join holds nothing back: {joined:?}");
+        // Without the joins every generation starts with its keeper's start.
+        let unjoined = generations(false);
+        assert!(unjoined.makespan_ns < 1.4 * one, "{unjoined:?}");
     }
 
     /// Two operations per iteration, each storing, flushing and fencing one

@@ -60,6 +60,12 @@
 #define PMT_VERSION 3
 /* Preamble flag: stores carry their value bytes (needed for crash states). */
 #define PMT_FLAG_VALUES 1u
+/* The label of the marker recorded on a thread as it creates another (id: the
+ * new thread's id), by a tracer that runs one thread at a time (FORMAT.md). */
+#define PMT_SPAWN_MARKER "thread:spawn"
+/* The label of the marker recorded on a thread that waited for another to end
+ * (id: that thread's id), where the program says so (FORMAT.md). */
+#define PMT_JOIN_MARKER "thread:join"
 /* Raw payload size at which blocks are cut, as in the Rust writer. */
 #define PMT_DEFAULT_BLOCK_SIZE ((size_t)128 << 10)
 /* The largest header and block payload a reader accepts (16 MiB). */

@@ -204,6 +204,19 @@ pub enum Event<'a> {
     },
 }
 
+/// The label of the marker a tracer that runs one thread at a time records
+/// on a thread as it creates another (the marker's id is the new thread's
+/// id), just before the new thread's start: in such a trace the thread of the
+/// latest event is not always the creator (`traces/FORMAT.md`).
+pub const SPAWN_MARKER: &str = "thread:spawn";
+
+/// The label of the marker recorded on a thread that waited for another to
+/// end (the marker's id is the other thread's id), by a tracer that runs one
+/// thread at a time, where the program says so: a thread waiting in a join
+/// records nothing, so the trace alone cannot show the wait
+/// (`traces/FORMAT.md`).
+pub const JOIN_MARKER: &str = "thread:join";
+
 /// The number of distinct event kinds, for per-kind counters.
 pub const EVENT_KINDS: usize = 12;
 

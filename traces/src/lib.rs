@@ -27,7 +27,9 @@ pub mod writer;
 pub use decode::{BlockDecoder, Visit};
 pub use encode::EncodeError;
 pub use error::{ErrorKind, TraceError};
-pub use event::{line_of, Category, Event, FenceKind, FlushKind, OpKind, OwnedEvent, Record, LINE};
+pub use event::{
+    line_of, Category, Event, FenceKind, FlushKind, OpKind, OwnedEvent, Record, JOIN_MARKER, LINE, SPAWN_MARKER,
+};
 pub use header::{Component, HeapInfo, Region, TraceHeader, Tracer};
 pub use reader::{Block, TraceReader, TraceTotals};
 pub use regions::RegionMap;

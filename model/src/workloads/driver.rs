@@ -14,6 +14,7 @@ use super::rng::{mix, Rng};
 use super::series::{Every, Series};
 use super::WorkloadError;
 use crate::alloc::{AllocThread, Allocator, Footprint, SlabUtilization};
+use crate::pmtrace;
 use serde::Serialize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -243,13 +244,17 @@ impl<'a, A: Allocator> Shared<'a, A> {
                     let f = &f;
                     std::thread::Builder::new()
                         .name(format!("{}-{tid}", self.workload))
-                        .spawn_scoped(s, move || self.guard(tid, || f(tid)))
+                        .spawn_scoped(s, move || {
+                            let traced = pmtrace::thread_id();
+                            self.guard(tid, || f(tid));
+                            traced
+                        })
                         .expect("cannot spawn a workload thread")
                 })
                 .collect();
             for h in handles {
                 // `guard` caught panics already; a join error cannot happen.
-                let _ = h.join();
+                joined(h.join());
             }
         });
         // A handle no worker took (a thread that failed first) ends here,
@@ -770,5 +775,13 @@ impl Slots {
             w.free(self.base)?;
         }
         Ok(())
+    }
+}
+
+/// Tells the Valgrind tool (if it runs the program) that this thread joined
+/// the one whose [`pmtrace::thread_id`] the join returned.
+pub(crate) fn joined(join: std::thread::Result<Option<u32>>) {
+    if let Ok(Some(tid)) = join {
+        pmtrace::joined(tid);
     }
 }

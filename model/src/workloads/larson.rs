@@ -18,10 +18,11 @@
 //! Throughput counts the rounds only: the initial fill and the final
 //! teardown are outside the measured phase.
 
-use super::driver::{thread_anchor, Shared, Slots};
+use super::driver::{joined, thread_anchor, Shared, Slots};
 use super::rng::Rng;
 use super::{Scale, WorkloadError};
 use crate::alloc::Allocator;
+use crate::pmtrace;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
@@ -121,7 +122,8 @@ pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadE
             // made here as it is spawned; this thread only waits for it.
             sh.prepare(tid);
             std::thread::scope(|s| {
-                s.spawn(|| {
+                let generation = s.spawn(|| {
+                    let traced = pmtrace::thread_id();
                     sh.guard(tid, || {
                         let mut o = owned[tid as usize].lock().unwrap();
                         let o = &mut *o;
@@ -147,8 +149,10 @@ pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadE
                         })();
                         std::mem::swap(&mut w.rng, &mut o.rng);
                         r
-                    })
+                    });
+                    traced
                 });
+                joined(generation.join());
             });
             if sh.aborted() {
                 return Err(WorkloadError::Aborted);
