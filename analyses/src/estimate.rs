@@ -30,9 +30,17 @@ pub fn cpu_ns(r: &Row) -> Option<f64> {
     r.num(CPU_TOTAL)
 }
 
-/// The simulator's persist time per operation (ns), one thread, no contention.
+/// The simulator's persist time per operation (ns), one thread, no
+/// contention: of the run without its setup (heap creation and close, which
+/// a benchmark does not time; a short run's one-time costs would otherwise
+/// outweigh its operations), or of the whole run in rows that predate it.
 pub fn persist_ns(r: &Row) -> Option<f64> {
-    r.num(PERSIST_PER_OP)
+    r.num(STEADY_PER_OP).or_else(|| r.num(PERSIST_PER_OP))
+}
+
+/// The operations [`persist_ns`] is per.
+fn persist_ops(r: &Row) -> Option<f64> {
+    r.num(STEADY_OPS).or_else(|| r.num(SIM_OPS))
 }
 
 /// Estimated time per operation (ns) of a one-thread point: CPU + persist.
@@ -55,7 +63,7 @@ pub fn run_ns(r: &Row) -> Option<f64> {
     if let Some(x) = r.num(EST_CPU_MAKESPAN) {
         return Some(x);
     }
-    (r.point.threads == 1).then(|| Some(summed_ns(r)? * r.num(SIM_OPS)?)).flatten()
+    (r.point.threads == 1).then(|| Some(summed_ns(r)? * persist_ops(r)?)).flatten()
 }
 
 /// Operations per second on the CPU alone: every thread busy with its

@@ -122,6 +122,13 @@ fields! {
     PERSIST_TOTAL = Sim "/overall/persist_ns/total" Always,
     /// Estimated persist time per operation (null without operations).
     PERSIST_PER_OP = Sim "/overall/persist_ns_per_op" OrNull,
+    /// … of the run without its setup operations (heap creation, close,
+    /// recovery), per operation but those: what throughput estimates use
+    /// (absent from the rows of versions before it, null without
+    /// operations).
+    STEADY_PER_OP = Sim "/steady/persist_ns_per_op" Some,
+    /// Operations begun but the setup ones.
+    STEADY_OPS = Sim "/steady/ops" Some,
     /// Media bytes / bytes written to the DIMMs.
     WRITE_AMPLIFICATION = Sim "/pm/write_amplification" Always,
     /// Estimated operations per second with the threads contending for the

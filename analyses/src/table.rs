@@ -191,10 +191,10 @@ pub fn headline(rows: &[Row]) -> Table {
     t
 }
 
-/// Estimated persist time per operation of the whole run, as the simulator
-/// derived it (`None` without operations).
+/// Estimated persist time per operation, as the estimates use it
+/// ([`crate::estimate::persist_ns`]: without the heap's setup and close).
 pub fn per_op(r: &Row) -> Option<f64> {
-    r.num(PERSIST_PER_OP)
+    crate::estimate::persist_ns(r)
 }
 
 pub fn write_csv(rows: &[Row], w: &mut dyn Write) -> io::Result<()> {

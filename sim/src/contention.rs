@@ -266,6 +266,7 @@ enum Ev {
     },
     OpBegin {
         code: u8,
+        setup: bool,
     },
     OpEnd,
     End,
@@ -294,7 +295,7 @@ impl Ev {
             Event::Flush { kind, line } => Ev::Flush { line: line & !63, kind, cat: cat(line) },
             Event::Fence { .. } => Ev::Fence,
             Event::NtStore { addr, size, .. } => Ev::Nt { addr, size, cat: cat(addr) },
-            Event::OpBegin { op, .. } => Ev::OpBegin { code: op.code().min(255) as u8 },
+            Event::OpBegin { op, .. } => Ev::OpBegin { code: op.code().min(255) as u8, setup: op.is_setup() },
             Event::OpEnd { .. } => Ev::OpEnd,
             Event::ThreadEnd => Ev::End,
             _ => Ev::Other,
@@ -307,6 +308,10 @@ struct Thread {
     /// The trace's id of the thread.
     tid: u32,
     started_at: u64,
+    /// Inside a setup operation ([`pmsim_traces::OpKind::is_setup`]), and the time spent
+    /// in them: not part of the run's operations.
+    in_setup: bool,
+    setup: u64,
     clock: u64,
     /// When every write issued since the last fence is accepted.
     persisted_at: u64,
@@ -339,6 +344,8 @@ impl Default for Thread {
         Thread {
             tid: 0,
             started_at: 0,
+            in_setup: false,
+            setup: 0,
             clock: 0,
             persisted_at: 0,
             fence_wait: 0,
@@ -463,8 +470,15 @@ pub struct ContentionReport {
     pub threads: Vec<ThreadTime>,
     /// The latest thread clock: the estimated run time.
     pub makespan_ns: f64,
-    /// Completed outermost operations, all threads.
+    /// Time the threads spent in setup operations (heap creation, close,
+    /// recovery: [`pmsim_traces::OpKind::is_setup`]). They run before the other threads
+    /// start and after they end, so the run's operations take the makespan
+    /// less this.
+    pub setup_ns: f64,
+    /// Completed outermost operations, all threads, but the setup ones.
     pub ops: u64,
+    /// `ops` over the makespan without the setup: what a benchmark that
+    /// times its operations measures.
     pub ops_per_s: f64,
     /// Bytes the memory controller wrote to the DIMMs.
     pub write_bytes: u64,
@@ -933,6 +947,9 @@ impl Contention {
         if part < PARTS {
             th.parts[part] += th.clock - before;
         }
+        if th.in_setup {
+            th.setup += th.clock - before;
+        }
     }
 
     /// [`Contention::exec`]'s work: returns the part the time goes to.
@@ -1015,8 +1032,11 @@ impl Contention {
                 self.threads[t].pending_cat = cat;
                 cat as usize
             }
-            Ev::OpBegin { code } => {
+            Ev::OpBegin { code, setup } => {
                 let th = &mut self.threads[t];
+                if th.depth == 0 {
+                    th.in_setup = setup;
+                }
                 if th.depth == 0 && self.cpu.is_some() {
                     // The CPU's work: inside this operation, and the
                     // workload's own before it.
@@ -1035,7 +1055,10 @@ impl Contention {
                 let th = &mut self.threads[t];
                 if th.depth > 0 {
                     th.depth -= 1;
-                    th.ops += (th.depth == 0) as u64;
+                    if th.depth == 0 {
+                        th.ops += !th.in_setup as u64;
+                        th.in_setup = false;
+                    }
                 }
                 STORES
             }
@@ -1222,11 +1245,14 @@ impl Contention {
         let write_bytes = 64 * counters.iter().map(|k| k.writes).sum::<u64>();
         let media_write_bytes = self.xpline * counters.iter().map(|k| k.media_writes).sum::<u64>();
         let per_s = |x: u64| if makespan == 0 { 0.0 } else { x as f64 / (makespan as f64 * 1e-12) };
+        let setup = self.threads.iter().map(|t| t.setup).sum::<u64>().min(makespan);
+        let steady = makespan - setup;
         ContentionReport {
             events: threads.iter().map(|t| t.events).sum(),
             makespan_ns: ns(makespan),
+            setup_ns: ns(setup),
             ops,
-            ops_per_s: per_s(ops),
+            ops_per_s: if steady == 0 { 0.0 } else { ops as f64 / (steady as f64 * 1e-12) },
             write_bytes,
             write_gb_per_s: per_s(write_bytes) / 1e9,
             media_write_bytes,
@@ -1249,7 +1275,13 @@ pub fn write_text(r: &ContentionReport, out: &mut impl io::Write) -> io::Result<
         "  makespan    {:>14.0} ns   ({} events, {} replayed past a blocked thread)",
         r.makespan_ns, r.events, r.forced
     )?;
-    writeln!(out, "  operations  {:>14}      {:.3} M ops/s estimated", r.ops, r.ops_per_s / 1e6)?;
+    writeln!(
+        out,
+        "  operations  {:>14}      {:.3} M ops/s estimated (without {:.0} ns of heap setup and close)",
+        r.ops,
+        r.ops_per_s / 1e6,
+        r.setup_ns
+    )?;
     writeln!(
         out,
         "  writes      {:>14} B    {:.2} GB/s; media {} B, write amplification {:.3}",
@@ -1663,6 +1695,32 @@ mod tests {
         // Without the joins every generation starts with its keeper's start.
         let unjoined = generations(false);
         assert!(unjoined.makespan_ns < 1.4 * one, "{unjoined:?}");
+    }
+
+    #[test]
+    fn the_heaps_setup_and_close_are_not_the_runs_operations() {
+        use pmsim_traces::OpKind;
+        let mut c = Contention::new(&Config::default()).unwrap();
+        let setup = |c: &mut Contention, op: OpKind, at: u64| {
+            c.push(0, &Event::OpBegin { op, arg: 0 });
+            for i in 0..20 {
+                self::op(c, 0, (at + i) * 4096);
+            }
+            c.push(0, &Event::OpEnd { op, result: 0 });
+        };
+        setup(&mut c, OpKind::Init, 0);
+        for i in 0..10 {
+            c.push(0, &Event::OpBegin { op: OpKind::Malloc, arg: 64 });
+            op(&mut c, 0, (100 + i) * 4096);
+            c.push(0, &Event::OpEnd { op: OpKind::Malloc, result: 0 });
+        }
+        setup(&mut c, OpKind::Close, 200);
+        let r = c.report();
+        assert_eq!(r.ops, 10, "{r:?}");
+        // Two setups of 20 flushes each around 10 operations of one.
+        assert!((r.setup_ns / r.makespan_ns - 0.8).abs() < 0.02, "{r:?}");
+        let steady = r.makespan_ns - r.setup_ns;
+        assert!((r.ops_per_s - 10.0 / (steady * 1e-9)).abs() < 1e-6 * r.ops_per_s, "{r:?}");
     }
 
     /// Two operations per iteration, each storing, flushing and fencing one

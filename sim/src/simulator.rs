@@ -891,10 +891,14 @@ impl Simulator {
     /// The report of a set of counters (the whole run's, or a window's).
     fn report_of(&self, k: &Counts<'_>, dirty_at_end: u64) -> Report {
         let mut overall = Counters::default();
+        let mut steady = Counters::default();
         let mut per_thread = vec![Counters::default(); self.threads.len()];
         let mut per_op = vec![Counters::default(); self.op_kinds.len()];
         for (c, &(t, o)) in k.ctx.iter().zip(&self.ctx_key) {
             overall.add(c);
+            if !self.op_kinds[o as usize].is_some_and(OpKind::is_setup) {
+                steady.add(c);
+            }
             per_thread[t as usize].add(c);
             per_op[o as usize].add(c);
         }
@@ -937,6 +941,7 @@ impl Simulator {
             eadr: self.cfg.eadr,
             reflush_only: self.cfg.reflush_only,
             overall: Stats::from_counters(&overall),
+            steady: Stats::from_counters(&steady),
             threads,
             regions,
             ops,

@@ -96,6 +96,13 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// Whether it sets a heap up or takes it down (creation, close,
+    /// recovery) rather than serving the program: once per run, outside
+    /// what a benchmark times.
+    pub fn is_setup(self) -> bool {
+        matches!(self, OpKind::Init | OpKind::Close | OpKind::Recovery)
+    }
+
     /// The operation's code (FORMAT.md): 0–7 for the named operations, ≥ 16 for `Other`.
     pub fn code(self) -> u64 {
         match self {

@@ -208,6 +208,31 @@ fn costs_go_to_the_innermost_open_operation_and_by_category() {
     assert_eq!(r.overall.persist_ns.total, 3.0 * regular + 93.0 + 10.0);
 }
 
+/// The heap's creation and close are not the program's operations: the
+/// steady figures leave them out, so that a short run's one-time costs do
+/// not count as its operations' (an exit-time write-back of a whole region).
+#[test]
+fn the_steady_figures_leave_out_the_heaps_setup_and_close() {
+    let mut evs = vec![OwnedEvent::OpBegin { op: OpKind::Init, arg: 0 }];
+    for i in 0..10 {
+        evs.extend(persist(BASE + i * 4096));
+    }
+    evs.push(OwnedEvent::OpEnd { op: OpKind::Init, result: 0 });
+    evs.push(OwnedEvent::OpBegin { op: OpKind::Malloc, arg: 64 });
+    evs.extend(persist(BASE + 64 * 4096));
+    evs.push(OwnedEvent::OpEnd { op: OpKind::Malloc, result: 64 });
+    evs.push(OwnedEvent::OpBegin { op: OpKind::Close, arg: 0 });
+    evs.extend(persist(BASE + 65 * 4096));
+    evs.push(OwnedEvent::OpEnd { op: OpKind::Close, result: 0 });
+    let r = run(&on(0, evs));
+    let malloc = r.op("malloc").unwrap();
+    assert_eq!((r.overall.ops, r.steady.ops), (3, 1));
+    assert_eq!(r.steady.flushes, 1);
+    assert_eq!(r.steady.persist_ns.total, malloc.persist_ns.total);
+    assert_eq!(r.steady.persist_ns_per_op, Some(malloc.persist_ns.total));
+    assert!(r.overall.persist_ns.total > 10.0 * r.steady.persist_ns.total, "{:?}", r.overall);
+}
+
 #[test]
 fn regions_added_and_removed_during_the_trace() {
     let log = 0x5000_0000u64;
