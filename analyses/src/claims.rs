@@ -1627,7 +1627,7 @@ pub fn figure_table(s: &[Scored], id: &str) -> Option<Table> {
 pub const EXPECTED: &[(&str, Verdict)] = {
     use Verdict::*;
     &[
-        ("abstract-small", Off),
+        ("abstract-small", Agrees),
         ("abstract-large", Off),
         ("abstract-memory", Agrees),
         ("abstract-fptree", Off),
@@ -1638,9 +1638,9 @@ pub const EXPECTED: &[(&str, Verdict)] = {
         ("reflush-latency", NotMeasured),
         ("fragmentation-peak", Off),
         ("random-metadata-writes", Off),
-        ("fig9-pmdk", Off),
+        ("fig9-pmdk", Agrees),
         ("fig9-nvm-malloc", Agrees),
-        ("fig9-pallocator", Off),
+        ("fig9-pallocator", Agrees),
         ("fig9-outperforms", Agrees),
         ("fig11a-flush-share", Agrees),
         ("fig11a-interleaved-meta", Off),
