@@ -36,6 +36,9 @@ pub fn select_points(tr: &CrashTrace, opts: &Options, end: bool) -> Vec<(u64, u3
                 let c = open.entry(op).or_default();
                 *c = c.saturating_sub(1);
             }
+            // The tracer's markers of thread spawns and joins leave a
+            // thread's marked stretch as it is.
+            Ev::Marker { label, .. } if pmsim_traces::is_thread_marker(&tr.labels[label as usize]) => {}
             Ev::Marker { tid, label } => {
                 let on = opts.marker.as_deref() == Some(tr.labels[label as usize].as_str());
                 let was = marked.insert(tid, on).unwrap_or(false);
@@ -72,7 +75,7 @@ mod tests {
         for (i, e) in events.into_iter().enumerate() {
             t.push(i as u64, e);
         }
-        t.labels = vec!["a".into(), "b".into()];
+        t.labels = vec!["a".into(), "b".into(), pmsim_traces::SPAWN_MARKER.into()];
         t
     }
 
@@ -86,6 +89,8 @@ mod tests {
             f,
             Ev::Marker { tid: 0, label: 0 },
             f,
+            // The tracer's spawn marker does not end the marked stretch.
+            Ev::Marker { tid: 0, label: 2 },
             Ev::OpBegin { tid: 1, op: OpKind::Morph, arg: 0 },
             f,
             Ev::OpEnd { tid: 1, op: OpKind::Morph, result: 0 },
@@ -101,7 +106,7 @@ mod tests {
         assert_eq!(pts(Options { every: 2, ..Options::default() }), [1, 3, 5]);
         assert_eq!(pts(Options { point: Some(4), ..Options::default() }), [4]);
         let end = select_points(&tr, &Options::default(), true);
-        assert_eq!(end.last(), Some(&(6, 12)), "the end of the trace, numbered after the last fence");
-        assert_eq!(select_points(&tr, &Options { point: Some(6), ..Options::default() }, true), [(6, 12)]);
+        assert_eq!(end.last(), Some(&(6, 13)), "the end of the trace, numbered after the last fence");
+        assert_eq!(select_points(&tr, &Options { point: Some(6), ..Options::default() }, true), [(6, 13)]);
     }
 }

@@ -224,6 +224,12 @@ pub const SPAWN_MARKER: &str = "thread:spawn";
 /// (`traces/FORMAT.md`).
 pub const JOIN_MARKER: &str = "thread:join";
 
+/// Whether a marker's label is one of the tracer's own about threads
+/// ([`SPAWN_MARKER`], [`JOIN_MARKER`]) rather than one the program set.
+pub fn is_thread_marker(label: &str) -> bool {
+    label == SPAWN_MARKER || label == JOIN_MARKER
+}
+
 /// The number of distinct event kinds, for per-kind counters.
 pub const EVENT_KINDS: usize = 12;
 
