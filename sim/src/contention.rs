@@ -536,8 +536,14 @@ pub struct Contention {
     /// replay still held its predecessor (see [`Contention::push`]).
     slots: Vec<u32>,
     /// Per trace thread id, the replayed thread it named at its latest end
-    /// ([`NO_SLOT`]: none): what a join marker naming the id waits for.
+    /// ([`NO_SLOT`]: none): what a join marker naming the id waits for,
+    /// unless the joiner spawned a thread of that id ([`Contention::spawns`]).
     ended: Vec<u32>,
+    /// Threads spawned and not joined yet: (creator, trace id, thread).
+    /// A join names the latest its joiner spawned with that id: the id may
+    /// have passed to a thread another one spawned, and ended too, before
+    /// the join was recorded.
+    spawns: Vec<(usize, u32, u32)>,
     /// The trace's regions as recorded so far (for the parts' categories).
     regions: RegionMap,
     cpu: Option<CpuCosts>,
@@ -611,6 +617,7 @@ impl Contention {
             joins: Vec::new(),
             slots: Vec::new(),
             ended: Vec::new(),
+            spawns: Vec::new(),
             regions: RegionMap::default(),
             cpu: None,
         })
@@ -681,10 +688,10 @@ impl Contention {
             self.start(t, self.last);
         }
         let ev = match *ev {
-            Event::Marker { id, label } if label == SPAWN_MARKER => Ev::Spawn { child: self.spawned(id as u32) },
-            Event::Marker { id, label } if label == JOIN_MARKER => match self.ended.get(id as usize) {
-                Some(&x) if x != NO_SLOT => Ev::Join { thread: x },
-                _ => Ev::Other,
+            Event::Marker { id, label } if label == SPAWN_MARKER => Ev::Spawn { child: self.spawned(t, id as u32) },
+            Event::Marker { id, label } if label == JOIN_MARKER => match self.joined(t, id as u32) {
+                Some(x) => Ev::Join { thread: x },
+                None => Ev::Other,
             },
             _ => {
                 if let Event::ThreadEnd = ev {
@@ -707,12 +714,24 @@ impl Contention {
     /// started, so that its events queue, and held until the spawn is
     /// replayed.
     #[cold]
-    fn spawned(&mut self, tid: u32) -> u32 {
+    fn spawned(&mut self, creator: usize, tid: u32) -> u32 {
         let c = self.new_slot(tid);
         let th = &mut self.threads[c];
         th.started = true;
         th.held = true;
+        self.spawns.push((creator, tid, c as u32));
         c as u32
+    }
+
+    /// The replayed thread a join marker on `t` naming trace thread `tid`
+    /// waits for: the latest `t` spawned with that id, else the thread the
+    /// id named at its latest end.
+    #[cold]
+    fn joined(&mut self, t: usize, tid: u32) -> Option<u32> {
+        if let Some(i) = self.spawns.iter().rposition(|&(c, id, _)| c == t && id == tid) {
+            return Some(self.spawns.remove(i).2);
+        }
+        self.ended.get(tid as usize).copied().filter(|&x| x != NO_SLOT)
     }
 
     /// Thread `t`, named `tid` in the trace, ends (recorded; its replay may
@@ -1695,6 +1714,54 @@ mod tests {
         // Without the joins every generation starts with its keeper's start.
         let unjoined = generations(false);
         assert!(unjoined.makespan_ns < 1.4 * one, "{unjoined:?}");
+    }
+
+    /// Keeper 1's generation (id 3) ends, keeper 2 spawns one that gets
+    /// id 3 too and runs twice as long, and only then is keeper 1's join
+    /// recorded: it waits for its own generation, not for the one that
+    /// holds the id now.
+    #[test]
+    fn a_join_waits_for_the_thread_its_joiner_spawned() {
+        let mut c = Contention::new(&Config::default()).unwrap();
+        c.set_header(&TraceHeader { tracer: pmsim_traces::Tracer::Valgrind, ..TraceHeader::default() });
+        let spawn = |c: &mut Contention, parent: u32, child: u32| {
+            c.push(parent, &Event::Marker { id: child.into(), label: SPAWN_MARKER });
+            c.push(child, &Event::ThreadStart);
+        };
+        let run = |c: &mut Contention, tid: u32, base: u64, n: u64| {
+            for i in 0..n {
+                op(c, tid, (base + i) * 4096);
+            }
+            c.push(tid, &Event::ThreadEnd);
+        };
+        let join = |c: &mut Contention, joiner: u32, id: u32| {
+            c.push(joiner, &Event::Marker { id: id.into(), label: JOIN_MARKER });
+        };
+        c.push(0, &Event::ThreadStart);
+        spawn(&mut c, 0, 1);
+        spawn(&mut c, 0, 2);
+        spawn(&mut c, 1, 3);
+        run(&mut c, 3, 1000, 50);
+        spawn(&mut c, 2, 3);
+        run(&mut c, 3, 2000, 100);
+        join(&mut c, 1, 3);
+        join(&mut c, 2, 3);
+        spawn(&mut c, 1, 4);
+        run(&mut c, 4, 3000, 50);
+        join(&mut c, 1, 4);
+        for k in [1, 2] {
+            c.push(k, &Event::ThreadEnd);
+            join(&mut c, 0, k);
+        }
+        c.push(0, &Event::ThreadEnd);
+        let r = c.report();
+        let mut alone = Contention::new(&Config::default()).unwrap();
+        for i in 0..50 {
+            op(&mut alone, 0, i * 4096);
+        }
+        let one = alone.report().makespan_ns;
+        // Keeper 1: two generations of 50; keeper 2: one of 100.
+        assert!((r.makespan_ns - 2.0 * one).abs() < 0.25 * one, "{r:?}");
     }
 
     #[test]
