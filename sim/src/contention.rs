@@ -308,8 +308,8 @@ struct Thread {
     /// The trace's id of the thread.
     tid: u32,
     started_at: u64,
-    /// Inside a setup operation ([`pmsim_traces::OpKind::is_setup`]), and the time spent
-    /// in them: not part of the run's operations.
+    /// Inside a setup operation ([`pmsim_traces::OpKind::is_setup`]), and
+    /// the time spent in them: not part of the run's operations.
     in_setup: bool,
     setup: u64,
     clock: u64,
@@ -471,9 +471,9 @@ pub struct ContentionReport {
     /// The latest thread clock: the estimated run time.
     pub makespan_ns: f64,
     /// Time the threads spent in setup operations (heap creation, close,
-    /// recovery: [`pmsim_traces::OpKind::is_setup`]). They run before the other threads
-    /// start and after they end, so the run's operations take the makespan
-    /// less this.
+    /// recovery: [`pmsim_traces::OpKind::is_setup`]). They run before the
+    /// other threads start and after they end, so the run's operations take
+    /// the makespan less this.
     pub setup_ns: f64,
     /// Completed outermost operations, all threads, but the setup ones.
     pub ops: u64,
@@ -532,8 +532,9 @@ pub struct Contention {
     /// The threads held at a join, each with the thread it waits for.
     joins: Vec<(usize, usize)>,
     /// Per trace thread id, the replayed thread it names now ([`NO_SLOT`]:
-    /// none yet): a thread's own index unless its id was reused while the
-    /// replay still held its predecessor (see [`Contention::push`]).
+    /// none yet): a new one for each thread a spawn marker names, as the
+    /// replay may still hold the id's previous thread (see
+    /// [`Contention::push`]).
     slots: Vec<u32>,
     /// Per trace thread id, the replayed thread it named at its latest end
     /// ([`NO_SLOT`]: none): what a join marker naming the id waits for,

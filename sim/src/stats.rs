@@ -493,10 +493,10 @@ pub struct Report {
     pub reflush_only: bool,
     pub overall: Stats,
     /// The run without its setup operations (heap creation, close,
-    /// recovery: [`pmsim_traces::OpKind::is_setup`]): what a benchmark times, and what
-    /// throughput estimates divide by. A one-time cost (an exit-time
-    /// write-back of a whole region) outweighs a short run's operations,
-    /// which the paper's runs have millions of.
+    /// recovery: [`pmsim_traces::OpKind::is_setup`]): what a benchmark
+    /// times, and what throughput estimates divide by. A one-time cost (an
+    /// exit-time write-back of a whole region) outweighs a short run's
+    /// operations, which the paper's runs have millions of.
     pub steady: Stats,
     pub threads: Vec<ThreadReport>,
     pub regions: Vec<RegionReport>,
