@@ -103,6 +103,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::io::{self, Read};
 
+mod threads;
+
 /// No line pending in a thread's write-combining buffer.
 const NO_LINE: u64 = u64::MAX;
 /// A trace thread id that names no replayed thread yet.
@@ -711,65 +713,6 @@ impl Contention {
         self.push_ev(t, ev)
     }
 
-    /// A new replayed thread for trace thread `tid`, named by a spawn marker:
-    /// started, so that its events queue, and held until the spawn is
-    /// replayed.
-    #[cold]
-    fn spawned(&mut self, creator: usize, tid: u32) -> u32 {
-        let c = self.new_slot(tid);
-        let th = &mut self.threads[c];
-        th.started = true;
-        th.held = true;
-        self.spawns.push((creator, tid, c as u32));
-        c as u32
-    }
-
-    /// The replayed thread a join marker on `t` naming trace thread `tid`
-    /// waits for: the latest `t` spawned with that id, else the thread the
-    /// id named at its latest end.
-    #[cold]
-    fn joined(&mut self, t: usize, tid: u32) -> Option<u32> {
-        if let Some(i) = self.spawns.iter().rposition(|&(c, id, _)| c == t && id == tid) {
-            return Some(self.spawns.remove(i).2);
-        }
-        self.ended.get(tid as usize).copied().filter(|&x| x != NO_SLOT)
-    }
-
-    /// Thread `t`, named `tid` in the trace, ends (recorded; its replay may
-    /// come later): what a later join marker naming `tid` waits for.
-    #[cold]
-    fn set_ended(&mut self, tid: u32, t: usize) {
-        if self.ended.len() <= tid as usize {
-            self.ended.resize(tid as usize + 1, NO_SLOT);
-        }
-        self.ended[tid as usize] = t as u32;
-    }
-
-    /// The replayed thread trace thread `tid` now names (a new one the
-    /// first time).
-    #[inline(always)]
-    fn slot(&mut self, tid: u32) -> usize {
-        match self.slots.get(tid as usize) {
-            Some(&s) if s != NO_SLOT => s as usize,
-            _ => self.new_slot(tid),
-        }
-    }
-
-    /// A new replayed thread for trace thread `tid`, from now on what it names.
-    #[cold]
-    fn new_slot(&mut self, tid: u32) -> usize {
-        let t = self.threads.len();
-        if self.slots.len() <= tid as usize {
-            self.slots.resize(tid as usize + 1, NO_SLOT);
-        }
-        self.slots[tid as usize] = t as u32;
-        self.threads.push(Thread { tid, ..Thread::default() });
-        if self.scope == Scope::Thread {
-            self.trackers.push(Tracker::default());
-        }
-        t
-    }
-
     #[inline]
     fn push_ev(&mut self, t: usize, ev: Ev) {
         let th = &self.threads[t];
@@ -783,83 +726,6 @@ impl Contention {
             self.buffered += 1;
             self.run(false);
         }
-    }
-
-    /// Whether `ev`, thread `t`'s next event, must wait: a join of a thread
-    /// whose end is not replayed yet. Then `t` is held until that end.
-    #[inline(always)]
-    fn blocks(&mut self, t: usize, ev: Ev) -> bool {
-        match ev {
-            Ev::Join { thread } if !self.threads[thread as usize].done => {
-                self.hold(t, thread as usize);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    #[cold]
-    fn hold(&mut self, t: usize, joined: usize) {
-        let th = &mut self.threads[t];
-        th.held = true;
-        th.live = false;
-        self.live.retain(|&o| o as usize != t);
-        self.joins.push((t, joined));
-    }
-
-    /// Thread `x` ended: the threads held at a join of it go on.
-    #[cold]
-    fn wake_joiners(&mut self, x: usize) {
-        let end = self.threads[x].clock;
-        let mut i = 0;
-        while i < self.joins.len() {
-            if self.joins[i].1 != x {
-                i += 1;
-                continue;
-            }
-            let (j, _) = self.joins.swap_remove(i);
-            self.go_on(j, end);
-        }
-    }
-
-    /// Held thread `t` goes on, live, from `clock` or its own if later.
-    fn go_on(&mut self, t: usize, clock: u64) {
-        let th = &mut self.threads[t];
-        if th.clock < clock {
-            th.parts[WAIT] += clock - th.clock;
-            th.clock = clock;
-        }
-        th.held = false;
-        th.live = true;
-        self.live.push(t as u32);
-    }
-
-    /// Starts thread `t` at the clock of `creator` if it is another live
-    /// thread (see [`Contention::push`]), else of the latest event replayed.
-    #[cold]
-    fn start(&mut self, t: usize, creator: Option<usize>) {
-        let clock = match creator.filter(|&c| c != t && self.threads[c].live) {
-            Some(c) => {
-                self.settle(c);
-                self.threads[c].clock
-            }
-            None => self.now,
-        };
-        self.begin(t, clock);
-    }
-
-    /// Thread `t` begins, live, at `clock`.
-    fn begin(&mut self, t: usize, clock: u64) {
-        let th = &mut self.threads[t];
-        th.started = true;
-        th.live = true;
-        th.held = false;
-        th.done = false;
-        th.clock = clock;
-        th.started_at = clock;
-        th.persisted_at = clock;
-        th.nt_line = NO_LINE;
-        self.live.push(t as u32);
     }
 
     /// Whether `t`'s clock is the lowest of the live threads.
@@ -923,28 +789,6 @@ impl Contention {
         // Ended threads never hold events back, but a thread may end and
         // have events queued after its end (a reused id): still replay them.
         best.map(|b| b.1).or_else(|| self.threads.iter().position(|th| f(th) && !th.held && !th.queue.is_empty()))
-    }
-
-    /// Every held thread with events goes on (at its own clock, or if it
-    /// never started, at the latest event's): when only held threads have
-    /// events, what they wait for is not in the trace (a join of a thread
-    /// whose end was cut off). False when there are none.
-    #[cold]
-    fn release_all(&mut self) -> bool {
-        let held: Vec<usize> =
-            (0..self.threads.len()).filter(|&t| self.threads[t].held && !self.threads[t].queue.is_empty()).collect();
-        for &t in &held {
-            let joiner = self.joins.iter().any(|&(j, _)| j == t);
-            self.joins.retain(|&(j, _)| j != t);
-            if joiner {
-                // The join it waits at is given up.
-                self.threads[t].queue[0] = Ev::Other;
-                self.go_on(t, 0);
-            } else {
-                self.begin(t, self.now);
-            }
-        }
-        !held.is_empty()
     }
 
     fn pop_exec(&mut self, t: usize) {
