@@ -244,11 +244,7 @@ impl<'a, A: Allocator> Shared<'a, A> {
                     let f = &f;
                     std::thread::Builder::new()
                         .name(format!("{}-{tid}", self.workload))
-                        .spawn_scoped(s, move || {
-                            let traced = pmtrace::thread_id();
-                            self.guard(tid, || f(tid));
-                            traced
-                        })
+                        .spawn_scoped(s, move || reported(|| self.guard(tid, || f(tid))))
                         .expect("cannot spawn a workload thread")
                 })
                 .collect();
@@ -778,8 +774,16 @@ impl Slots {
     }
 }
 
+/// Runs `f`, the body of a spawned thread, and returns the thread's id in
+/// the Valgrind tool's trace (None outside the tool), for [`joined`].
+pub(crate) fn reported(f: impl FnOnce()) -> Option<u32> {
+    let id = pmtrace::thread_id();
+    f();
+    id
+}
+
 /// Tells the Valgrind tool (if it runs the program) that this thread joined
-/// the one whose [`pmtrace::thread_id`] the join returned.
+/// the one whose [`reported`] id the join returned.
 pub(crate) fn joined(join: std::thread::Result<Option<u32>>) {
     if let Ok(Some(tid)) = join {
         pmtrace::joined(tid);

@@ -18,11 +18,10 @@
 //! Throughput counts the rounds only: the initial fill and the final
 //! teardown are outside the measured phase.
 
-use super::driver::{joined, thread_anchor, Shared, Slots};
+use super::driver::{joined, reported, thread_anchor, Shared, Slots};
 use super::rng::Rng;
 use super::{Scale, WorkloadError};
 use crate::alloc::Allocator;
-use crate::pmtrace;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
@@ -115,45 +114,41 @@ pub fn run<A: Allocator>(sh: &Shared<'_, A>, p: &Params) -> Result<(), WorkloadE
     let start = Instant::now();
     let limit = (p.seconds > 0.0).then(|| Duration::from_secs_f64(p.seconds));
     let over = || limit.is_some_and(|l| start.elapsed() >= l);
+    // One generation of thread `tid`: `rounds` replacements among its
+    // objects, on the OS thread the generation runs on.
+    let generation = |tid: u32| -> Result<(), WorkloadError> {
+        let mut o = owned[tid as usize].lock().unwrap();
+        let o = &mut *o;
+        let mut w = sh.worker(tid);
+        std::mem::swap(&mut w.rng, &mut o.rng);
+        let r = (|| {
+            for r in 0..p.rounds {
+                if r % 1024 == 1023 && over() {
+                    break;
+                }
+                let i = w.rng.below(p.chunks) as usize;
+                let (id, size) = o.meta[i];
+                let off = o.slots.get(&w, i);
+                w.verify(off, size, id)?;
+                o.slots.free(&mut w, i)?;
+                let size = w.rng.range(p.min_size, p.max_size);
+                let off = o.slots.alloc(&mut w, i, size)?;
+                o.next_id += 1;
+                w.stamp(off, size, o.next_id);
+                o.meta[i] = (o.next_id, size);
+            }
+            Ok(())
+        })();
+        std::mem::swap(&mut w.rng, &mut o.rng);
+        r
+    };
     sh.parallel(|tid| {
         let mut gen = 0;
         while (p.generations == 0 || gen < p.generations) && !over() {
             // Each generation is a new OS thread with a new allocator handle,
             // made here as it is spawned; this thread only waits for it.
             sh.prepare(tid);
-            std::thread::scope(|s| {
-                let generation = s.spawn(|| {
-                    let traced = pmtrace::thread_id();
-                    sh.guard(tid, || {
-                        let mut o = owned[tid as usize].lock().unwrap();
-                        let o = &mut *o;
-                        let mut w = sh.worker(tid);
-                        std::mem::swap(&mut w.rng, &mut o.rng);
-                        let r = (|| {
-                            for r in 0..p.rounds {
-                                if r % 1024 == 1023 && over() {
-                                    break;
-                                }
-                                let i = w.rng.below(p.chunks) as usize;
-                                let (id, size) = o.meta[i];
-                                let off = o.slots.get(&w, i);
-                                w.verify(off, size, id)?;
-                                o.slots.free(&mut w, i)?;
-                                let size = w.rng.range(p.min_size, p.max_size);
-                                let off = o.slots.alloc(&mut w, i, size)?;
-                                o.next_id += 1;
-                                w.stamp(off, size, o.next_id);
-                                o.meta[i] = (o.next_id, size);
-                            }
-                            Ok(())
-                        })();
-                        std::mem::swap(&mut w.rng, &mut o.rng);
-                        r
-                    });
-                    traced
-                });
-                joined(generation.join());
-            });
+            std::thread::scope(|s| joined(s.spawn(|| reported(|| sh.guard(tid, || generation(tid)))).join()));
             if sh.aborted() {
                 return Err(WorkloadError::Aborted);
             }

@@ -333,12 +333,19 @@ struct Thread {
     parts: [u64; PARTS],
     started: bool,
     live: bool,
-    /// Neither live nor done: it waits for its spawn to be replayed, or for
-    /// the end of a thread it joins ([`Contention::joins`]).
+    /// Not live, and not ended ([`Thread::ended`]): it waits for its spawn
+    /// to be replayed, or for the end of a thread it joins
+    /// ([`Contention::joins`]).
     held: bool,
-    /// Its end is replayed (and nothing of a successor with its id queued).
-    done: bool,
     queue: VecDeque<Ev>,
+}
+
+impl Thread {
+    /// Its end is replayed (and nothing of a successor with its id is
+    /// queued): a started thread stops being started only there.
+    fn ended(&self) -> bool {
+        !self.started && self.events > 0
+    }
 }
 
 impl Default for Thread {
@@ -362,7 +369,6 @@ impl Default for Thread {
             started: false,
             live: false,
             held: false,
-            done: false,
             queue: VecDeque::new(),
         }
     }
@@ -933,7 +939,6 @@ impl Contention {
                 if th.queue.is_empty() {
                     th.live = false;
                     th.started = false;
-                    th.done = true;
                     self.live.retain(|&o| o as usize != t);
                     if !self.joins.is_empty() {
                         self.wake_joiners(t);
@@ -1214,6 +1219,43 @@ mod tests {
         c.push(tid, &Event::Fence { kind: FenceKind::Sfence });
     }
 
+    /// `n` operations of thread `tid` on lines from `base` (in pages), then
+    /// its end.
+    fn run(c: &mut Contention, tid: u32, base: u64, n: u64) {
+        for i in 0..n {
+            op(c, tid, (base + i) * 4096);
+        }
+        c.push(tid, &Event::ThreadEnd);
+    }
+
+    /// The makespan of `n` operations of one thread alone.
+    fn alone_ns(n: u64) -> f64 {
+        let mut c = Contention::new(&Config::default()).unwrap();
+        for i in 0..n {
+            op(&mut c, 0, i * 4096);
+        }
+        c.report().makespan_ns
+    }
+
+    /// A replay of a trace whose tracer ran one thread at a time.
+    fn valgrind() -> Contention {
+        let mut c = Contention::new(&Config::default()).unwrap();
+        c.set_header(&TraceHeader { tracer: pmsim_traces::Tracer::Valgrind, ..TraceHeader::default() });
+        c
+    }
+
+    /// Thread `parent` spawns `child`: the tool's spawn marker, then the
+    /// child's start.
+    fn spawn(c: &mut Contention, parent: u32, child: u32) {
+        c.push(parent, &Event::Marker { id: child.into(), label: SPAWN_MARKER });
+        c.push(child, &Event::ThreadStart);
+    }
+
+    /// Thread `joiner` joined trace thread `id` (the tool's join marker).
+    fn join(c: &mut Contention, joiner: u32, id: u32) {
+        c.push(joiner, &Event::Marker { id: id.into(), label: JOIN_MARKER });
+    }
+
     #[test]
     fn a_fence_waits_for_the_flush_to_be_accepted() {
         let cfg = Config::default();
@@ -1443,11 +1485,7 @@ mod tests {
         let end = |r: &ContentionReport, t: usize| r.threads[t].end_ns;
         // The three stretches of 50 operations cost the same as one alone;
         // one after the other they take three times that.
-        let mut alone = Contention::new(&Config::default()).unwrap();
-        for i in 0..50 {
-            op(&mut alone, 0, i * 4096);
-        }
-        let one = alone.report().makespan_ns;
+        let one = alone_ns(50);
         assert!((end(&serial, 2) - 2.0 * one).abs() < 0.1 * one, "{serial:?}");
         assert!((serial.makespan_ns - 3.0 * one).abs() < 0.1 * one, "{serial:?}");
         // Without the order's meaning, the idle thread holds every other
@@ -1461,8 +1499,7 @@ mod tests {
     /// the main thread waited). With `reuse` the second worker gets the
     /// first's id, as Valgrind reuses it.
     fn spawned_workers(marked: bool, reuse: bool) -> ContentionReport {
-        let mut c = Contention::new(&Config::default()).unwrap();
-        c.set_header(&TraceHeader { tracer: pmsim_traces::Tracer::Valgrind, ..TraceHeader::default() });
+        let mut c = valgrind();
         c.push(0, &Event::ThreadStart);
         for i in 0..10 {
             op(&mut c, 0, i * 4096);
@@ -1470,13 +1507,11 @@ mod tests {
         let second = if reuse { 1 } else { 2 };
         for (w, base) in [(1u32, 1000u64), (second, 2000)] {
             if marked {
-                c.push(0, &Event::Marker { id: w.into(), label: SPAWN_MARKER });
+                spawn(&mut c, 0, w);
+            } else {
+                c.push(w, &Event::ThreadStart);
             }
-            c.push(w, &Event::ThreadStart);
-            for i in 0..50 {
-                op(&mut c, w, (base + i) * 4096);
-            }
-            c.push(w, &Event::ThreadEnd);
+            run(&mut c, w, base, 50);
         }
         c.push(0, &Event::ThreadEnd);
         c.report()
@@ -1484,18 +1519,7 @@ mod tests {
 
     #[test]
     fn a_spawned_thread_starts_where_its_creator_was_not_the_thread_that_ran_last() {
-        let (set_up, one) = {
-            let mut alone = Contention::new(&Config::default()).unwrap();
-            for i in 0..10 {
-                op(&mut alone, 0, i * 4096);
-            }
-            let set_up = alone.report().makespan_ns;
-            let mut alone = Contention::new(&Config::default()).unwrap();
-            for i in 0..50 {
-                op(&mut alone, 0, i * 4096);
-            }
-            (set_up, alone.report().makespan_ns)
-        };
+        let (set_up, one) = (alone_ns(10), alone_ns(50));
         for reuse in [false, true] {
             // The workers run side by side after the set-up.
             let r = spawned_workers(true, reuse);
@@ -1514,30 +1538,22 @@ mod tests {
     /// for its end, then spawns the next (Valgrind gives it the ended one's
     /// id). With `joins` the keepers record join markers.
     fn generations(joins: bool) -> ContentionReport {
-        let mut c = Contention::new(&Config::default()).unwrap();
-        c.set_header(&TraceHeader { tracer: pmsim_traces::Tracer::Valgrind, ..TraceHeader::default() });
-        let spawn = |c: &mut Contention, parent: u32, child: u32| {
-            c.push(parent, &Event::Marker { id: child.into(), label: SPAWN_MARKER });
-            c.push(child, &Event::ThreadStart);
-        };
+        let mut c = valgrind();
         c.push(0, &Event::ThreadStart);
         spawn(&mut c, 0, 1);
         spawn(&mut c, 0, 2);
         for gen in 0..2u64 {
             for (keeper, child) in [(1u32, 3u32), (2, 4)] {
                 spawn(&mut c, keeper, child);
-                for i in 0..50 {
-                    op(&mut c, child, ((child as u64 * 10 + gen) * 100 + i) * 4096);
-                }
-                c.push(child, &Event::ThreadEnd);
+                run(&mut c, child, (child as u64 * 10 + gen) * 100, 50);
                 if joins {
-                    c.push(keeper, &Event::Marker { id: child.into(), label: JOIN_MARKER });
+                    join(&mut c, keeper, child);
                 }
             }
         }
         for keeper in [1, 2] {
             c.push(keeper, &Event::ThreadEnd);
-            c.push(0, &Event::Marker { id: keeper.into(), label: JOIN_MARKER });
+            join(&mut c, 0, keeper);
         }
         c.push(0, &Event::ThreadEnd);
         c.report()
@@ -1545,11 +1561,7 @@ mod tests {
 
     #[test]
     fn a_thread_that_joins_goes_on_from_the_joined_threads_end() {
-        let mut alone = Contention::new(&Config::default()).unwrap();
-        for i in 0..50 {
-            op(&mut alone, 0, i * 4096);
-        }
-        let one = alone.report().makespan_ns;
+        let one = alone_ns(50);
         // The keepers' chains run side by side, each generation after the
         // one before; the main thread ends after both chains.
         let joined = generations(true);
@@ -1567,21 +1579,7 @@ mod tests {
     /// holds the id now.
     #[test]
     fn a_join_waits_for_the_thread_its_joiner_spawned() {
-        let mut c = Contention::new(&Config::default()).unwrap();
-        c.set_header(&TraceHeader { tracer: pmsim_traces::Tracer::Valgrind, ..TraceHeader::default() });
-        let spawn = |c: &mut Contention, parent: u32, child: u32| {
-            c.push(parent, &Event::Marker { id: child.into(), label: SPAWN_MARKER });
-            c.push(child, &Event::ThreadStart);
-        };
-        let run = |c: &mut Contention, tid: u32, base: u64, n: u64| {
-            for i in 0..n {
-                op(c, tid, (base + i) * 4096);
-            }
-            c.push(tid, &Event::ThreadEnd);
-        };
-        let join = |c: &mut Contention, joiner: u32, id: u32| {
-            c.push(joiner, &Event::Marker { id: id.into(), label: JOIN_MARKER });
-        };
+        let mut c = valgrind();
         c.push(0, &Event::ThreadStart);
         spawn(&mut c, 0, 1);
         spawn(&mut c, 0, 2);
@@ -1600,11 +1598,7 @@ mod tests {
         }
         c.push(0, &Event::ThreadEnd);
         let r = c.report();
-        let mut alone = Contention::new(&Config::default()).unwrap();
-        for i in 0..50 {
-            op(&mut alone, 0, i * 4096);
-        }
-        let one = alone.report().makespan_ns;
+        let one = alone_ns(50);
         // Keeper 1: two generations of 50; keeper 2: one of 100.
         assert!((r.makespan_ns - 2.0 * one).abs() < 0.25 * one, "{r:?}");
     }

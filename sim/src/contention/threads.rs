@@ -70,7 +70,7 @@ impl Contention {
     #[inline(always)]
     pub(super) fn blocks(&mut self, t: usize, ev: Ev) -> bool {
         match ev {
-            Ev::Join { thread } if !self.threads[thread as usize].done => {
+            Ev::Join { thread } if !self.threads[thread as usize].ended() => {
                 self.hold(t, thread as usize);
                 true
             }
@@ -134,7 +134,6 @@ impl Contention {
         th.started = true;
         th.live = true;
         th.held = false;
-        th.done = false;
         th.clock = clock;
         th.started_at = clock;
         th.persisted_at = clock;
