@@ -347,6 +347,7 @@ pub fn run_native(spec: &RunSpec) -> Result<Outcome, RunError> {
     if let Some(image) = image {
         let r = time_recovery(spec, image)?;
         out.run.extra.insert("recovery_s".into(), r.seconds.into());
+        out.run.extra.insert("recovery_deferred_s".into(), r.deferred_s.into());
         out.run.extra.insert("recovered_nodes".into(), r.checked.into());
     }
     Ok(out)

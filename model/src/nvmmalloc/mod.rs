@@ -64,7 +64,12 @@
 //! last page by 64 B); named allocations (the object table) are not
 //! offered; recovery repairs every run it finds mid-operation, not only
 //! those an activation-log slot names ([`recovery`]); a freed huge object's
-//! chunks are found again by the chunk walk.
+//! chunks are found again by the chunk walk. The code's open replays the
+//! activation log and returns, and a thread of its own walks the chunks
+//! meanwhile (and a free of an object in a run it has not reached yet
+//! rebuilds that run's volatile header itself); pmsim walks them inside
+//! the open and times the walk apart, so an open's recovery time is the
+//! code's, without the walk, unless `background_walk=false`.
 //!
 //! Internal work at create, open and close runs on thread id 0.
 
@@ -116,11 +121,16 @@ pub struct NvmConfig {
     /// A removed flush, for checkers to catch (`dest-flush`: the link
     /// slot's persist).
     pub mutation: Mutation,
+    /// Count the chunk walk of an open as the code runs it: on a thread of
+    /// its own after the open has returned (`nvm_recovery_thread`), so not
+    /// in the open's recovery time ([`crate::Allocator::deferred_recovery_s`]).
+    /// `false`: the program waits for the walk too.
+    pub background_walk: bool,
 }
 
 impl Default for NvmConfig {
     fn default() -> Self {
-        NvmConfig { arenas: 20, shipped: false, strict: false, mutation: Mutation::None }
+        NvmConfig { arenas: 20, shipped: false, strict: false, mutation: Mutation::None, background_walk: true }
     }
 }
 
@@ -157,6 +167,9 @@ pub struct NvmMalloc {
     version: u64,
     live: LiveBytes,
     report: RecoveryReport,
+    /// Seconds the last open spent walking the chunks, which the code does
+    /// after its open has returned (zero after a create).
+    walk_s: f64,
     /// The chunks' regions: user data, except the headers inside them.
     regions: HeadedArea,
 }
@@ -197,6 +210,7 @@ impl NvmMalloc {
     fn assemble(cfg: NvmConfig, pm: Pm, lay: Layout, rec: recovery::Recovered, regions: HeadedArea) -> NvmMalloc {
         let report = rec.report;
         NvmMalloc {
+            walk_s: rec.walk_s,
             cfg,
             pm,
             lay,
@@ -583,6 +597,16 @@ impl Allocator for NvmMalloc {
             expected_violation: expected,
             ..CrashRules::default()
         })
+    }
+
+    /// The chunk walk, which the code runs on a thread of its own after
+    /// `nvm_initialize` has returned (see [`NvmConfig::background_walk`]).
+    fn deferred_recovery_s(&self) -> f64 {
+        if self.cfg.background_walk {
+            self.walk_s
+        } else {
+            0.0
+        }
     }
 
     fn check_metadata(&self, t: &mut NvmThread) -> Result<(), String> {

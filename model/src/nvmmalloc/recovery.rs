@@ -4,7 +4,9 @@
 //! header says *activating* or *freeing* is replayed (the link slot
 //! written and persisted, the bitmap bit set or cleared), one that says
 //! *pre-activate* or *pre-free* is dropped — and the header reset and
-//! persisted; then the chunks are walked: free page runs, runs (each
+//! persisted; then the chunks are walked (the code's open has returned by
+//! then: its `nvm_recovery_thread` walks them, and pmsim times the walk
+//! apart, [`Recovered::walk_s`]): free page runs, runs (each
 //! stamped with the current version and persisted, as the code's recovery
 //! thread does), page runs in use, huge objects and free huge chunks.
 //!
@@ -24,6 +26,7 @@ use crate::error::AllocError;
 use crate::pm::PmThread;
 use serde::Serialize;
 use std::collections::BTreeSet;
+use std::time::Instant;
 
 /// What opening a heap found and did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -50,6 +53,9 @@ pub(super) struct Recovered {
     /// Every header of the chunks in use, `(start, length)`, for the trace's
     /// region table.
     pub headers: Vec<(u64, u64)>,
+    /// Seconds spent walking the chunks (after the log's replay): what the
+    /// code does on a thread of its own, after its open has returned.
+    pub walk_s: f64,
 }
 
 impl Recovered {
@@ -61,6 +67,7 @@ impl Recovered {
             version: 0,
             report: RecoveryReport::default(),
             headers: Vec::new(),
+            walk_s: 0.0,
         }
     }
 }
@@ -269,6 +276,8 @@ pub(super) fn recover(t: &mut PmThread, lay: &Layout, cfg: &NvmConfig, crashed: 
         }
         t.store_u64(slot, 0);
     }
+    // The code's open returns here; its recovery thread walks the chunks.
+    let walk_from = Instant::now();
     // Every piece mid-operation (pmsim: not only those the log names), and
     // chunks a crash left uninitialised.
     let mut fix = Vec::new();
@@ -339,7 +348,7 @@ pub(super) fn recover(t: &mut PmThread, lay: &Layout, cfg: &NvmConfig, crashed: 
     }
     rep.chunks = used;
     debug_assert!(headers.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0), "headers out of heap order");
-    Ok(Recovered { arenas, huge, version, report: rep, headers })
+    Ok(Recovered { arenas, huge, version, report: rep, headers, walk_s: walk_from.elapsed().as_secs_f64() })
 }
 
 /// Every activated object `(offset, usable size)`, by offset.
