@@ -165,6 +165,10 @@ fields! {
     /// Wall time of the allocator's own recovery of the heap a crash left
     /// at the end of the run, one thread (s; runs that crash: Fig. 18's list).
     RECOVERY_S = Timing "/recovery_s" Some,
+    /// Of the open's wall time, what the allocator's system does on a thread
+    /// of its own after its open has returned, left out of `RECOVERY_S`
+    /// (nvm_malloc's chunk walk; s).
+    RECOVERY_DEFERRED_S = Timing "/recovery_deferred_s" Some,
     /// List nodes found allocated and intact after that recovery.
     RECOVERED_NODES = Native "/extra/recovered_nodes" Some,
     /// List nodes the run built (Fig. 18's list).

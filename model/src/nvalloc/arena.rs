@@ -19,11 +19,12 @@
 
 use super::config::{Consistency, Mutation};
 use super::layout::SLAB;
-use super::slab::{self, Morph, SlabHeader, SlabInfo, VSlab, INDEX_LIVE};
+use super::slab::{self, Morph, SlabHeader, SlabInfo, Take, VSlab, INDEX_LIVE};
 use super::tcache::Tcache;
 use super::thread::op;
 use super::NvAlloc;
 use crate::heap::PmOff;
+use crate::mech::stripe::BITS_PER_LINE;
 use crate::mech::wal::{WalCursor, WalEntry};
 use crate::pm::PmThread;
 use pmsim_traces::OpKind;
@@ -140,15 +141,20 @@ impl Arena {
             let v = inner.slabs.get_mut(&slab).expect("partial slab has a vslab");
             v.take_free(|b| {
                 if tc.is_full(class) {
-                    return None;
+                    return Take::Stop;
                 }
                 let sub = nv.sub_tcache(slab, b, tc.nsub());
                 if !tc.has_room(class, sub) {
-                    return Some(false);
+                    // Over a sequential bitmap a line's blocks are
+                    // consecutive, and all go to this full sub-tcache.
+                    return match nv.map.stripes() {
+                        1 => Take::From((b / BITS_PER_LINE + 1) * BITS_PER_LINE),
+                        _ => Take::Skip,
+                    };
                 }
                 tc.push(class, sub, g.block_off(slab, b));
                 got += 1;
-                Some(true)
+                Take::Yes
             });
             let full = v.is_full();
             inner.touch(slab);

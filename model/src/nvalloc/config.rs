@@ -105,10 +105,15 @@ pub struct NvAllocConfig {
     /// layout: a heap must be reopened with the value it was created with.
     pub stripes: u32,
     /// Split each tcache bin into sub-tcaches by the bitmap line of the
-    /// block's bit and allocate from them round-robin. There are `stripes`
-    /// sub-tcaches, or [`DEFAULT_STRIPES`] when `stripes` is 1 (the
-    /// `+interleaved` ablation: interleaved tcache over sequential bitmaps).
+    /// block's bit and allocate from them round-robin: `tcache_banks` of
+    /// them.
     pub interleaved_tcache: bool,
+    /// Sub-tcaches per bin of an interleaved tcache; 0 = as many as
+    /// `stripes`, as the public code has them (its `NBANKS` sets both), so
+    /// that one stripe is a plain bin. The `+interleaved` ablation sets
+    /// [`DEFAULT_STRIPES`] over its sequential bitmaps.
+    #[serde(default)]
+    pub tcache_banks: u32,
     /// The WAL protocol (`artifact`, the default of the NVAlloc-LOG presets,
     /// or `strict`). Part of the heap layout (the rings differ in shape).
     #[serde(default = "wal_before_the_switch")]
@@ -177,6 +182,7 @@ impl Default for NvAllocConfig {
             wal: WalMode::Artifact,
             stripes: DEFAULT_STRIPES,
             interleaved_tcache: true,
+            tcache_banks: 0,
             interleaved_wal: true,
             bookkeeping_log: true,
             interleaved_log: true,
@@ -216,7 +222,7 @@ impl NvAllocConfig {
         };
         Ok(match name {
             "base" => base,
-            "+interleaved" => NvAllocConfig { interleaved_tcache: true, ..base },
+            "+interleaved" => NvAllocConfig { interleaved_tcache: true, tcache_banks: DEFAULT_STRIPES, ..base },
             "+log" => NvAllocConfig { bookkeeping_log: true, ..base },
             "nvalloc-log" => full,
             // NVAlloc-GC logs only large operations; they keep the strict
@@ -251,10 +257,10 @@ impl NvAllocConfig {
 
     /// Sub-tcaches per tcache bin (1 = a plain LIFO bin).
     pub fn tcache_stripes(&self) -> u32 {
-        match (self.interleaved_tcache, self.stripes) {
+        match (self.interleaved_tcache, self.tcache_banks) {
             (false, _) => 1,
-            (true, 1) => DEFAULT_STRIPES,
-            (true, s) => s,
+            (true, 0) => self.stripes,
+            (true, b) => b,
         }
     }
 
@@ -303,6 +309,9 @@ impl AllocConfig for NvAllocConfig {
         if self.arenas as usize > MAX_ARENAS {
             return bad(format!("arenas = {} (at most {})", self.arenas, MAX_ARENAS));
         }
+        if self.tcache_banks > 64 {
+            return bad(format!("tcache_banks = {} (must be 0..=64)", self.tcache_banks));
+        }
         if !(1..=4096).contains(&self.tcache_max) {
             return bad(format!("tcache_max = {} (must be 1..=4096)", self.tcache_max));
         }
@@ -341,6 +350,9 @@ mod tests {
         assert_eq!((il.stripes, il.tcache_stripes(), il.bookkeeping_log), (1, 6, false));
         let c = NvAllocConfig::preset("nvalloc-log").unwrap().with_overrides(["stripes=4", "su = 0.3"]).unwrap();
         assert_eq!((c.stripes, c.su, c.tcache_stripes()), (4, 0.3, 4));
+        // One stripe is one bank, as the public code's NBANKS sets both.
+        let one = NvAllocConfig::preset("nvalloc-log").unwrap().with_overrides(["stripes=1"]).unwrap();
+        assert_eq!(one.tcache_stripes(), 1);
         assert_eq!(NvAllocConfig::preset("base").unwrap().wal, WalMode::Artifact);
         assert_eq!(
             NvAllocConfig::preset("nvalloc-log").unwrap().with_overrides(["wal=strict"]).unwrap().wal,

@@ -467,11 +467,12 @@ impl VSlab {
         true
     }
 
-    /// Takes free blocks in block order while `take` accepts them; `take`
-    /// returns `None` to stop, `Some(false)` to skip a block.
-    pub fn take_free(&mut self, mut take: impl FnMut(u32) -> Option<bool>) {
+    /// Takes free blocks in block order while `take` accepts them (see
+    /// [`Take`]).
+    pub fn take_free(&mut self, mut take: impl FnMut(u32) -> Take) {
         let words = self.nblocks.div_ceil(64) as usize;
-        for w in 0..words {
+        let mut w = 0;
+        while w < words {
             let mut free = !self.vbits[w];
             if w == words - 1 && self.nblocks & 63 != 0 {
                 free &= (1u64 << (self.nblocks % 64)) - 1;
@@ -480,16 +481,49 @@ impl VSlab {
                 let bit = free.trailing_zeros();
                 free &= free - 1;
                 match take(w as u32 * 64 + bit) {
-                    None => return,
-                    Some(false) => {}
-                    Some(true) => {
+                    Take::Stop => return,
+                    Take::Skip => {}
+                    Take::Yes => {
                         self.vbits[w] |= 1 << bit;
                         self.used += 1;
                     }
+                    Take::From(next) => {
+                        // Skip to block `next`: the rest of this word, and
+                        // whole words, unseen.
+                        let (nw, nb) = ((next / 64) as usize, next % 64);
+                        if nw > w {
+                            w = nw;
+                            if w >= words {
+                                return;
+                            }
+                            free = !self.vbits[w] & (u64::MAX << nb);
+                            if w == words - 1 && self.nblocks & 63 != 0 {
+                                free &= (1u64 << (self.nblocks % 64)) - 1;
+                            }
+                        } else if nw == w {
+                            free &= u64::MAX.checked_shl(nb).unwrap_or(0);
+                        }
+                    }
                 }
             }
+            w += 1;
         }
     }
+}
+
+/// What [`VSlab::take_free`] does with a free block it offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    /// Take it.
+    Yes,
+    /// Leave it, and go on with the next.
+    Skip,
+    /// Leave it and every block before block `n` (a refill whose
+    /// sub-tcache for a bitmap line is full skips the line's other blocks
+    /// at once, not one by one).
+    From(u32),
+    /// Stop.
+    Stop,
 }
 
 #[cfg(test)]
@@ -515,10 +549,10 @@ mod tests {
         let mut got = Vec::new();
         v.take_free(|b| {
             if got.len() == 66 {
-                return None;
+                return Take::Stop;
             }
             got.push(b);
-            Some(true)
+            Take::Yes
         });
         assert_eq!(got.len(), 66);
         assert_eq!(v.used, 66);
@@ -527,10 +561,34 @@ mod tests {
         let mut rest = Vec::new();
         v.take_free(|b| {
             rest.push(b);
-            Some(true)
+            Take::Yes
         });
         assert_eq!(rest, vec![3, 66, 67, 68, 69]);
         assert!(v.is_full());
+    }
+
+    #[test]
+    fn vslab_skips_to_a_block() {
+        let mut v = VSlab::new(0, 300);
+        let mut got = Vec::new();
+        // Blocks 0..10 of each hundred: every other skip goes past whole words.
+        v.take_free(|b| {
+            got.push(b);
+            if b % 100 < 9 {
+                Take::Yes
+            } else {
+                Take::From((b / 100 + 1) * 100)
+            }
+        });
+        let want: Vec<u32> = (0..3).flat_map(|h| h * 100..h * 100 + 10).collect();
+        assert_eq!(got, want);
+        assert_eq!(v.used, 27);
+        let mut none = 0;
+        v.take_free(|_| {
+            none += 1;
+            Take::From(300)
+        });
+        assert_eq!(none, 1);
     }
 
     #[test]
