@@ -1616,14 +1616,14 @@ pub fn figure_table(s: &[Scored], id: &str) -> Option<Table> {
 /// verdict the measured CPU costs, or how the run's threads interleave,
 /// decide from one run to the next (Fig.
 /// 16a's best stripe count: 6 without the CPU's work,
-/// 6 or 8 with it; Fig. 18's NVAlloc-GC against Ralloc, two recovery times
-/// within 2× of each other whose order changes from run to run; the
+/// 6 or 8 with it; the
 /// abstract's FPTree factor, NVAlloc-LOG against PMDK at 4
 /// threads on two cores, where PMDK's measured CPU work per operation came
 /// out from 742 to 1,338 ns in four `--only fptree` runs of one binary, the
 /// factor from 3.13× to 4.86× against the paper's 3.1×; Fig. 11b's
-/// +interleaved FlushMeta and total (Larson-small at 8 threads), from −2.9 %
-/// to −18.3 % and from +0.1 % to −6.2 % in six runs of one binary; Fig. 16b's "a smaller SU costs less
+/// +interleaved FlushMeta and total (Larson-small at 8 threads, paper −14 %
+/// and −7 %), from −3.2 % to −21.5 % and from −1.4 % to −9.2 % in six
+/// `--only breakdown` runs of one binary; Fig. 16b's "a smaller SU costs less
 /// time" on W4, whose persistence is the same at every SU (+0.000 without
 /// the CPU's work), so that the CPU work measured for the lowest and the
 /// highest SU decides it: +0.082 to +0.293 in seven main-job runs, +0.000
