@@ -5,6 +5,7 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
+use pmsim_model::mech::mark::mark_with;
 use pmsim_model::{AllocThread, Heap, HeapErrorKind};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -206,26 +207,17 @@ pub fn assert_disjoint(allocs: &[(u64, u64)]) {
 }
 
 /// The allocations reachable from `from` by following every aligned word of
-/// every reached allocation (the whole usable size: stale bytes included).
+/// every reached allocation (the whole usable size: stale bytes included),
+/// with the recovery GCs' own traversal ([`mark_with`]) over the live
+/// allocations as the test knows them.
 pub fn conservatively_reachable(
     t: &impl AllocThread,
     allocs: &[(u64, u64)],
     from: impl Iterator<Item = u64>,
 ) -> HashSet<u64> {
     let size: BTreeMap<u64, u64> = allocs.iter().copied().collect();
-    let mut seen: HashSet<u64> = from.collect();
-    let mut work: Vec<u64> = seen.iter().copied().collect();
-    while let Some(o) = work.pop() {
-        let Some(&len) = size.get(&o) else { continue };
-        let mut buf = vec![0u8; len as usize];
-        t.read(o, &mut buf);
-        for w in buf.chunks_exact(8) {
-            let v = u64::from_le_bytes(w.try_into().unwrap());
-            if size.contains_key(&v) && seen.insert(v) {
-                work.push(v);
-            }
-        }
-    }
+    let mut seen = HashSet::new();
+    mark_with(|off, buf| t.read(off, buf), from, |w| size.get(&w).copied().filter(|_| seen.insert(w)));
     seen
 }
 
