@@ -223,21 +223,17 @@ mod tests {
     use crate::family::Drive;
     use crate::heap::{Heap, HeapOptions};
     use crate::pm::{FlushInsn, Pm};
-    use crate::runner::{run_native, AllocSpec, HeapSpec, RunSpec};
+    use crate::runner::{run_native, AllocSpec, HeapSpec, Outcome, RunSpec};
     use crate::workloads::{Params, Progress, RunOptions, Scale, Workload};
 
-    /// A native run of the list times a recovery that keeps every node; a
-    /// recovery that loses one node (here: its block left out of the live
-    /// allocations the recovered allocator reports) fails the check, naming it.
-    #[test]
-    fn a_recovery_that_loses_a_node_is_caught() {
-        let dir = tempfile::tempdir().unwrap();
-        let alloc = AllocSpec::parse("nvalloc-log", []).unwrap();
-        let wl = Workload::preset("list", Scale::Tiny).unwrap().with_overrides(["nodes=300"]).unwrap();
-        let opts = RunOptions::default();
-        let progress = Progress::default();
-        let hs =
-            HeapSpec { path: dir.path().join("heap"), size: alloc.heap_size(&wl, 1), overwrite: true, shown: None };
+    /// A native run of `spec` on a list of `nodes` nodes in `dir` (its heap
+    /// `dir/heap`), with the list's recovery timed and checked.
+    fn native_list(dir: &std::path::Path, spec: &str, nodes: u64) -> (AllocSpec, Workload, HeapSpec, Outcome) {
+        let alloc = AllocSpec::parse(spec, []).unwrap();
+        let wl =
+            Workload::preset("list", Scale::Tiny).unwrap().with_overrides([format!("nodes={nodes}").as_str()]).unwrap();
+        let (opts, progress) = (RunOptions::default(), Progress::default());
+        let hs = HeapSpec { path: dir.join("heap"), size: alloc.heap_size(&wl, 1), overwrite: true, shown: None };
         let rs = RunSpec {
             alloc: &alloc,
             workload: &wl,
@@ -247,8 +243,19 @@ mod tests {
             progress: &progress,
         };
         let out = run_native(&rs).unwrap();
-        assert_eq!(out.run.extra["recovered_nodes"], 300);
+        assert_eq!(out.run.extra["recovered_nodes"], nodes);
+        (alloc, wl, hs, out)
+    }
+
+    /// A native run of the list times a recovery that keeps every node; a
+    /// recovery that loses one node (here: its block left out of the live
+    /// allocations the recovered allocator reports) fails the check, naming it.
+    #[test]
+    fn a_recovery_that_loses_a_node_is_caught() {
+        let dir = tempfile::tempdir().unwrap();
+        let (alloc, wl, hs, out) = native_list(dir.path(), "nvalloc-log", 300);
         assert!(out.run.extra["recovery_s"].as_f64().unwrap() > 0.0);
+        let (opts, progress) = (RunOptions::default(), Progress::default());
 
         // The same list, crashed, recovered, and checked with a node gone.
         let image = dir.path().join("crashed");
@@ -281,22 +288,8 @@ mod tests {
     #[test]
     fn nvm_mallocs_chunk_walk_is_timed_apart() {
         let dir = tempfile::tempdir().unwrap();
-        let wl = Workload::preset("list", Scale::Tiny).unwrap().with_overrides(["nodes=20000"]).unwrap();
-        let (opts, progress) = (RunOptions::default(), Progress::default());
         let run = |spec: &str| {
-            let alloc = AllocSpec::parse(spec, []).unwrap();
-            let hs =
-                HeapSpec { path: dir.path().join("heap"), size: alloc.heap_size(&wl, 1), overwrite: true, shown: None };
-            let rs = RunSpec {
-                alloc: &alloc,
-                workload: &wl,
-                opts: &opts,
-                heap: &hs,
-                flush: FlushInsn::None,
-                progress: &progress,
-            };
-            let out = run_native(&rs).unwrap();
-            assert_eq!(out.run.extra["recovered_nodes"], 20000);
+            let (.., out) = native_list(dir.path(), spec, 20000);
             let s = |k: &str| out.run.extra[k].as_f64().unwrap();
             (s("recovery_s"), s("recovery_deferred_s"))
         };
