@@ -72,7 +72,8 @@ pub struct LlFreeConfig {
     /// eADR: no flush or fence after the lower level's CASes (the caches
     /// are persistent).
     pub eadr: bool,
-    /// Per-CPU data slots; thread `tid` uses slot `tid % cpus`.
+    /// Per-CPU data slots; thread `tid` uses slot `tid % cpus` (fewer slots,
+    /// one per whole tree, on a zone of fewer trees: see [`upper`]).
     pub cpus: u32,
     /// Reserve-on-free threshold `F` (0 = off). The paper found 4 best.
     pub reserve_on_free: u32,

@@ -6,7 +6,11 @@
 //!   `c_P` (on reservation `c_U` moves to `c_P` and becomes 0, so the owner's
 //!   operations touch only its own line), the in-tree reservation flag `t`
 //!   and the last allocated child (a last-fit hint), packed in one 64-bit word.
-//!   pmsim's threads play the CPUs: thread `tid` uses local `tid % cpus`.
+//!   pmsim's threads play the CPUs: thread `tid` uses local `tid % n`, where
+//!   `n` is `cpus`, or the number of whole trees if there are fewer (at
+//!   least one): as LLFree's code does (llfree-rs, `Array::init`), CPUs share
+//!   locals when the memory holds less than a tree per CPU, so that a small
+//!   zone is not split into reservations that each CPU then has to steal.
 //! * **Reservation** ([`Upper::reserve`], in [`super::reserve`]): the free / partial / allocated
 //!   heuristic — the neighbourhood of the current tree first (partial or
 //!   free), then the whole array for a partial tree, then a free one, then an
@@ -98,7 +102,8 @@ pub struct Upper {
 
 impl Upper {
     /// The trees of `nhuge` children with their free counts `free[tree]`,
-    /// none reserved; `cpus` locals; class thresholds as fractions of a tree.
+    /// none reserved; `cpus` locals, or one per whole tree if there are fewer
+    /// (see the module doc); class thresholds as fractions of a tree.
     pub fn new(nhuge: u64, free: &[u32], cpus: usize, allocated: f64, free_frac: f64) -> Upper {
         let ntrees = nhuge.div_ceil(TREE_CHILDREN) as usize;
         assert_eq!(free.len(), ntrees);
@@ -110,8 +115,14 @@ impl Upper {
             allocated_below: capacity.iter().map(|&c| (c as f64 * allocated) as u32).collect(),
             free_above: capacity.iter().map(|&c| (c as f64 * free_frac) as u32).collect(),
             capacity,
-            locals: (0..cpus.max(1)).map(|_| Local::default()).collect(),
+            locals: (0..Upper::locals_for(nhuge, cpus)).map(|_| Local::default()).collect(),
         }
+    }
+
+    /// Locals for `cpus` CPUs over `nhuge` children: one per CPU, but no
+    /// more than the whole trees, and at least one.
+    pub fn locals_for(nhuge: u64, cpus: usize) -> usize {
+        cpus.min((nhuge / TREE_CHILDREN) as usize).max(1)
     }
 
     pub fn ntrees(&self) -> usize {
