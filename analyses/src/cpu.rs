@@ -48,7 +48,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 /// Native runs per profile; the least costly is kept.
-pub const REPEATS: usize = 7;
+pub const REPEATS: usize = 3;
 
 /// What became of a point's CPU profile.
 pub enum Cpu {
