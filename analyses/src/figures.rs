@@ -8,7 +8,7 @@ use crate::fields::{self, *};
 use crate::plot::{Figure, Kind, Panel, Series};
 use crate::point::value_text;
 use crate::row::Row;
-use crate::table::{num, per_op, Table};
+use crate::table::{num, Table};
 use serde_json::Value;
 
 mod recovery;
@@ -287,7 +287,7 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
                 format!("{:.1}", b.total()),
                 format!("{share:.1}"),
                 num(estimate::cpu_ns(r)),
-                num(per_op(r)),
+                num(estimate::persist_ns(r)),
                 num(estimate::run_ns(r).map(|ns| ns / 1e6)),
             ]);
         }
@@ -565,7 +565,7 @@ pub fn fig16a(rows: &[Row]) -> Option<Figure> {
             num(param_f64(r, "stripes")),
             num(r.num(FLUSHES)),
             format!("{:.2}", 100.0 * r.num(REFLUSH_RATIO).unwrap_or(0.0)),
-            format!("{:.1}", per_op(r).unwrap_or(0.0)),
+            format!("{:.1}", estimate::persist_ns(r).unwrap_or(0.0)),
             num(r.num(EST_MAKESPAN).map(|ns| ns / 1e6)),
         ]);
     }
@@ -614,7 +614,11 @@ fn stripes_time_panel(rs: &[&Row], name: impl Fn(&Row) -> String) -> Panel {
         title: "estimated persist time".into(),
         x_label: "bit stripes".into(),
         y_label: "ns per operation".into(),
-        kind: Kind::Lines { series: lines_over(rs, "stripes", name, per_op), log2_x: true, log10_y: false },
+        kind: Kind::Lines {
+            series: lines_over(rs, "stripes", name, estimate::persist_ns),
+            log2_x: true,
+            log10_y: false,
+        },
     }
 }
 
@@ -705,7 +709,7 @@ pub fn fig19(rows: &[Row]) -> Option<Figure> {
             domain(r).into(),
             r.point.threads.to_string(),
             num(param_f64(r, "stripes")),
-            format!("{:.1}", per_op(r).unwrap_or(0.0)),
+            format!("{:.1}", estimate::persist_ns(r).unwrap_or(0.0)),
             format!("{:.3}", pm_per_op(r).unwrap_or(0.0)),
             num(r.num(EVICTIONS)),
         ]);
@@ -790,7 +794,7 @@ pub fn compare(rows: &[Row]) -> Option<Figure> {
             r.point.threads.to_string(),
             num(r.num(REFLUSH_RATIO)),
             num(r.num(WRITE_AMPLIFICATION)),
-            num(per_op(r)),
+            num(estimate::persist_ns(r)),
             num(estimate::cpu_ns(r)),
             num(mops(est)),
             num(mops(estimate::cpu_only_ops_per_s(r))),
@@ -821,7 +825,7 @@ pub fn compare(rows: &[Row]) -> Option<Figure> {
         panels: vec![
             bars("reflush ratio", "reflushes / flushes", metric(&|r| r.num(REFLUSH_RATIO))),
             bars("write amplification", "media / DIMM bytes", metric(&|r| r.num(WRITE_AMPLIFICATION))),
-            bars("estimated persist time", "ns per operation", metric(&per_op)),
+            bars("estimated persist time", "ns per operation", metric(&estimate::persist_ns)),
             bars("estimated throughput (CPU + persist)", "Mops/s", metric(&|r| mops(estimate::ops_per_s(r)))),
             bars("native throughput (DRAM, per CPU second)", "Mops/s", metric(&|r| mops(r.num(OPS_PER_CPU_S)))),
         ],

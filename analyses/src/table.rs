@@ -173,7 +173,7 @@ pub fn headline(rows: &[Row]) -> Table {
             num(r.num(PM_WRITES)),
             num(r.num(WRITE_AMPLIFICATION)),
             num(r.num(PERSIST_TOTAL)),
-            num(per_op(r)),
+            num(crate::estimate::persist_ns(r)),
             num(estimate::cpu_ns(r)),
             num(estimate::ops_per_s(r)),
             num(estimate::cpu_only_ops_per_s(r)),
@@ -189,12 +189,6 @@ pub fn headline(rows: &[Row]) -> Table {
         t.push(c);
     }
     t
-}
-
-/// Estimated persist time per operation, as the estimates use it
-/// ([`crate::estimate::persist_ns`]: without the heap's setup and close).
-pub fn per_op(r: &Row) -> Option<f64> {
-    crate::estimate::persist_ns(r)
 }
 
 pub fn write_csv(rows: &[Row], w: &mut dyn Write) -> io::Result<()> {

@@ -9,7 +9,7 @@ use crate::fields::*;
 use crate::peers::{self, Class};
 use crate::plot::{Figure, Kind, Panel, Series};
 use crate::row::Row;
-use crate::table::{num, per_op, Table};
+use crate::table::{num, Table};
 
 /// The ablations of Fig. 11 (not drawn in the throughput figures).
 fn ablation(r: &Row) -> bool {
@@ -76,7 +76,7 @@ fn lines(rows: &[Row], keep: impl Fn(&Row) -> bool, id: &str, title: &str, capti
                     num(estimate::cpu_only_ops_per_s(r).map(|x| x / 1e6)),
                     num(estimate::persist_only_ops_per_s(r).map(|x| x / 1e6)),
                     num(estimate::cpu_ns(r)),
-                    num(per_op(r)),
+                    num(estimate::persist_ns(r)),
                     num(r.num(EST_FORCED)),
                 ]);
             }
@@ -224,7 +224,7 @@ fn bars(rs: &[&Row], title: &str) -> (Panel, Table) {
             r.point.threads.to_string(),
             num(m),
             num(estimate::cpu_ns(r)),
-            num(per_op(r)),
+            num(estimate::persist_ns(r)),
             num(r.num(REFLUSH_RATIO)),
         ]);
     }
