@@ -729,8 +729,9 @@ pub const CLAIMS: &[Claim] = &[
         },
         note: "Scale: pmsim's peers keep fixed overheads (pools, per-class slabs, chunk granularity) that weigh \
                more against a small cap than against the paper's 1 GB: at a third of the main job's Fragbench (100 MB \
-               per phase under a 20 MB cap) PMDK's peak on W4 was 3.67 times the cap, at the main job's 2.87 times \
-               (pmsim run --alloc pmdk --workload fragbench-w4 --scale small reports the peak and the cap).",
+               per phase under a 20 MB cap) PMDK's peak on W4 was further above the paper's than at the main job's \
+               size (the fig1b table), and at small scale it comes closer still (pmsim run --alloc pmdk --workload \
+               fragbench-w4 --scale small reports the peak and the cap).",
     },
     // ---- §3.3, Fig. 2 ----------------------------------------------------
     Claim {
@@ -1075,10 +1076,10 @@ pub const CLAIMS: &[Claim] = &[
             }
             lo.is_finite().then_some(lo - 1.0).ok_or_else(|| "no peer in the fragbench experiment".into())
         },
-        note: "Close on W2: NVAlloc-LOG's peak is 129.1 MiB against Makalu's 130.0 and Ralloc's 130.7 (mapped \
-               memory grows by 4 MiB chunks), and at a third of the main job's Fragbench (100 MB per phase under a \
-               20 MB cap) Ralloc's was the smaller, 43.9 against 44.6 MiB (pmsim run --alloc nvalloc-log,ralloc \
-               --workload fragbench-w2 --scale small reports both peaks).",
+        note: "Close on W2, where NVAlloc-LOG's peak and Makalu's and Ralloc's are a chunk apart or less (the \
+               fig15a table; mapped memory grows by 4 MiB chunks); at a third of the main job's Fragbench (100 MB \
+               per phase under a 20 MB cap) Ralloc's was the smaller (pmsim run --alloc nvalloc-log,ralloc \
+               --workload fragbench-w2 --scale small reports both peaks at small scale).",
     },
     Claim {
         id: "fig15a-morphing-saving",
@@ -1275,10 +1276,10 @@ pub const CLAIMS: &[Claim] = &[
         note: "NVAlloc-LOG's recovery reads its bookkeeping log and WAL and rebuilds every slab's volatile bitmap; \
                PMDK's pmemobj_open replays only its lanes' logs; nvm_malloc's open (nvm_initialize_recovered) \
                replays its 127-slot activation log and returns, and a thread it starts walks the chunks \
-               (nvm_recovery_thread), the deferred reconstruction the paper names. With the walk counted \
-               (nvm-malloc:background_walk=false, a row of the recovery experiment) nvm_malloc takes as long as \
-               NVAlloc-LOG: 8.5 ms against 8.1 ms at 500,000 nodes, 41.6 against 27.7 ms at 2 M (one run each of \
-               pmsim reproduce --only recovery); without it, 0.02 ms.",
+               (nvm_recovery_thread), the deferred reconstruction the paper names. With the walk counted (the \
+               fig18 table's nvm-malloc:background_walk=false row, and its column of what ran after the open \
+               returned) nvm_malloc takes about as long as NVAlloc-LOG, and longer on a 2 M-node list (pmsim \
+               reproduce --scale small --only recovery).",
     },
     Claim {
         id: "fig18-gc-makalu",
@@ -1312,8 +1313,8 @@ pub const CLAIMS: &[Claim] = &[
         },
         note: "pmsim's Ralloc marks every node of the list (its filter functions default to the conservative \
                scan, where the paper's Ralloc scans only part of the nodes) and keeps its marks in a hash set, so it \
-               is the slower of the two: 100 ms against NVAlloc-GC's 41 ms at the main job's 500,000 nodes, 489 \
-               ms against 176 ms at 2 M (one run each of pmsim reproduce --only recovery).",
+               is the slower of the two at the main job's list size (the fig18 table) and at 2 M nodes (pmsim \
+               reproduce --scale small --only recovery).",
     },
     // ---- §6.7, Fig. 19–21 ------------------------------------------------
     Claim {
