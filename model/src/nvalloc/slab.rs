@@ -467,16 +467,22 @@ impl VSlab {
         true
     }
 
+    /// The free blocks of bitmap word `w`, as bits (none past the last block).
+    fn free_bits(&self, w: usize) -> u64 {
+        let free = !self.vbits[w];
+        match self.nblocks % 64 {
+            tail if tail != 0 && w == (self.nblocks / 64) as usize => free & ((1u64 << tail) - 1),
+            _ => free,
+        }
+    }
+
     /// Takes free blocks in block order while `take` accepts them (see
     /// [`Take`]).
     pub fn take_free(&mut self, mut take: impl FnMut(u32) -> Take) {
         let words = self.nblocks.div_ceil(64) as usize;
         let mut w = 0;
         while w < words {
-            let mut free = !self.vbits[w];
-            if w == words - 1 && self.nblocks & 63 != 0 {
-                free &= (1u64 << (self.nblocks % 64)) - 1;
-            }
+            let mut free = self.free_bits(w);
             while free != 0 {
                 let bit = free.trailing_zeros();
                 free &= free - 1;
@@ -492,14 +498,11 @@ impl VSlab {
                         // whole words, unseen.
                         let (nw, nb) = ((next / 64) as usize, next % 64);
                         if nw > w {
-                            w = nw;
-                            if w >= words {
+                            if nw >= words {
                                 return;
                             }
-                            free = !self.vbits[w] & (u64::MAX << nb);
-                            if w == words - 1 && self.nblocks & 63 != 0 {
-                                free &= (1u64 << (self.nblocks % 64)) - 1;
-                            }
+                            w = nw;
+                            free = self.free_bits(w) & (u64::MAX << nb);
                         } else if nw == w {
                             free &= u64::MAX.checked_shl(nb).unwrap_or(0);
                         }
