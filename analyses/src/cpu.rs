@@ -60,9 +60,13 @@ pub enum Cpu {
 /// The costs the contention model advances a thread's clock by.
 pub fn costs(p: &CpuProfile) -> CpuCosts {
     let mut op_ns = vec![0.0; 2];
-    op_ns[MALLOC] = p.malloc_ns;
-    op_ns[FREE] = p.free_ns;
-    CpuCosts { op_ns, outside_ns: p.outside_ns }
+    let mut lock_ns = vec![0.0; 2];
+    let mut locks = vec![0.0; 2];
+    for k in [MALLOC, FREE] {
+        op_ns[k] = p.op_ns(k);
+        (lock_ns[k], locks[k]) = p.op_locks(k);
+    }
+    CpuCosts { op_ns, outside_ns: p.outside_ns, lock_ns, locks }
 }
 
 /// Profiles allocator `alloc` on `wl` with `opts.threads` threads (the

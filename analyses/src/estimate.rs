@@ -126,7 +126,13 @@ pub fn breakdown(r: &Row) -> Option<Breakdown> {
             search: p(PART_ALLOC_CPU),
             flush_meta: p(PART_META) + p(PART_LOG),
             flush_wal: p(PART_WAL),
-            other: p(PART_OTHER_CPU) + p(PART_DATA) + p(PART_UNMAPPED) + p(PART_FENCE) + p(PART_STORES) + p(PART_WAIT),
+            other: p(PART_OTHER_CPU)
+                + p(PART_DATA)
+                + p(PART_UNMAPPED)
+                + p(PART_FENCE)
+                + p(PART_STORES)
+                + p(PART_WAIT)
+                + p(PART_LOCK_WAIT),
         });
     }
     (r.point.threads == 1).then(|| breakdown_summed(r)).flatten()

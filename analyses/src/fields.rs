@@ -234,6 +234,8 @@ fields! {
     PART_STORES = Estimate "/parts_ns/stores" Always,
     /// … a blocked thread moved on to the others' clock.
     PART_WAIT = Estimate "/parts_ns/wait" Always,
+    /// … waits to take a lock another thread held.
+    PART_LOCK_WAIT = Estimate "/parts_ns/lock_wait" Always,
 }
 
 /// The persist-time slots of Fig. 11, in the simulator's order, with their names.

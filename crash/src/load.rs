@@ -5,7 +5,9 @@
 
 use crate::error::CrashError;
 use pmsim_model::pm::HEAP_IMAGE_KEY;
-use pmsim_traces::{Event, OpKind, Record, SiteTable, TraceHeader, TraceReader, Visit, LINE};
+use pmsim_traces::{
+    Event, OpKind, Record, SiteTable, TraceHeader, TraceReader, Visit, LINE, LOCK_ACQUIRE_MARKER, LOCK_RELEASE_MARKER,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -253,6 +255,9 @@ impl Loader {
             }
             Event::OpBegin { op, arg } => self.t.push(i, Ev::OpBegin { tid, op, arg }),
             Event::OpEnd { op, result } => self.t.push(i, Ev::OpEnd { tid, op, result }),
+            // A lock's markers say nothing about crash states, and a run
+            // takes locks on most operations: not kept.
+            Event::Marker { label, .. } if label == LOCK_ACQUIRE_MARKER || label == LOCK_RELEASE_MARKER => {}
             Event::Marker { label, .. } => {
                 let t = &mut self.t;
                 t.labels.push(label.to_string());

@@ -186,3 +186,18 @@ mod other {
 
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) use other::*;
+
+/// The time-stamp counter (or a monotonic clock's nanoseconds off x86-64).
+#[inline(always)]
+pub fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: RDTSC has no preconditions and no side effects.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        T0.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+    }
+}

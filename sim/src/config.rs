@@ -166,6 +166,11 @@ pub struct TimingConfig {
     /// waits for the lowest-clock thread's next event; past it the
     /// lowest-clock thread that has events goes on (counted as `forced`).
     pub reorder_events: u32,
+    /// Threads wait at the program's locks (the trace's `lock:acquire` and
+    /// `lock:release` markers) for the previous holder's release. False (a
+    /// switch): every lock is free whenever it is taken, which shows how
+    /// much of a run's time its locks explain.
+    pub locks: bool,
 }
 
 impl Default for TimingConfig {
@@ -185,6 +190,7 @@ impl Default for TimingConfig {
             media_write_ns: 104.4,
             media_read_ns: 59.4,
             reorder_events: 1 << 22,
+            locks: true,
         }
     }
 }

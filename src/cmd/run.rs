@@ -134,7 +134,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
 enum Mode {
     Native,
     Trace { path: PathBuf, opts: WriterOptions },
-    Sim(SimConfig),
+    Sim(Box<SimConfig>),
 }
 
 #[derive(Serialize)]
@@ -214,7 +214,7 @@ fn run_one(job: &Job, opts: &RunOptions, hs: &HeapSpec, flush: FlushInsn, mode: 
             }
             Mode::Sim(cfg) => {
                 let (outcome, mut finished) = runner::run_traced(&spec, &TraceConfig::default(), |h| {
-                    Simulator::new(cfg.clone(), &h).map_err(std::io::Error::other)
+                    Simulator::new((**cfg).clone(), &h).map_err(std::io::Error::other)
                 })?;
                 Ok(Done { outcome, trace: None, sim: Some(finished.sink.report()), outputs: Pending::default() })
             }
@@ -338,10 +338,10 @@ pub fn run(a: RunArgs) -> CmdResult {
             path: path.clone(),
             opts: WriterOptions { values: a.values, zstd_level: a.zstd.then_some(3), ..WriterOptions::default() },
         },
-        (None, Some(cfg)) => Mode::Sim(match cfg {
+        (None, Some(cfg)) => Mode::Sim(Box::new(match cfg {
             Some(p) => SimConfig::from_file(p)?,
             None => SimConfig::default(),
-        }),
+        })),
         (None, None) => Mode::Native,
     };
 

@@ -224,10 +224,27 @@ pub const SPAWN_MARKER: &str = "thread:spawn";
 /// (`traces/FORMAT.md`).
 pub const JOIN_MARKER: &str = "thread:join";
 
+/// The label of the marker recorded on a thread just after it took a lock
+/// (the marker's id names the lock): with [`LOCK_RELEASE_MARKER`], what lets
+/// a replay that keeps time of its own make threads wait for each other at
+/// the program's locks (`traces/FORMAT.md`).
+pub const LOCK_ACQUIRE_MARKER: &str = "lock:acquire";
+
+/// The label of the marker recorded on a thread just before it lets a lock
+/// go (the marker's id names the lock).
+pub const LOCK_RELEASE_MARKER: &str = "lock:release";
+
 /// Whether a marker's label is one of the tracer's own about threads
 /// ([`SPAWN_MARKER`], [`JOIN_MARKER`]) rather than one the program set.
 pub fn is_thread_marker(label: &str) -> bool {
     label == SPAWN_MARKER || label == JOIN_MARKER
+}
+
+/// Whether a marker's label is one of the synchronisation markers (threads'
+/// spawns and joins, locks taken and let go) rather than one the program set
+/// to mark a stretch of its run.
+pub fn is_sync_marker(label: &str) -> bool {
+    is_thread_marker(label) || label == LOCK_ACQUIRE_MARKER || label == LOCK_RELEASE_MARKER
 }
 
 /// The number of distinct event kinds, for per-kind counters.

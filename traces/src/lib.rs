@@ -28,8 +28,8 @@ pub use decode::{BlockDecoder, Visit};
 pub use encode::EncodeError;
 pub use error::{ErrorKind, TraceError};
 pub use event::{
-    is_thread_marker, line_of, Category, Event, FenceKind, FlushKind, OpKind, OwnedEvent, Record, JOIN_MARKER, LINE,
-    SPAWN_MARKER,
+    is_sync_marker, is_thread_marker, line_of, Category, Event, FenceKind, FlushKind, OpKind, OwnedEvent, Record,
+    JOIN_MARKER, LINE, LOCK_ACQUIRE_MARKER, LOCK_RELEASE_MARKER, SPAWN_MARKER,
 };
 pub use header::{Component, HeapInfo, Region, TraceHeader, Tracer};
 pub use reader::{Block, TraceReader, TraceTotals};

@@ -174,7 +174,7 @@ impl Makalu {
             list.fill(objs.into_iter().rev());
             return true;
         }
-        let Some(b) = self.blocks.lock().unwrap().alloc(t, lay, sz) else { return false };
+        let Some(b) = self.blocks.with(t, |bl, t| bl.alloc(t, lay, sz)) else { return false };
         let h = self.header(t, b);
         let base = lay.block_off(b);
         t.store_bytes(base, &ZEROS);
@@ -242,7 +242,7 @@ impl Makalu {
                 if t.load_u64(h + H_RECLAIM) == reclaim::LISTED {
                     self.unlink_reclaim(t, reclaim_head, b, h);
                 }
-                self.blocks.lock().unwrap().free(t, lay, b);
+                self.blocks.with(t, |bl, t| bl.free(t, lay, b));
                 e.block = 0;
                 continue;
             }

@@ -77,6 +77,7 @@ use crate::error::AllocError;
 use crate::heap::Heap;
 use crate::live::LiveBytes;
 use crate::mech::dirty::DirtyLines;
+use crate::mech::lock::TracedMutex;
 use crate::params::as_map;
 use crate::pm::{Pm, PmThread};
 use blocks::Blocks;
@@ -162,10 +163,11 @@ pub struct Makalu {
     cfg: MakaluConfig,
     pm: Pm,
     lay: Layout,
-    /// The global lock (`MAK_LOCK`) and what it guards.
-    blocks: Mutex<Blocks>,
+    /// The global lock (`MAK_LOCK`) and what it guards: traced, as are the
+    /// sizes' locks, so the replay makes threads wait at them as they do.
+    blocks: TracedMutex<Blocks>,
     /// Per size: its reclaim list and global free list (`MAK_LOCK_GRAN`).
-    grans: Box<[Mutex<Gran>]>,
+    grans: Box<[TracedMutex<Gran>]>,
     /// `MAK_fl_aflush_table`: mark-bit lines of the global lists. Taken
     /// after a size's lock and before the global lock.
     fl_aflush: Mutex<DirtyLines>,
@@ -216,17 +218,17 @@ impl Makalu {
         reclaim: Vec<(u64, u64)>,
         report: RecoveryReport,
     ) -> Arc<Makalu> {
-        let grans: Box<[Mutex<Gran>]> = (0..CLASSES)
+        let grans: Box<[TracedMutex<Gran>]> = (0..CLASSES)
             .map(|g| {
                 let sz = (g as u64).max(1) * GRANULE;
-                Mutex::new(Gran { reclaim: 0, list: FreeList::new(cfg.list_bounds(sz).0) })
+                TracedMutex::new(Gran { reclaim: 0, list: FreeList::new(cfg.list_bounds(sz).0) })
             })
             .collect();
         let mk = Makalu {
             cfg,
             pm,
             lay,
-            blocks: Mutex::new(blocks),
+            blocks: TracedMutex::new(blocks),
             grans,
             fl_aflush: Mutex::new(DirtyLines::new(FL_AFLUSH_LINES)),
             live: LiveBytes::new(report.live_bytes, LIVE_SLOTS),
@@ -236,7 +238,7 @@ impl Makalu {
             let mut t = mk.pm.thread(0);
             for (b, sz) in reclaim {
                 let h = mk.header(&t, b);
-                let mut g = mk.grans[(sz / GRANULE) as usize].lock().unwrap();
+                let mut g = mk.grans[(sz / GRANULE) as usize].untraced();
                 mk.push_reclaim(&mut t, &mut g.reclaim, b, h);
             }
         }
@@ -254,7 +256,7 @@ impl Makalu {
         {
             let mut fl = mk.fl_aflush.lock().unwrap();
             for (g, gran) in mk.grans.iter().enumerate() {
-                let mut gran = gran.lock().unwrap();
+                let mut gran = gran.untraced();
                 let Gran { reclaim, list } = &mut *gran;
                 if !list.is_empty() {
                     mk.truncate(&mut t, &mut fl, g as u64 * GRANULE, reclaim, list, 0);
@@ -262,7 +264,7 @@ impl Makalu {
             }
             fl.drain(&mut t);
         }
-        mk.blocks.lock().unwrap().sync(&mut t);
+        mk.blocks.untraced().sync(&mut t);
         t.op_end(OpKind::Close, 0);
         drop(t);
         Ok(mk.pm)
@@ -335,7 +337,7 @@ impl Makalu {
     /// and `MAK_large_free_bytes` is their size; no undo-log entry is open.
     /// The first disagreement, in one line.
     pub fn check(&self, t: &PmThread) -> Result<(), String> {
-        let blocks = self.blocks.lock().unwrap();
+        let blocks = self.blocks.untraced();
         let walked = recovery::walk_index(t, &self.lay).map_err(|e| e.to_string())?;
         for &(b, k) in &walked.used {
             let recovery::Kind::Small(sz) = k else { continue };
@@ -382,7 +384,7 @@ impl Makalu {
 
     /// A large object of `sz` bytes (whole blocks, zeroed).
     fn alloc_large(&self, t: &mut PmThread, sz: u64) -> Option<u64> {
-        let b = self.blocks.lock().unwrap().alloc(t, &self.lay, sz)?;
+        let b = self.blocks.with(t, |bl, t| bl.alloc(t, &self.lay, sz))?;
         let off = self.lay.block_off(b);
         for i in 0..blocks_of(sz) {
             t.store_bytes(off + i * BLOCK, &lists::ZEROS);
@@ -393,27 +395,29 @@ impl Makalu {
     /// An object of `sz` bytes from the size's global list.
     fn alloc_global(&self, t: &mut PmThread, sz: u64) -> Option<u64> {
         let g = (sz / GRANULE) as usize;
-        let mut gran = self.grans[g].lock().unwrap();
-        let Gran { reclaim, list } = &mut *gran;
-        if list.is_empty() {
-            let mut fl = self.fl_aflush.lock().unwrap();
-            if !self.refill(t, &mut fl, sz, reclaim, None, list) {
-                return None;
+        self.grans[g].with(t, |gran, t| {
+            let Gran { reclaim, list } = gran;
+            if list.is_empty() {
+                let mut fl = self.fl_aflush.lock().unwrap();
+                if !self.refill(t, &mut fl, sz, reclaim, None, list) {
+                    return None;
+                }
             }
-        }
-        list.pop()
+            list.pop()
+        })
     }
 
     /// Puts object `off` of `sz` bytes on the size's global list.
     fn free_global(&self, t: &mut PmThread, sz: u64, off: u64) {
         let g = (sz / GRANULE) as usize;
-        let mut gran = self.grans[g].lock().unwrap();
-        let Gran { reclaim, list } = &mut *gran;
-        if list.push(off) {
-            let keep = self.cfg.list_bounds(sz).1;
-            let mut fl = self.fl_aflush.lock().unwrap();
-            self.truncate(t, &mut fl, sz, reclaim, list, keep);
-        }
+        self.grans[g].with(t, |gran, t| {
+            let Gran { reclaim, list } = gran;
+            if list.push(off) {
+                let keep = self.cfg.list_bounds(sz).1;
+                let mut fl = self.fl_aflush.lock().unwrap();
+                self.truncate(t, &mut fl, sz, reclaim, list, keep);
+            }
+        })
     }
 }
 
@@ -498,7 +502,7 @@ impl Allocator for Makalu {
     }
 
     fn footprint(&self) -> Footprint {
-        let heap = self.blocks.lock().unwrap().heap_blocks();
+        let heap = self.blocks.untraced().heap_blocks();
         Footprint { live_bytes: self.live.get(), mapped_bytes: self.lay.data + heap * BLOCK }
     }
 }

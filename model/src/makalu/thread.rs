@@ -58,9 +58,12 @@ impl MakaluThread {
         } else if sz <= mk.cfg.small_max {
             let g = (sz / GRANULE) as usize;
             if self.lists[g].is_empty() {
-                let mut gran = mk.grans[g].lock().unwrap();
-                let Gran { reclaim, list } = &mut *gran;
-                if !mk.refill(&mut self.t, &mut self.aflush, sz, reclaim, Some(list), &mut self.lists[g]) {
+                let (aflush, lists) = (&mut self.aflush, &mut self.lists[g]);
+                let filled = mk.grans[g].with(&mut self.t, |gran, t| {
+                    let Gran { reclaim, list } = gran;
+                    mk.refill(t, aflush, sz, reclaim, Some(list), lists)
+                });
+                if !filled {
                     return None;
                 }
             }
@@ -81,7 +84,7 @@ impl MakaluThread {
         assert!(flags & FREE_BLK == 0, "free of {off:#x}: block {b} is free");
         if sz > MEDIUM_MAX {
             assert_eq!(off, self.t.load_u64(h + H_BLOCK), "free of {off:#x}: inside a large object");
-            mk.blocks.lock().unwrap().free(&mut self.t, lay, b);
+            mk.blocks.with(&mut self.t, |bl, t| bl.free(t, lay, b));
             mk.add_live(self.t.tid(), -(sz as i64));
             return;
         }
@@ -91,8 +94,8 @@ impl MakaluThread {
             let g = (sz / GRANULE) as usize;
             if self.lists[g].push(off) {
                 let keep = mk.cfg.list_bounds(sz).1;
-                let mut gran = mk.grans[g].lock().unwrap();
-                mk.truncate(&mut self.t, &mut self.aflush, sz, &mut gran.reclaim, &mut self.lists[g], keep);
+                let (aflush, list) = (&mut self.aflush, &mut self.lists[g]);
+                mk.grans[g].with(&mut self.t, |gran, t| mk.truncate(t, aflush, sz, &mut gran.reclaim, list, keep));
             }
         } else {
             mk.free_global(&mut self.t, sz, off);
@@ -151,8 +154,9 @@ impl Drop for MakaluThread {
             if self.lists[g].is_empty() {
                 continue;
             }
-            let mut gran = mk.grans[g].lock().unwrap();
-            mk.truncate(&mut self.t, &mut self.aflush, g as u64 * GRANULE, &mut gran.reclaim, &mut self.lists[g], 0);
+            let (aflush, list) = (&mut self.aflush, &mut self.lists[g]);
+            mk.grans[g]
+                .with(&mut self.t, |gran, t| mk.truncate(t, aflush, g as u64 * GRANULE, &mut gran.reclaim, list, 0));
         }
         self.aflush.drain(&mut self.t);
     }

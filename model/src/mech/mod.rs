@@ -17,11 +17,13 @@
 //!   (Makalu's: entries persisted synchronously, a section's lines flushed at commit).
 //! * [`mark`] — the conservative mark from the persistent roots of a recovery-time GC.
 //! * [`dirty`] — eventual visibility: a direct-mapped table of dirty lines flushed lazily.
+//! * [`lock`] — a lock of the modelled system whose taking and letting go the trace records.
 
 pub mod bitset;
 pub mod bklog;
 pub mod dirty;
 pub mod exthdr;
+pub mod lock;
 pub mod mark;
 pub mod pbitmap;
 pub mod record;

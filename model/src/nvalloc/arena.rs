@@ -70,6 +70,10 @@ pub struct Arena {
     pub id: usize,
     /// Thread handles bound to it.
     pub threads: AtomicUsize,
+    /// Not a traced lock ([`crate::mech::lock`]): NVAlloc's code keeps
+    /// 4 × CPUs arenas, so on the machine the contention replay models (a
+    /// core per thread) no two threads share one; pmsim's fewer arenas
+    /// (`arenas`, the CPUs of the machine that ran) are its simplification.
     pub inner: Mutex<ArenaInner>,
     /// Held shared by frees of blocks of this arena's slabs, exclusively by a morph.
     pub morph_guard: RwLock<()>,

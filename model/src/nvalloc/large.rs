@@ -165,6 +165,11 @@ struct Inner {
 }
 
 /// The large allocator: one lock around the VEHs and the bookkeeping.
+///
+/// Not a traced lock ([`crate::mech::lock`]): NVAlloc's code manages
+/// extents per arena (jemalloc's, 4 × CPUs arenas), so its threads do not
+/// wait for each other here; pmsim keeps one extent allocator for the heap,
+/// a simplification that the contention replay must not count as waits.
 pub struct LargeAlloc {
     inner: Mutex<Inner>,
 }

@@ -88,6 +88,7 @@ use crate::config::AllocConfig;
 use crate::error::AllocError;
 use crate::heap::Heap;
 use crate::live::LiveBytes;
+use crate::mech::lock::TracedMutex;
 use crate::mech::regions::HeadedArea;
 use crate::params::as_map;
 use crate::pm::{Pm, PmThread};
@@ -101,7 +102,7 @@ use recovery::Kind;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 /// The allocator's name in messages and the registry's `--help`.
 pub const NAME: &str = "nvm_malloc";
@@ -154,11 +155,13 @@ pub struct NvmMalloc {
     cfg: NvmConfig,
     pm: Pm,
     lay: Layout,
-    arenas: Box<[Mutex<Arena>]>,
-    /// Free huge chunk runs `(chunks, header)` (`free_chunks`).
-    huge: Mutex<BTreeSet<(u64, u64)>>,
+    /// The arenas, each under its lock (`arena->mtx`); the locks here are
+    /// the code's, traced so the replay makes threads wait at them.
+    arenas: Box<[TracedMutex<Arena>]>,
+    /// Free huge chunk runs `(chunks, header)` (`free_chunks`, under `chunk_mtx`).
+    huge: TracedMutex<BTreeSet<(u64, u64)>>,
     /// Serialises chunk activation (`chunk_mtx`).
-    chunk_lock: Mutex<()>,
+    chunk_lock: TracedMutex<()>,
     /// The next activation-log slot (`next_log_entry`).
     next_log: AtomicU64,
     /// Chunks in use (a copy of the persistent count, for footprints).
@@ -214,9 +217,9 @@ impl NvmMalloc {
             cfg,
             pm,
             lay,
-            arenas: rec.arenas.into_iter().map(Mutex::new).collect(),
-            huge: Mutex::new(rec.huge),
-            chunk_lock: Mutex::new(()),
+            arenas: rec.arenas.into_iter().map(TracedMutex::new).collect(),
+            huge: TracedMutex::new(rec.huge),
+            chunk_lock: TracedMutex::new(()),
             next_log: AtomicU64::new(0),
             chunks_used: AtomicU64::new(report.chunks),
             version: rec.version,
@@ -250,8 +253,8 @@ impl NvmMalloc {
     }
 
     /// The arena thread `tid` uses.
-    fn arena(&self, tid: u32) -> MutexGuard<'_, Arena> {
-        self.arenas[tid as usize % self.arenas.len()].lock().unwrap()
+    fn arena(&self, tid: u32) -> &TracedMutex<Arena> {
+        &self.arenas[tid as usize % self.arenas.len()]
     }
 
     /// `PERSIST(p)`: mfence, flush, mfence — the shipped code's flush hits
@@ -279,26 +282,25 @@ impl NvmMalloc {
     /// Takes `n` new chunks from the backing file (`activate_more_chunks`):
     /// the first, or `None` when the heap has no room.
     fn activate_chunks(&self, t: &mut PmThread, n: u64) -> Option<u64> {
-        let _g = self.chunk_lock.lock().unwrap();
-        let used = t.load_u64(CHUNKS_USED);
-        if used + n > self.lay.capacity {
-            return None;
-        }
-        // The file grows (posix_fallocate): durable file-system metadata.
-        t.store_u64(CHUNKS_USED, used + n);
-        t.persist(CHUNKS_USED, 8);
-        self.chunks_used.store(used + n, Ordering::Relaxed);
-        Some(used)
+        self.chunk_lock.with(t, |_, t| {
+            let used = t.load_u64(CHUNKS_USED);
+            if used + n > self.lay.capacity {
+                return None;
+            }
+            // The file grows (posix_fallocate): durable file-system metadata.
+            t.store_u64(CHUNKS_USED, used + n);
+            t.persist(CHUNKS_USED, 8);
+            self.chunks_used.store(used + n, Ordering::Relaxed);
+            Some(used)
+        })
     }
 
     /// Reserves `size` bytes (`nvm_reserve`): an offset nothing persistent names yet.
     fn reserve(&self, t: &mut PmThread, size: u64) -> Option<u64> {
         if size <= SMALL_MAX {
-            let mut a = self.arena(t.tid());
-            self.reserve_small(t, &mut a, size)
+            self.arena(t.tid()).with(t, |a, t| self.reserve_small(t, a, size))
         } else if size <= LARGE_MAX {
-            let mut a = self.arena(t.tid());
-            self.reserve_large(t, &mut a, size)
+            self.arena(t.tid()).with(t, |a, t| self.reserve_large(t, a, size))
         } else {
             self.reserve_huge(t, size)
         }
@@ -307,14 +309,13 @@ impl NvmMalloc {
     /// Whole chunks for `size` bytes (`nvm_reserve`'s huge path, `nvm_reserve_huge`).
     fn reserve_huge(&self, t: &mut PmThread, size: u64) -> Option<u64> {
         let n = (size + HDR + CHUNK) / CHUNK;
-        let fit = {
-            let mut huge = self.huge.lock().unwrap();
+        let fit = self.huge.with(t, |huge, _| {
             let fit = huge.range((n, 0)..).next().copied();
             if let Some(f) = fit {
                 huge.remove(&f);
             }
             fit
-        };
+        });
         let hdr = match fit {
             Some((have, h)) if have > n => {
                 let hdr = h + (have - n) * CHUNK;
@@ -323,7 +324,7 @@ impl NvmMalloc {
                 t.store_u64(hdr + H_SIZE, n);
                 self.persist(t, hdr);
                 t.store_u64(h + H_SIZE, have - n);
-                self.huge.lock().unwrap().insert((have - n, h));
+                self.huge.with(t, |huge, _| huge.insert((have - n, h)));
                 hdr
             }
             Some((_, h)) => {
@@ -433,10 +434,10 @@ impl NvmMalloc {
                 self.persist(t, hdr);
                 let n = t.load_u64(hdr + H_SIZE);
                 if kind == Kind::Huge {
-                    self.huge.lock().unwrap().insert((n, hdr));
+                    self.huge.with(t, |huge, _| huge.insert((n, hdr)));
                 } else {
                     let a = t.load_u64(hdr + layout::B_ARENA) as usize % self.arenas.len();
-                    self.arenas[a].lock().unwrap().free.insert((n, hdr));
+                    self.arenas[a].with(t, |a, _| a.free.insert((n, hdr)));
                 }
             }
             Kind::Run => {
@@ -455,7 +456,7 @@ impl NvmMalloc {
                 t.fence();
                 self.finish_run(t, hdr);
                 let a = layout::misc_arena(m) as usize % self.arenas.len();
-                self.unreserve_small(&mut self.arenas[a].lock().unwrap(), hdr, i);
+                self.arenas[a].with(t, |a, _| self.unreserve_small(a, hdr, i));
             }
         }
     }

@@ -406,7 +406,7 @@ pub(super) fn check(t: &PmThread, lay: &Layout, nvm: &NvmMalloc) -> Result<(), S
     }
     let (mut have_free, mut have_runs) = (BTreeSet::new(), BTreeSet::new());
     for a in nvm.arenas.iter() {
-        let a = a.lock().unwrap();
+        let a = a.untraced();
         have_free.extend(a.free.iter().copied());
         have_runs.extend(a.runs.iter().map(|(&h, r)| (h, r.size, r.bitmap)));
         for (b, bin) in a.bins.iter().enumerate() {
@@ -432,7 +432,7 @@ pub(super) fn check(t: &PmThread, lay: &Layout, nvm: &NvmMalloc) -> Result<(), S
         let first = runs.symmetric_difference(&have_runs).next().copied();
         return Err(format!("the runs' bitmaps differ from the arenas' copies (first: {first:?})"));
     }
-    let have_huge: BTreeSet<(u64, u64)> = nvm.huge.lock().unwrap().iter().copied().collect();
+    let have_huge: BTreeSet<(u64, u64)> = nvm.huge.untraced().iter().copied().collect();
     if have_huge != huge {
         return Err(format!("{} free huge runs in the chunks, {} in the tree", huge.len(), have_huge.len()));
     }

@@ -67,6 +67,7 @@ use crate::config::AllocConfig;
 use crate::error::AllocError;
 use crate::heap::Heap;
 use crate::live::LiveBytes;
+use crate::mech::lock::TracedMutex;
 use crate::mech::regions::HeadedArea;
 use crate::mech::sizeclass::SizeClasses;
 use crate::mech::wal::{Wal, WalCursor, WalEntry};
@@ -140,11 +141,13 @@ pub struct PAllocator {
     pm: Pm,
     lay: Layout,
     classes: SizeClasses,
-    /// Per micro-log (thread id modulo): its small allocator.
-    smalls: Box<[Mutex<Small>]>,
-    /// The big allocator.
-    big: Mutex<Big>,
-    /// A copy of the segment table.
+    /// Per micro-log (thread id modulo): its small allocator. Its lock and
+    /// the big allocator's are traced, so the replay makes threads wait at
+    /// them (a free from another thread's page takes that thread's).
+    smalls: Box<[TracedMutex<Small>]>,
+    /// The big allocator, shared by the threads.
+    big: TracedMutex<Big>,
+    /// A copy of the segment table (DRAM lookups; not traced).
     segs: Mutex<Vec<u64>>,
     /// Segments in use, highest (footprints).
     top_seg: AtomicU64,
@@ -178,8 +181,8 @@ impl PAllocator {
             pm,
             lay,
             classes,
-            smalls: smalls.into_iter().map(Mutex::new).collect(),
-            big: Mutex::new(rec.big),
+            smalls: smalls.into_iter().map(TracedMutex::new).collect(),
+            big: TracedMutex::new(rec.big),
             segs: Mutex::new(rec.segs),
             top_seg: AtomicU64::new(top),
             live: LiveBytes::new(rec.report.live_bytes, LIVE_SLOTS),
@@ -315,23 +318,25 @@ impl PAllocator {
     fn alloc(&self, t: &mut PmThread, log: &mut WalCursor, size: u64, dest: Option<u64>) -> Option<(u64, u64)> {
         let tid = t.tid();
         if let Some(c) = self.classes.class_of(size) {
-            let mut s = self.smalls[tid as usize % self.smalls.len()].lock().unwrap();
-            let (page, i, block) = self.small_pick(t, &mut s, tid, c)?;
-            self.logged(t, log, OP_MALLOC, block, dest, |t| {
-                self.set_entry(t, page, i, 1);
-                PAllocator::publish(t, dest, block);
+            return self.smalls[tid as usize % self.smalls.len()].with(t, |s, t| {
+                let (page, i, block) = self.small_pick(t, s, tid, c)?;
+                self.logged(t, log, OP_MALLOC, block, dest, |t| {
+                    self.set_entry(t, page, i, 1);
+                    PAllocator::publish(t, dest, block);
+                });
+                Some((block, self.classes.size(c) as u64))
             });
-            return Some((block, self.classes.size(c) as u64));
         }
         let bytes = (size + HDR).next_multiple_of(64);
         if bytes <= self.lay.seg {
-            let mut b = self.big.lock().unwrap();
-            let (have, at) = self.big_pick(t, &mut b, bytes)?;
-            self.logged(t, log, OP_MALLOC, at, dest, |t| {
-                self.big_commit(t, &mut b, have, at, bytes);
-                PAllocator::publish(t, dest, at + HDR);
+            return self.big.with(t, |b, t| {
+                let (have, at) = self.big_pick(t, b, bytes)?;
+                self.logged(t, log, OP_MALLOC, at, dest, |t| {
+                    self.big_commit(t, b, have, at, bytes);
+                    PAllocator::publish(t, dest, at + HDR);
+                });
+                Some((at + HDR, bytes - HDR))
             });
-            return Some((at + HDR, bytes - HDR));
         }
         let n = bytes.div_ceil(self.lay.seg);
         let first = self.reserve_segments(n, seg::HUGE | n << 8)?;
@@ -363,21 +368,22 @@ impl PAllocator {
                 if owner != t.tid() as usize % self.smalls.len() {
                     t.fence(); // the entry's clearing durable before another thread reuses the block
                 }
-                self.small_give(&mut self.smalls[owner].lock().unwrap(), page, k);
+                self.smalls[owner].with(t, |s, _| self.small_give(s, page, k));
                 size
             }
             seg::BIG => {
                 let at = PAllocator::big_header(off);
-                let mut b = self.big.lock().unwrap();
-                let bytes = b.blocks[&at].0;
-                self.logged(t, log, OP_FREE, at, dest, |t| {
-                    PAllocator::publish(t, dest, 0);
-                    self.big_free(t, &mut b, at);
-                });
-                // The entry's clearing durable before the lock lets another
-                // thread take the block (its redo would free that allocation).
-                t.fence();
-                bytes - HDR
+                self.big.with(t, |b, t| {
+                    let bytes = b.blocks[&at].0;
+                    self.logged(t, log, OP_FREE, at, dest, |t| {
+                        PAllocator::publish(t, dest, 0);
+                        self.big_free(t, b, at);
+                    });
+                    // The entry's clearing durable before the lock lets another
+                    // thread take the block (its redo would free that allocation).
+                    t.fence();
+                    bytes - HDR
+                })
             }
             seg::HUGE => {
                 let n = w >> 8;

@@ -319,7 +319,7 @@ pub(super) fn check(t: &PmThread, pa: &PAllocator) -> Result<(), String> {
     }
     let mut held = 0;
     for s in pa.smalls.iter() {
-        let s = s.lock().unwrap();
+        let s = s.untraced();
         for (at, alloc) in &pages {
             if let Some(pg) = s.pages.get(at) {
                 held += 1;
@@ -332,7 +332,7 @@ pub(super) fn check(t: &PmThread, pa: &PAllocator) -> Result<(), String> {
     if held != pages.len() {
         return Err(format!("{} pages in use, {held} in the small allocators", pages.len()));
     }
-    let big = pa.big.lock().unwrap();
+    let big = pa.big.untraced();
     if bigs.len() != big.blocks.len() || bigs.iter().any(|(at, v)| big.blocks.get(at) != Some(v)) {
         return Err("the big blocks' headers differ from the big allocator's view".into());
     }

@@ -48,20 +48,8 @@ pub const MALLOC: usize = 0;
 /// Index of `free` in [`KINDS`].
 pub const FREE: usize = 1;
 
-/// The time-stamp counter (or a monotonic clock's nanoseconds off x86-64).
-#[inline(always)]
-pub fn ticks() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: RDTSC has no preconditions and no side effects.
-        unsafe { core::arch::x86_64::_rdtsc() }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        T0.get_or_init(Instant::now).elapsed().as_nanos() as u64
-    }
-}
+pub use crate::arch::ticks;
+use crate::mech::lock;
 
 /// The calling thread's CPU time (user and system), nanoseconds.
 pub fn thread_cpu_ns() -> u64 {
@@ -111,6 +99,12 @@ pub(crate) struct Clock {
     tick0: u64,
     in_op: [u64; 2],
     ops: [u64; 2],
+    /// Ticks held in traced locks ([`crate::mech::lock`]) and locks taken,
+    /// by the kind of operation they fell in, and the thread's counts when
+    /// its latest operation ended.
+    in_lock: [u64; 2],
+    locks: [u64; 2],
+    held_seen: (u64, u64),
     /// Wall ticks and CPU nanoseconds spent paused (waits, sampling).
     paused_ticks: u64,
     paused_cpu: u64,
@@ -126,6 +120,9 @@ impl Clock {
             tick0: ticks(),
             in_op: [0; 2],
             ops: [0; 2],
+            in_lock: [0; 2],
+            locks: [0; 2],
+            held_seen: lock::held(),
             paused_ticks: 0,
             paused_cpu: 0,
             pause_at: None,
@@ -137,6 +134,12 @@ impl Clock {
     pub(crate) fn op(&mut self, kind: usize, t0: u64) {
         self.in_op[kind] += ticks().wrapping_sub(t0);
         self.ops[kind] += 1;
+        // The locks taken since the previous operation ended were taken in
+        // this one (the workloads take no traced lock between operations).
+        let (held, n) = lock::held();
+        self.in_lock[kind] += held - self.held_seen.0;
+        self.locks[kind] += n - self.held_seen.1;
+        self.held_seen = (held, n);
     }
 
     /// Stops counting (a wait begins); nested pauses count once.
@@ -162,6 +165,8 @@ struct Acc {
     wall_ns: f64,
     in_op_ns: [f64; 2],
     ops: [u64; 2],
+    in_lock_ns: [f64; 2],
+    locks: [u64; 2],
     faults: u64,
     threads: u32,
 }
@@ -218,6 +223,8 @@ impl Profiler {
             let timed = c.in_op[k].saturating_sub(c.ops[k] * self.overhead) as f64 * npt;
             a.in_op_ns[k] += timed * on_cpu;
             a.ops[k] += c.ops[k];
+            a.in_lock_ns[k] += c.in_lock[k] as f64 * npt * on_cpu;
+            a.locks[k] += c.locks[k];
         }
         a.cpu_ns += cpu;
         a.wall_ns += wall;
@@ -240,6 +247,10 @@ impl Profiler {
             free_ops: a.ops[FREE],
             malloc_ns: per(a.in_op_ns[MALLOC], a.ops[MALLOC]),
             free_ns: per(a.in_op_ns[FREE], a.ops[FREE]),
+            malloc_lock_ns: per(a.in_lock_ns[MALLOC], a.ops[MALLOC]),
+            free_lock_ns: per(a.in_lock_ns[FREE], a.ops[FREE]),
+            malloc_locks: per(a.locks[MALLOC] as f64, a.ops[MALLOC]),
+            free_locks: per(a.locks[FREE] as f64, a.ops[FREE]),
             alloc_ns: per(in_op, ops),
             outside_ns: per(outside, ops),
             total_ns: per(a.cpu_ns, ops),
@@ -264,6 +275,19 @@ pub struct CpuProfile {
     pub malloc_ns: f64,
     /// CPU time inside one `free` / `free_from`.
     pub free_ns: f64,
+    /// Of `malloc_ns`, the time spent holding traced locks
+    /// ([`crate::mech::lock`]): what the replay charges inside them.
+    #[serde(default)]
+    pub malloc_lock_ns: f64,
+    /// Of `free_ns`, the time spent holding traced locks.
+    #[serde(default)]
+    pub free_lock_ns: f64,
+    /// Traced locks taken per `malloc`.
+    #[serde(default)]
+    pub malloc_locks: f64,
+    /// Traced locks taken per `free`.
+    #[serde(default)]
+    pub free_locks: f64,
     /// CPU time inside the allocator, per operation of either kind.
     pub alloc_ns: f64,
     /// CPU time between operations (the workload's own work), per operation.
@@ -296,6 +320,16 @@ impl CpuProfile {
             self.malloc_ns
         } else {
             self.free_ns
+        }
+    }
+
+    /// Of [`CpuProfile::op_ns`], the time held in traced locks, and the
+    /// locks taken, per operation of `kind`.
+    pub fn op_locks(&self, kind: usize) -> (f64, f64) {
+        if kind == MALLOC {
+            (self.malloc_lock_ns, self.malloc_locks)
+        } else {
+            (self.free_lock_ns, self.free_locks)
         }
     }
 

@@ -222,15 +222,14 @@ pub fn conservatively_reachable(
 }
 
 /// Every 8-byte word of the first `size` heap bytes that points into one of
+/// A word naming a target: its address, its value and the allocation
+/// holding it, if any.
+pub type Naming = (u64, u64, Option<(u64, u64)>);
+
 /// `targets` (`(offset, length)`): its address, its value and the
 /// allocation holding it, if any. For a leak's failure message: what could
 /// have kept the block.
-pub fn words_naming(
-    t: &impl AllocThread,
-    size: u64,
-    targets: &[(u64, u64)],
-    allocs: &[(u64, u64)],
-) -> Vec<(u64, u64, Option<(u64, u64)>)> {
+pub fn words_naming(t: &impl AllocThread, size: u64, targets: &[(u64, u64)], allocs: &[(u64, u64)]) -> Vec<Naming> {
     let mut hits = Vec::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut at = 0;

@@ -79,6 +79,19 @@
 //! clock by them when it begins, and stores and loads cost nothing more
 //! (their CPU time is in the measurement).
 //!
+//! **Locks** (`timing.locks`): a thread that takes a lock of the program
+//! (the trace's `lock:acquire` marker) while another holds it in the replay
+//! waits until that one lets it go (its `lock:release`), and is held back
+//! meanwhile as at a join; of the threads waiting, the one whose clock is
+//! lowest takes it next. The order is the replay's time, not the trace's:
+//! a trace recorded with more threads than cores holds each thread's
+//! takings in runs of its time slices, which no machine with a core per
+//! thread would see. Inside, its clock advances by what the
+//! trace holds there and by the CPU work the native run did while holding
+//! it (`CpuCosts::lock_ns`, taken out of the operation's own CPU time, which
+//! is charged as the operation begins): so an allocator that serialises its
+//! threads on one lock runs one thread at a time through it, as it did.
+//!
 //! Where each thread's time went ([`Parts`]): every advance of a clock is
 //! charged to one part, so the parts of a thread add up to its run time:
 //! flushes and the waits for them by the category of the flushed line's
@@ -97,7 +110,7 @@ use crate::optane::Optane;
 use crate::stats::{BARE_FENCE, PERSIST_SLOTS, UNMAPPED};
 use pmsim_traces::{
     Event, EventSink, FlushKind, Record, RegionMap, TraceError, TraceHeader, TraceReader, TraceTotals, Visit,
-    JOIN_MARKER, SPAWN_MARKER,
+    JOIN_MARKER, LOCK_ACQUIRE_MARKER, LOCK_RELEASE_MARKER, SPAWN_MARKER,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -127,6 +140,13 @@ pub struct CpuCosts {
     /// CPU time between operations (the workload's own work), charged to
     /// each outermost operation as it begins.
     pub outside_ns: f64,
+    /// Of `op_ns`, the time the operation held traced locks, by operation
+    /// code: charged inside the locks, shared evenly among those it takes.
+    #[serde(default)]
+    pub lock_ns: Vec<f64>,
+    /// Traced locks an operation takes, by operation code.
+    #[serde(default)]
+    pub locks: Vec<f64>,
 }
 
 /// The parts of a thread's time (see the module doc): indices into
@@ -136,7 +156,8 @@ const ALLOC_CPU: usize = PERSIST_SLOTS;
 const OTHER_CPU: usize = PERSIST_SLOTS + 1;
 const STORES: usize = PERSIST_SLOTS + 2;
 const WAIT: usize = PERSIST_SLOTS + 3;
-const PARTS: usize = PERSIST_SLOTS + 4;
+const LOCK_WAIT: usize = PERSIST_SLOTS + 4;
+const PARTS: usize = PERSIST_SLOTS + 5;
 /// An event whose time [`Contention::exec_in`] charged part by part itself.
 const CHARGED: usize = PARTS;
 
@@ -164,6 +185,8 @@ pub struct Parts {
     pub stores: f64,
     /// Time a thread with no events yet was moved on to the others' clock.
     pub wait: f64,
+    /// Time threads waited to take a lock another held.
+    pub lock_wait: f64,
 }
 
 impl Parts {
@@ -180,6 +203,7 @@ impl Parts {
             other_cpu: ns(OTHER_CPU),
             stores: ns(STORES),
             wait: ns(WAIT),
+            lock_wait: ns(LOCK_WAIT),
         }
     }
 }
@@ -188,8 +212,13 @@ impl Parts {
 #[derive(Clone, Copy, Debug)]
 struct Costs {
     store: u64,
-    /// CPU time of an outermost operation by code (0-7), and between operations.
+    /// CPU time of an outermost operation by code (0-7) outside its locks,
+    /// and between operations.
     cpu_op: [u64; 8],
+    /// CPU time inside each lock an operation of that code takes.
+    cpu_lock: [u64; 8],
+    /// `timing.locks`.
+    locks: bool,
     cpu_outside: u64,
     flush_issue: u64,
     flush_to_wpq: u64,
@@ -282,6 +311,14 @@ enum Ev {
     Join {
         thread: u32,
     },
+    /// The thread takes lock `lock` (an index into [`Contention::locks`]).
+    Acquire {
+        lock: u32,
+    },
+    /// The thread lets lock `lock` go.
+    Release {
+        lock: u32,
+    },
     /// Counted, costs nothing (regions, markers, thread starts).
     Other,
 }
@@ -319,6 +356,8 @@ struct Thread {
     persisted_at: u64,
     fence_wait: u64,
     depth: u32,
+    /// The code of its outermost operation (what its locks' CPU time is).
+    op: u8,
     ops: u64,
     events: u64,
     nt_line: u64,
@@ -359,6 +398,7 @@ impl Default for Thread {
             persisted_at: 0,
             fence_wait: 0,
             depth: 0,
+            op: 0,
             ops: 0,
             events: 0,
             nt_line: 0,
@@ -435,6 +475,14 @@ impl Imc {
         self.queued[t] -= 1;
         self.writers -= (self.queued[t] == 0) as u32;
     }
+}
+
+/// One lock of the program in time: the replayed thread holding it
+/// ([`NO_SLOT`]: none) and when it was last let go.
+#[derive(Clone, Copy, Debug)]
+struct LockTime {
+    holder: u32,
+    free_at: u64,
 }
 
 /// Per-thread figures of a contention replay.
@@ -539,6 +587,11 @@ pub struct Contention {
     last: Option<usize>,
     /// The threads held at a join, each with the thread it waits for.
     joins: Vec<(usize, usize)>,
+    /// The program's locks ([`Ev::Acquire`]), and each lock's index by id.
+    locks: Vec<LockTime>,
+    lock_ids: U64Map,
+    /// The threads held at a lock: (thread, lock).
+    lock_waits: Vec<(usize, u32)>,
     /// Per trace thread id, the replayed thread it names now ([`NO_SLOT`]:
     /// none yet): a new one for each thread a spawn marker names, as the
     /// replay may still hold the id's previous thread (see
@@ -586,6 +639,8 @@ impl Contention {
             c: Costs {
                 store: ps(t.store_ns),
                 cpu_op: [0; 8],
+                cpu_lock: [0; 8],
+                locks: t.locks,
                 cpu_outside: 0,
                 flush_issue: ps(t.flush_issue_ns),
                 flush_to_wpq: ps(t.flush_to_wpq_ns),
@@ -624,6 +679,9 @@ impl Contention {
             serialized: false,
             last: None,
             joins: Vec::new(),
+            locks: Vec::new(),
+            lock_ids: U64Map::new(),
+            lock_waits: Vec::new(),
             slots: Vec::new(),
             ended: Vec::new(),
             spawns: Vec::new(),
@@ -648,8 +706,13 @@ impl Contention {
     /// Call before the first event.
     pub fn set_cpu(&mut self, cpu: &CpuCosts) {
         let ps = |ns: f64| (ns.max(0.0) * 1000.0).round() as u64;
-        for (k, slot) in self.c.cpu_op.iter_mut().enumerate() {
-            *slot = cpu.op_ns.get(k).copied().map_or(0, ps);
+        for k in 0..self.c.cpu_op.len() {
+            let op = cpu.op_ns.get(k).copied().unwrap_or(0.0);
+            let held = cpu.lock_ns.get(k).copied().unwrap_or(0.0).clamp(0.0, op.max(0.0));
+            let n = cpu.locks.get(k).copied().unwrap_or(0.0);
+            let held = if n > 0.0 { held } else { 0.0 };
+            self.c.cpu_op[k] = ps(op - held);
+            self.c.cpu_lock[k] = if n > 0.0 { ps(held / n) } else { 0 };
         }
         self.c.cpu_outside = ps(cpu.outside_ns);
         self.c.store = 0;
@@ -702,6 +765,8 @@ impl Contention {
                 Some(x) => Ev::Join { thread: x },
                 None => Ev::Other,
             },
+            Event::Marker { id, label } if label == LOCK_ACQUIRE_MARKER => self.acquired(id),
+            Event::Marker { id, label } if label == LOCK_RELEASE_MARKER => self.released(id),
             _ => {
                 if let Event::ThreadEnd = ev {
                     self.set_ended(tid, t);
@@ -914,6 +979,7 @@ impl Contention {
                     th.clock += op + c.cpu_outside;
                     th.parts[ALLOC_CPU] += op;
                     th.parts[OTHER_CPU] += c.cpu_outside;
+                    th.op = code.min(7);
                     th.depth += 1;
                     // Charged above, part by part.
                     return CHARGED;
@@ -964,6 +1030,34 @@ impl Contention {
                 let th = &mut self.threads[t];
                 th.clock = th.clock.max(end);
                 WAIT
+            }
+            Ev::Acquire { lock } => {
+                let l = &mut self.locks[lock as usize];
+                // Without `timing.locks` the lock is free whenever taken
+                // (its CPU work is still charged inside it).
+                l.holder = if c.locks { t as u32 } else { NO_SLOT };
+                let free = if c.locks { l.free_at } else { 0 };
+                let th = &mut self.threads[t];
+                if th.clock < free {
+                    th.parts[LOCK_WAIT] += free - th.clock;
+                    th.clock = free;
+                }
+                if th.depth > 0 && self.cpu.is_some() {
+                    let held = c.cpu_lock[th.op as usize];
+                    th.clock += held;
+                    th.parts[ALLOC_CPU] += held;
+                }
+                CHARGED
+            }
+            Ev::Release { lock } => {
+                let clock = self.threads[t].clock;
+                let l = &mut self.locks[lock as usize];
+                l.holder = NO_SLOT;
+                l.free_at = clock;
+                if !self.lock_waits.is_empty() {
+                    self.wake_taker(lock);
+                }
+                STORES
             }
             Ev::Other => STORES,
         }
@@ -1660,7 +1754,7 @@ mod tests {
     #[test]
     fn cpu_costs_advance_the_clocks_and_every_part_adds_up() {
         let plain = ops_in_regions(None);
-        let cpu = CpuCosts { op_ns: vec![100.0, 40.0], outside_ns: 25.0 };
+        let cpu = CpuCosts { op_ns: vec![100.0, 40.0], outside_ns: 25.0, ..CpuCosts::default() };
         let with = ops_in_regions(Some(&cpu));
         assert_eq!((plain.ops, with.ops), (20, 20));
         // Each operation adds its kind's CPU time and the work between
@@ -1675,12 +1769,80 @@ mod tests {
         assert!((p.meta - p.wal).abs() < 1e-6, "{p:?}");
         for r in [&plain, &with] {
             let p = &r.parts_ns;
-            let sum =
-                p.meta + p.wal + p.log + p.data + p.unmapped + p.fence + p.alloc_cpu + p.other_cpu + p.stores + p.wait;
+            let sum = p.meta
+                + p.wal
+                + p.log
+                + p.data
+                + p.unmapped
+                + p.fence
+                + p.alloc_cpu
+                + p.other_cpu
+                + p.stores
+                + p.wait
+                + p.lock_wait;
             assert!((sum - r.threads[0].end_ns).abs() < 1e-6, "{sum} vs {}", r.threads[0].end_ns);
         }
         assert_eq!(plain.parts_ns.alloc_cpu, 0.0);
         assert!(plain.cpu.is_none() && with.cpu.as_ref() == Some(&cpu));
+    }
+
+    /// Threads `0..n` each do `k` operations that hold lock 7 around a
+    /// persist, recorded round robin, with CPU costs `cpu`.
+    fn locked_ops(cfg: &Config, cpu: &CpuCosts, n: u32, k: u64) -> ContentionReport {
+        let mut c = Contention::new(cfg).unwrap();
+        c.set_cpu(cpu);
+        for i in 0..k {
+            for tid in 0..n {
+                c.push(tid, &Event::OpBegin { op: pmsim_traces::OpKind::Malloc, arg: 64 });
+                c.push(tid, &Event::Marker { id: 7, label: LOCK_ACQUIRE_MARKER });
+                op(&mut c, tid, (u64::from(tid) << 24) + i * 4096);
+                c.push(tid, &Event::Marker { id: 7, label: LOCK_RELEASE_MARKER });
+                c.push(tid, &Event::OpEnd { op: pmsim_traces::OpKind::Malloc, result: 64 });
+            }
+        }
+        for tid in 0..n {
+            c.push(tid, &Event::ThreadEnd);
+        }
+        c.report()
+    }
+
+    #[test]
+    fn threads_wait_at_a_lock_and_its_cpu_work_is_inside_it() {
+        // 1,000 ns of CPU per operation, 900 of them holding the lock.
+        let cpu = CpuCosts { op_ns: vec![1000.0], outside_ns: 0.0, lock_ns: vec![900.0], locks: vec![1.0] };
+        let cfg = Config::default();
+        let mut free = cfg.clone();
+        free.timing.locks = false;
+        let (one, one_free) = (locked_ops(&cfg, &cpu, 1, 50), locked_ops(&free, &cpu, 1, 50));
+        // Alone, a thread never waits: the lock moves no time.
+        assert_eq!(one.makespan_ns, one_free.makespan_ns);
+        assert!(one.makespan_ns >= 50.0 * 1000.0 && one.parts_ns.lock_wait == 0.0, "{one:?}");
+        // Four threads pass the lock one at a time, 900 ns each at least…
+        let four = locked_ops(&cfg, &cpu, 4, 50);
+        assert!(four.makespan_ns >= 4.0 * 50.0 * 900.0, "{}", four.makespan_ns);
+        assert!(four.parts_ns.lock_wait > 0.0);
+        // …where without the lock's waits they run side by side.
+        let four_free = locked_ops(&free, &cpu, 4, 50);
+        assert!(four_free.makespan_ns < 1.5 * one.makespan_ns, "{} vs {}", four_free.makespan_ns, one.makespan_ns);
+        assert_eq!(four_free.parts_ns.lock_wait, 0.0);
+        // The CPU work is charged in full either way, and the parts add up.
+        for r in [&one, &four, &four_free] {
+            let p = &r.parts_ns;
+            assert!((p.alloc_cpu - r.ops as f64 * 1000.0).abs() < 1e-3, "{p:?}");
+            let sum = p.meta
+                + p.wal
+                + p.log
+                + p.data
+                + p.unmapped
+                + p.fence
+                + p.alloc_cpu
+                + p.other_cpu
+                + p.stores
+                + p.wait
+                + p.lock_wait;
+            let ends: f64 = r.threads.iter().map(|t| t.end_ns - t.start_ns).sum();
+            assert!((sum - ends).abs() < 1e-3, "{sum} vs {ends}");
+        }
     }
 
     #[test]

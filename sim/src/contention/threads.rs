@@ -1,7 +1,8 @@
 //! The threads of a contention replay: which replayed thread a trace's
 //! thread id names, when a thread starts (at its creator's clock, named by a
 //! spawn marker or guessed), and how a thread that joins another is held
-//! until that one's end is replayed (see [`Contention::push`]).
+//! until that one's end is replayed (see [`Contention::push`]), and one that
+//! takes a lock another holds until that one's release is.
 
 use super::*;
 
@@ -66,12 +67,19 @@ impl Contention {
     }
 
     /// Whether `ev`, thread `t`'s next event, must wait: a join of a thread
-    /// whose end is not replayed yet. Then `t` is held until that end.
+    /// whose end is not replayed yet, or the taking of a lock another thread
+    /// holds. Then `t` is held until that end, or that release.
     #[inline(always)]
     pub(super) fn blocks(&mut self, t: usize, ev: Ev) -> bool {
         match ev {
             Ev::Join { thread } if !self.threads[thread as usize].ended() => {
-                self.hold(t, thread as usize);
+                self.hold(t);
+                self.joins.push((t, thread as usize));
+                true
+            }
+            Ev::Acquire { lock } if self.c.locks && self.locks[lock as usize].holder != NO_SLOT => {
+                self.hold(t);
+                self.lock_waits.push((t, lock));
                 true
             }
             _ => false,
@@ -79,12 +87,46 @@ impl Contention {
     }
 
     #[cold]
-    pub(super) fn hold(&mut self, t: usize, joined: usize) {
+    fn hold(&mut self, t: usize) {
         let th = &mut self.threads[t];
         th.held = true;
         th.live = false;
         self.live.retain(|&o| o as usize != t);
-        self.joins.push((t, joined));
+    }
+
+    /// A lock-taking marker pushed for lock `id`: the next taking of it.
+    #[cold]
+    pub(super) fn acquired(&mut self, id: u64) -> Ev {
+        Ev::Acquire { lock: self.lock_index(id) }
+    }
+
+    /// A lock-release marker pushed for lock `id`.
+    #[cold]
+    pub(super) fn released(&mut self, id: u64) -> Ev {
+        Ev::Release { lock: self.lock_index(id) }
+    }
+
+    fn lock_index(&mut self, id: u64) -> u32 {
+        let next = self.locks.len() as u32;
+        let (&mut i, new) = self.lock_ids.get_or_insert_mut(id, next);
+        if new {
+            self.locks.push(LockTime { holder: NO_SLOT, free_at: 0 });
+        }
+        i
+    }
+
+    /// Lock `lock` was let go: of the threads held at it, the one with the
+    /// lowest clock goes on (its taking then waits for the release's time;
+    /// should another thread take the lock first, it is held again).
+    #[cold]
+    pub(super) fn wake_taker(&mut self, lock: u32) {
+        let next = (0..self.lock_waits.len())
+            .filter(|&i| self.lock_waits[i].1 == lock)
+            .min_by_key(|&i| self.threads[self.lock_waits[i].0].clock);
+        if let Some(i) = next {
+            let (j, _) = self.lock_waits.swap_remove(i);
+            self.go_on(j, 0);
+        }
     }
 
     /// Thread `x` ended: the threads held at a join of it go on.
@@ -150,10 +192,11 @@ impl Contention {
         let held: Vec<usize> =
             (0..self.threads.len()).filter(|&t| self.threads[t].held && !self.threads[t].queue.is_empty()).collect();
         for &t in &held {
-            let joiner = self.joins.iter().any(|&(j, _)| j == t);
+            let joiner = self.joins.iter().any(|&(j, _)| j == t) || self.lock_waits.iter().any(|&(j, _)| j == t);
             self.joins.retain(|&(j, _)| j != t);
+            self.lock_waits.retain(|&(j, _)| j != t);
             if joiner {
-                // The join it waits at is given up.
+                // The join (or the lock) it waits at is given up.
                 self.threads[t].queue[0] = Ev::Other;
                 self.go_on(t, 0);
             } else {
