@@ -40,7 +40,8 @@ fn contention(ops: f64, makespan_ns: f64) -> Value {
 /// The contention model's estimate with the CPU's work: `ops_per_s`, its
 /// time split evenly over the parts.
 fn estimate(ops_per_s: f64) -> Value {
-    let parts = ["meta", "wal", "log", "data", "unmapped", "fence", "alloc_cpu", "other_cpu", "stores", "wait"];
+    let parts =
+        ["meta", "wal", "log", "data", "unmapped", "fence", "alloc_cpu", "other_cpu", "stores", "wait", "lock_wait"];
     let makespan = 2e4 / ops_per_s * 1e9;
     let parts: serde_json::Map<String, Value> = parts.iter().map(|p| (p.to_string(), json!(makespan / 10.0))).collect();
     json!({ "ops_per_s": ops_per_s, "makespan_ns": makespan, "ops": 2e4, "parts_ns": parts })

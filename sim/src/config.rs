@@ -171,6 +171,11 @@ pub struct TimingConfig {
     /// switch): every lock is free whenever it is taken, which shows how
     /// much of a run's time its locks explain.
     pub locks: bool,
+    /// The dirty lines the cache (`cache`) evicts are written to the DIMMs,
+    /// taking a write buffer of the thread whose access evicted them. False
+    /// (a switch): evicted lines vanish, as if the memory were as fast as
+    /// the DRAM the CPU costs were measured on.
+    pub writebacks: bool,
 }
 
 impl Default for TimingConfig {
@@ -191,6 +196,7 @@ impl Default for TimingConfig {
             media_read_ns: 59.4,
             reorder_events: 1 << 22,
             locks: true,
+            writebacks: true,
         }
     }
 }

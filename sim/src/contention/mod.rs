@@ -42,11 +42,19 @@
 //! Reflush distances are counted in `reflush.scope` (per thread, per DIMM or
 //! over all threads), as the simulator counts them.
 //!
+//! **The cache** (`cache`, the simulator's [`CpuCache`]): stores and loads
+//! go through it, a flush writes its line only if the cache holds it dirty,
+//! and with `timing.writebacks` a dirty line it evicts to make room is
+//! written to its DIMM like a flushed one — nobody's fence waits for it, but
+//! it takes one of the evicting thread's write buffers (below) until its
+//! DIMM accepts it, and the DIMMs' time. So a thread that fills many lines
+//! it never flushes (zeroing large blocks, say) runs at the speed the DIMMs
+//! take them, not at the CPU's, as on a machine whose memory is Optane.
+//!
 //! Under **eADR** (`eadr = true`) the caches are in the persistence domain:
 //! flushes cost their issue only and write nothing, as the simulator treats
-//! them; non-temporal stores still go to the DIMMs. This model has no cache,
-//! so the writes eADR makes by evicting dirty lines are not charged: an eADR
-//! estimate is a lower bound on the DIMMs' load.
+//! them; non-temporal stores and the cache's evictions still go to the
+//! DIMMs.
 //!
 //! Per thread, the core's **write buffers** (`timing.write_buffers`): a
 //! write (a flush of a dirty line, a non-temporal line) holds one from its
@@ -103,6 +111,7 @@
 //! Costs are integer picoseconds, and nothing depends on the host (no hash
 //! seeds, no wall clock): the same trace and CPU costs give the same figures.
 
+use crate::cache::CpuCache;
 use crate::config::{Config, Scope};
 use crate::distance::DistanceTracker;
 use crate::fastmap::U64Map;
@@ -282,7 +291,10 @@ enum Ev {
         addr: u64,
         size: u32,
     },
-    Load,
+    Load {
+        addr: u64,
+        size: u32,
+    },
     Flush {
         line: u64,
         kind: FlushKind,
@@ -330,7 +342,7 @@ impl Ev {
         let cat = |addr: u64| regions.lookup(addr).map_or(UNMAPPED, |r| r.category as u8);
         match *ev {
             Event::Store { addr, size, .. } => Ev::Store { addr, size },
-            Event::Load { .. } => Ev::Load,
+            Event::Load { addr, size } => Ev::Load { addr, size },
             Event::Flush { kind, line } => Ev::Flush { line: line & !63, kind, cat: cat(line) },
             Event::Fence { .. } => Ev::Fence,
             Event::NtStore { addr, size, .. } => Ev::Nt { addr, size, cat: cat(addr) },
@@ -355,6 +367,8 @@ struct Thread {
     /// When every write issued since the last fence is accepted.
     persisted_at: u64,
     fence_wait: u64,
+    /// Dirty lines the cache evicted for its accesses (written to the DIMMs).
+    writebacks: u64,
     depth: u32,
     /// The code of its outermost operation (what its locks' CPU time is).
     op: u8,
@@ -397,6 +411,7 @@ impl Default for Thread {
             clock: 0,
             persisted_at: 0,
             fence_wait: 0,
+            writebacks: 0,
             depth: 0,
             op: 0,
             ops: 0,
@@ -500,6 +515,8 @@ pub struct ThreadTime {
     pub fence_wait_ns: f64,
     /// Flushes of a dirty line at a reflush distance below the threshold.
     pub reflushes: u64,
+    /// Dirty lines the cache evicted for its accesses, written to the DIMMs.
+    pub writebacks: u64,
 }
 
 /// Per-DIMM figures of a contention replay.
@@ -567,8 +584,10 @@ pub struct Contention {
     threads: Vec<Thread>,
     /// Ids of the threads that started and have not ended.
     live: Vec<u32>,
-    /// Lines stored to since their last flush (value 1) or flushed (0).
-    dirty: U64Map,
+    /// The CPU cache: which lines are cached, and dirty.
+    cache: CpuCache,
+    /// `timing.writebacks`: the dirty lines it evicts are written.
+    writebacks: bool,
     /// Reflush distances: one tracker per thread, per DIMM or in all, by `scope`.
     scope: Scope,
     trackers: Vec<Tracker>,
@@ -665,7 +684,8 @@ impl Contention {
             imc_dimms: t.imc_dimms as usize,
             threads: Vec::new(),
             live: Vec::new(),
-            dirty: U64Map::new(),
+            cache: CpuCache::new(&cfg.cache),
+            writebacks: t.writebacks,
             scope: cfg.reflush.scope,
             trackers: match cfg.reflush.scope {
                 Scope::Thread => Vec::new(),
@@ -896,14 +916,19 @@ impl Contention {
         match ev {
             Ev::Store { addr, size } => {
                 self.threads[t].clock += c.store;
+                self.threads[t].parts[STORES] += c.store;
                 for line in lines(addr, size) {
-                    *self.dirty.get_or_insert_mut(line, 1).0 = 1;
+                    self.touch(t, line, true);
                 }
-                STORES
+                CHARGED
             }
-            Ev::Load => {
+            Ev::Load { addr, size } => {
                 self.threads[t].clock += c.store;
-                STORES
+                self.threads[t].parts[STORES] += c.store;
+                for line in lines(addr, size) {
+                    self.touch(t, line, false);
+                }
+                CHARGED
             }
             Ev::Flush { line, kind, cat } => {
                 let issue = self.threads[t].clock + c.flush_issue;
@@ -917,9 +942,7 @@ impl Contention {
                     Scope::Global => 0,
                 };
                 let distance = self.trackers[key].distance.flush(line);
-                let (d, new) = self.dirty.get_or_insert_mut(line, 0);
-                if !new && *d == 1 {
-                    *d = 0;
+                if self.cache.flush(line, kind != FlushKind::Clwb) {
                     let issue = self.acquire(t).max(issue);
                     let mut accepted = self.write(t, line, issue + c.flush_to_wpq);
                     self.release(t, accepted);
@@ -959,6 +982,8 @@ impl Contention {
             Ev::Nt { addr, size, cat } => {
                 self.threads[t].clock += c.store;
                 for line in lines(addr, size) {
+                    // It bypasses the cache and drops a cached copy.
+                    self.cache.flush(line, true);
                     let prev = std::mem::replace(&mut self.threads[t].nt_line, line);
                     if prev != line && prev != NO_LINE {
                         self.nt_write(t, prev);
@@ -1061,6 +1086,29 @@ impl Contention {
             }
             Ev::Other => STORES,
         }
+    }
+
+    /// Thread `t` stores to (`write`) or loads line `line`: a dirty line
+    /// the cache evicts for it is written to its DIMM (see the module doc);
+    /// the thread's wait for a write buffer goes to the line's part.
+    #[inline(always)]
+    fn touch(&mut self, t: usize, line: u64, write: bool) {
+        let a = self.cache.access(line, write);
+        if let Some(victim) = a.writeback.filter(|_| self.writebacks) {
+            self.write_back(t, victim);
+        }
+    }
+
+    #[cold]
+    fn write_back(&mut self, t: usize, line: u64) {
+        let before = self.threads[t].clock;
+        let issue = self.acquire(t);
+        let accepted = self.write(t, line, issue + self.c.flush_to_wpq);
+        self.release(t, accepted);
+        let cat = self.regions.lookup(line).map_or(UNMAPPED, |r| r.category as u8) as usize;
+        let th = &mut self.threads[t];
+        th.parts[cat] += th.clock - before;
+        th.writebacks += 1;
     }
 
     fn drain_nt(&mut self, t: usize) {
@@ -1180,6 +1228,7 @@ impl Contention {
                     end_ns: ns(th.clock),
                     fence_wait_ns: ns(th.fence_wait),
                     reflushes: th.reflushes,
+                    writebacks: th.writebacks,
                 }
             })
             .collect();
@@ -1264,14 +1313,14 @@ pub fn write_text(r: &ContentionReport, out: &mut impl io::Write) -> io::Result<
     }
     writeln!(
         out,
-        "  {:>4} {:>12} {:>10} {:>14} {:>14} {:>10}",
-        "tid", "events", "ops", "end_ns", "fence_wait_ns", "reflushes"
+        "  {:>4} {:>12} {:>10} {:>14} {:>14} {:>10} {:>10}",
+        "tid", "events", "ops", "end_ns", "fence_wait_ns", "reflushes", "writebacks"
     )?;
     for t in &r.threads {
         writeln!(
             out,
-            "  {:>4} {:>12} {:>10} {:>14.0} {:>14.0} {:>10}",
-            t.tid, t.events, t.ops, t.end_ns, t.fence_wait_ns, t.reflushes
+            "  {:>4} {:>12} {:>10} {:>14.0} {:>14.0} {:>10} {:>10}",
+            t.tid, t.events, t.ops, t.end_ns, t.fence_wait_ns, t.reflushes, t.writebacks
         )?;
     }
     Ok(())
@@ -1843,6 +1892,37 @@ mod tests {
             let ends: f64 = r.threads.iter().map(|t| t.end_ns - t.start_ns).sum();
             assert!((sum - ends).abs() < 1e-3, "{sum} vs {ends}");
         }
+    }
+
+    #[test]
+    fn dirty_lines_the_cache_evicts_are_written_and_slow_their_thread() {
+        // A cache of 4 lines; one thread stores to 64 distinct lines and
+        // never flushes, then flushes the last one and an evicted one.
+        let mut cfg = Config::default();
+        cfg.cache = crate::config::CacheConfig { sets: 1, ways: 4 };
+        let replay = |cfg: &Config| {
+            let mut c = Contention::new(cfg).unwrap();
+            c.set_cpu(&CpuCosts::default());
+            for i in 0..64u64 {
+                c.push(0, &Event::Store { addr: i * 4096, size: 8, value: None });
+            }
+            c.push(0, &Event::Flush { kind: FlushKind::Clwb, line: 63 * 4096 });
+            c.push(0, &Event::Flush { kind: FlushKind::Clwb, line: 0 });
+            c.push(0, &Event::Fence { kind: FenceKind::Sfence });
+            c.report()
+        };
+        let on = replay(&cfg);
+        // 60 lines were evicted dirty; the flush of line 0 found it written
+        // already, so only the last line's flush writes.
+        assert_eq!(on.threads[0].writebacks, 60);
+        assert_eq!(on.write_bytes, 61 * 64);
+        cfg.timing.writebacks = false;
+        let off = replay(&cfg);
+        assert_eq!((off.threads[0].writebacks, off.write_bytes), (0, 64));
+        // Sixty writes through six write buffers take the DIMMs' time; the
+        // stores alone cost nothing (CPU costs given, all zero).
+        assert!(on.makespan_ns > off.makespan_ns + 100.0, "{} vs {}", on.makespan_ns, off.makespan_ns);
+        assert!(on.parts_ns.unmapped > 0.0 && off.parts_ns.unmapped < on.parts_ns.unmapped);
     }
 
     #[test]
