@@ -60,6 +60,17 @@ fn read(path: &Path) -> (TraceHeader, Vec<(u32, OwnedEvent)>) {
     (h, evs)
 }
 
+/// A trace's events without its lock markers: the C library takes mutexes of
+/// its own (at exit, say), which the tool's preload library reports like the
+/// program's (their own test checks them).
+fn pm_events(evs: Vec<(u32, OwnedEvent)>) -> Vec<OwnedEvent> {
+    use pmsim_traces::{LOCK_ACQUIRE_MARKER, LOCK_RELEASE_MARKER};
+    evs.into_iter()
+        .map(|(_, e)| e)
+        .filter(|e| !matches!(e, OwnedEvent::Marker { label, .. } if label == LOCK_ACQUIRE_MARKER || label == LOCK_RELEASE_MARKER))
+        .collect()
+}
+
 /// What pm_ops.c does with PM, relative to the mapped file (`h`) and to the
 /// announced static (`s`), in order; `crash` stops where the crash is.
 fn pm_ops_events(h: u64, s: u64, crash: bool) -> Vec<OwnedEvent> {
@@ -127,7 +138,7 @@ fn every_kind_of_pm_event_is_recorded_exactly() {
     assert_eq!(h.extra["imprecise_flushes"], 0);
     assert_eq!(mapping_base(&h, 0), h.heap.base);
     assert!(evs.iter().all(|(t, _)| *t == 0));
-    let got: Vec<OwnedEvent> = evs.into_iter().map(|(_, e)| e).collect();
+    let got = pm_events(evs);
     assert_eq!(got, pm_ops_events(h.heap.base, mapping_base(&h, 1), false));
 
     // With --values, stores carry the bytes they wrote.
@@ -175,7 +186,7 @@ fn a_killed_program_leaves_a_partial_trace_and_one_error() {
     let (h, evs) = read(&out);
     assert_eq!(h.extra["partial"], true, "{:?}", h.extra);
     assert!(h.extra.get("exit_status").is_none());
-    let got: Vec<OwnedEvent> = evs.into_iter().map(|(_, e)| e).collect();
+    let got = pm_events(evs);
     assert_eq!(got, pm_ops_events(h.heap.base, 0, true));
 }
 
@@ -479,6 +490,44 @@ fn threads_are_traced_with_their_spawns_and_joins() {
             "the main thread records no join of worker {w} after its end"
         );
     }
+}
+
+/// The tool's preload library reports every pthread mutex PMDK takes: lock
+/// markers on the thread that holds it, each acquire followed by the same
+/// thread's release before any other thread takes that lock (a lock taken
+/// before the trace began shows its release alone).
+#[test]
+fn pmdk_mutexes_are_traced_as_lock_markers() {
+    use pmsim_traces::{LOCK_ACQUIRE_MARKER, LOCK_RELEASE_MARKER};
+    use std::collections::HashMap;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("pmdk.pmt");
+    trace_pmdk_threadtest_with(dir.path(), &out, &[], &["2", "50", "64", "3"]);
+    let (_, evs) = read(&out);
+    let mut held: HashMap<u64, u32> = HashMap::new();
+    let mut seen = std::collections::HashSet::new();
+    let (mut taken, mut threads) = (0, std::collections::BTreeSet::new());
+    for (t, e) in &evs {
+        match e {
+            OwnedEvent::Marker { id, label } if label == LOCK_ACQUIRE_MARKER => {
+                assert!(held.insert(*id, *t).is_none(), "lock {id:#x} taken by thread {t} while held");
+                seen.insert(*id);
+                taken += 1;
+                threads.insert(*t);
+            }
+            OwnedEvent::Marker { id, label } if label == LOCK_RELEASE_MARKER => {
+                let holder = held.remove(id);
+                assert!(
+                    holder == Some(*t) || (holder.is_none() && seen.insert(*id)),
+                    "lock {id:#x} let go by thread {t}, held by {holder:?}"
+                );
+            }
+            _ => {}
+        }
+    }
+    // Three workers allocate and free 100 objects each: the heap's locks
+    // are taken on their operations.
+    assert!(taken >= 300 && threads.len() >= 3, "{taken} lock takings by threads {threads:?}");
 }
 
 /// `--window-at pmemobj_alloc` records one marker at the first allocation, and

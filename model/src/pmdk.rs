@@ -113,6 +113,7 @@ extern "C" {
     fn pmemobj_errormsg() -> *const c_char;
     fn pmemobj_ctl_get(pop: *mut PmemObjPool, name: *const c_char, arg: *mut c_void) -> c_int;
     fn pmemobj_ctl_set(pop: *mut PmemObjPool, name: *const c_char, arg: *mut c_void) -> c_int;
+    fn pmemobj_ctl_exec(pop: *mut PmemObjPool, name: *const c_char, arg: *mut c_void) -> c_int;
     fn pmem_is_pmem(addr: *const c_void, len: usize) -> c_int;
     fn pmemobj_first(pop: *mut PmemObjPool) -> PmemOid;
     fn pmemobj_next(oid: PmemOid) -> PmemOid;
@@ -237,11 +238,14 @@ pub struct PmdkOptions {
     pub overwrite: bool,
     /// Switch PMDK's heap statistics on (needed for `footprint().mapped_bytes`).
     pub stats: bool,
+    /// Automatic arenas at least (see [`PmdkConfig::arenas`]; 0: PMDK's own
+    /// count, the processors of the machine that runs).
+    pub arenas: u32,
 }
 
 impl Default for PmdkOptions {
     fn default() -> Self {
-        PmdkOptions { overwrite: false, stats: true }
+        PmdkOptions { overwrite: false, stats: true, arenas: PmdkConfig::default().arenas }
     }
 }
 
@@ -257,6 +261,8 @@ pub struct Pmdk {
     root_off: u64,
     path: PathBuf,
     stats: bool,
+    /// Automatic arenas asked for ([`PmdkConfig::arenas`]).
+    arenas: u32,
     is_pmem: bool,
     live: LiveBytes,
     /// The pool's regions as told to pmsim's Valgrind tool (only under it).
@@ -353,7 +359,7 @@ impl Pmdk {
         let r = if pop.is_null() {
             Err(err(format!("pmemobj_create: {}", last_error())))
         } else {
-            Pmdk::init(pop, path, opts.stats)
+            Pmdk::init(pop, path, opts)
         };
         crate::pmtrace::op_end(OpKind::Init, 0);
         r
@@ -369,16 +375,19 @@ impl Pmdk {
         if pop.is_null() {
             return Err(PmdkError { path: path.to_path_buf(), problem: format!("pmemobj_open: {}", last_error()) });
         }
-        Pmdk::init(pop, path, opts.stats)
+        Pmdk::init(pop, path, opts)
     }
 
-    fn init(pop: *mut PmemObjPool, path: &Path, stats: bool) -> Result<Arc<Pmdk>, PmdkError> {
+    fn init(pop: *mut PmemObjPool, path: &Path, opts: &PmdkOptions) -> Result<Arc<Pmdk>, PmdkError> {
         let err = |problem: String| {
             // SAFETY: `pop` is open and nothing else uses it yet.
             unsafe { pmemobj_close(pop) };
             PmdkError { path: path.to_path_buf(), problem }
         };
-        if stats {
+        if let Err(e) = add_arenas(pop, opts.arenas) {
+            return Err(err(e));
+        }
+        if opts.stats {
             let mut v: c_int = POBJ_STATS_ENABLED_BOTH;
             let name = CString::new("stats.enabled").expect("no NUL");
             // SAFETY: `stats.enabled` takes a pointer to an enum (int).
@@ -405,7 +414,8 @@ impl Pmdk {
             uuid_lo: root.pool_uuid_lo,
             root_off: root.off,
             path: path.to_path_buf(),
-            stats,
+            stats: opts.stats,
+            arenas: opts.arenas,
             is_pmem,
             live: LiveBytes::new(0, COUNTERS),
             regions: std::sync::Mutex::new(Regions::default()),
@@ -535,8 +545,10 @@ impl Allocator for Pmdk {
         serve_recovery_if_asked()
     }
 
-    fn create_own_file(path: &Path, size: u64, overwrite: bool, _cfg: PmdkConfig) -> Result<Arc<Self>, AllocError> {
-        Pmdk::create(path, size, &PmdkOptions { overwrite, ..PmdkOptions::default() }).map_err(PmdkError::into_alloc)
+    fn create_own_file(path: &Path, size: u64, overwrite: bool, cfg: PmdkConfig) -> Result<Arc<Self>, AllocError> {
+        cfg.validate()?;
+        let opts = PmdkOptions { overwrite, arenas: cfg.arenas, ..PmdkOptions::default() };
+        Pmdk::create(path, size, &opts).map_err(PmdkError::into_alloc)
     }
 
     fn prefault(&self, f: &crate::fault_in::FaultIn) -> Result<(), AllocError> {
@@ -548,8 +560,9 @@ impl Allocator for Pmdk {
     /// `pmemobj_open`: libpmemobj recovers the pool's lanes (their redo and
     /// undo logs) as it opens it; the heap's run metadata it rebuilds
     /// lazily, as allocations reach each bucket.
-    fn open_own_file(path: &Path, _cfg: PmdkConfig) -> Result<Arc<Self>, AllocError> {
-        Pmdk::open(path, &PmdkOptions::default()).map_err(PmdkError::into_alloc)
+    fn open_own_file(path: &Path, cfg: PmdkConfig) -> Result<Arc<Self>, AllocError> {
+        cfg.validate()?;
+        Pmdk::open(path, &PmdkOptions { arenas: cfg.arenas, ..PmdkOptions::default() }).map_err(PmdkError::into_alloc)
     }
 
     fn create(_heap: &Heap, _pm: Pm, _cfg: PmdkConfig) -> Result<Arc<Self>, AllocError> {
@@ -570,6 +583,7 @@ impl Allocator for Pmdk {
         m.insert("version".into(), VERSION.into());
         m.insert("api".into(), "atomic (pmemobj_alloc / pmemobj_free)".into());
         m.insert("pool_size".into(), self.size.into());
+        m.insert("arenas".into(), self.arenas.into());
         m.insert("dest_bytes".into(), 16.into());
         m.insert("is_pmem".into(), self.is_pmem.into());
         m.insert("flush".into(), self.flush().into());
@@ -759,18 +773,63 @@ impl AllocThread for PmdkThread {
     }
 }
 
-/// PMDK's parameters: none. libpmemobj decides its layout itself, and
-/// reads its persistence settings from the environment ([`required_env`]).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PmdkConfig {}
+/// PMDK's parameters. libpmemobj decides its layout itself, and reads its
+/// persistence settings from the environment ([`required_env`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PmdkConfig {
+    /// Automatic arenas, at least (`heap.arena.create`, then
+    /// `heap.arena.N.automatic`): libpmemobj gives a thread the arena with
+    /// the fewest threads, and makes as many as the machine has processors
+    /// (`heap.narenas.automatic`). The default is what the paper's machine
+    /// had (two Xeon Gold 5218R, 80 hyperthreads), so the threads of a run
+    /// share arenas, and their locks, as they did there, not as on the
+    /// machine that records the trace; 0 keeps that machine's count.
+    pub arenas: u32,
+}
+
+impl Default for PmdkConfig {
+    fn default() -> Self {
+        PmdkConfig { arenas: 80 }
+    }
+}
 
 impl AllocConfig for PmdkConfig {
     const ALLOC: &'static str = "PMDK";
 
     fn validate(&self) -> Result<(), AllocError> {
+        if self.arenas > 1024 {
+            return Err(AllocError::config("PMDK", format!("arenas = {} (must be 0..=1024)", self.arenas)));
+        }
         Ok(())
     }
+}
+
+/// Makes the pool's automatic arenas `at_least` (0: as they are).
+fn add_arenas(pop: *mut PmemObjPool, at_least: u32) -> Result<(), String> {
+    let name = |s: &str| CString::new(s).expect("no NUL");
+    let mut have: u32 = 0;
+    // SAFETY: `heap.narenas.automatic` reads an unsigned.
+    if unsafe { pmemobj_ctl_get(pop, name("heap.narenas.automatic").as_ptr(), &mut have as *mut u32 as *mut c_void) }
+        != 0
+    {
+        return Err(format!("cannot read heap.narenas.automatic: {}", last_error()));
+    }
+    for _ in have..at_least {
+        let mut id: u32 = 0;
+        // SAFETY: `heap.arena.create` writes the new arena's id (unsigned).
+        if unsafe { pmemobj_ctl_exec(pop, name("heap.arena.create").as_ptr(), &mut id as *mut u32 as *mut c_void) } != 0
+        {
+            return Err(format!("cannot create an arena (heap.arena.create): {}", last_error()));
+        }
+        let mut on: c_int = 1;
+        let auto = name(&format!("heap.arena.{id}.automatic"));
+        // SAFETY: the entry takes a pointer to a boolean (int).
+        if unsafe { pmemobj_ctl_set(pop, auto.as_ptr(), &mut on as *mut c_int as *mut c_void) } != 0 {
+            return Err(format!("cannot make arena {id} automatic: {}", last_error()));
+        }
+    }
+    Ok(())
 }
 
 /// PMDK as a crash target: the images of a libpmemobj pool that a program

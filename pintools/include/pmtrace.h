@@ -36,7 +36,9 @@ enum {
     PMTRACE_REQ_MARKER,
     PMTRACE_REQ_RUNNING,
     PMTRACE_REQ_THREAD_ID,
-    PMTRACE_REQ_JOINED
+    PMTRACE_REQ_JOINED,
+    PMTRACE_REQ_LOCKED,
+    PMTRACE_REQ_UNLOCKING
 };
 
 #define PMTRACE_REQ_(req, a, b, c, d, e) \
@@ -62,5 +64,10 @@ enum {
  * PMTRACE_THREAD_ID() - 1), e.g. in pthread_join: the tool runs one thread at
  * a time, so its trace cannot show who waited for whom by itself. */
 #define PMTRACE_JOINED(tid) PMTRACE_REQ_(PMTRACE_REQ_JOINED, (tid), 0, 0, 0, 0)
+/* The calling thread took the lock at `lock` / is about to let it go: what
+ * lets a replay in time of its own make threads wait at the program's locks.
+ * The tool's preload library says so for every pthread mutex. */
+#define PMTRACE_LOCKED(lock) PMTRACE_REQ_(PMTRACE_REQ_LOCKED, (lock), 0, 0, 0, 0)
+#define PMTRACE_UNLOCKING(lock) PMTRACE_REQ_(PMTRACE_REQ_UNLOCKING, (lock), 0, 0, 0, 0)
 
 #endif /* PMTRACE_H */

@@ -5,7 +5,9 @@
 //! `libvex` (the distribution ships them with the headers); the `valgrind`
 //! launcher finds it as `$VALGRIND_LIB/pmtrace-amd64-linux`, next to
 //! Valgrind's own files (`vgpreload_core`, suppressions), which the build
-//! links into the same folder. The sources are compiled into this crate, so
+//! links into the same folder, and the tool's own preload library
+//! (`vgpreload_pmtrace`: its wrappers of the pthread mutex calls report the
+//! program's locks), which Valgrind loads into the program from there. The sources are compiled into this crate, so
 //! the cache key is a checksum of them and of the Valgrind version: a changed
 //! tool or an upgraded Valgrind gets a fresh build, an unchanged one none.
 
@@ -19,11 +21,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// The files of the tool's build, as (name, contents). The Makefile is the one
 /// definition of how the tool is compiled and linked, for `make` by hand and
 /// for this build alike.
-const SOURCES: [(&str, &str); 4] = [
+const SOURCES: [(&str, &str); 5] = [
     ("pmtrace.c", include_str!("../valgrind/pmtrace.c")),
     ("Makefile", include_str!("../valgrind/Makefile")),
     ("pmt_writer.h", include_str!("../../traces/c/pmt_writer.h")),
     ("pmtrace.h", include_str!("../include/pmtrace.h")),
+    ("pmtrace_preload.c", include_str!("../valgrind/pmtrace_preload.c")),
 ];
 
 /// The client-request header programs include (`pintools/include/pmtrace.h`),

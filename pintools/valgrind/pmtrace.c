@@ -24,6 +24,9 @@
  *    ...) as a LOCKED_RMW ordering point, then the store if the swap happened,
  *    as pmsim's own tracer records its CAS;
  *  - thread starts and ends, regions, operations and markers (client requests);
+ *  - every pthread mutex taken and let go, as lock markers: the tool's preload
+ *    library (pmtrace_preload.c, which Valgrind loads into the program as
+ *    vgpreload_pmtrace) wraps pthread_mutex_lock, _trylock and _unlock;
  *  - the code site of every flush and fence, symbolized from the program's
  *    symbols and debug information (function, file:line) into the trace's
  *    site table. A flush issued inside a shared library (PMDK's libpmem does
@@ -927,6 +930,14 @@ static Bool pmt_handle_client_request(ThreadId tid, UWord *arg, UWord *ret) {
     case PMTRACE_REQ_JOINED:
         if (tracing)
             check(pmt_marker(&writer, t, arg[1], PMT_JOIN_MARKER, sizeof PMT_JOIN_MARKER - 1));
+        break;
+    case PMTRACE_REQ_LOCKED:
+        if (tracing)
+            check(pmt_marker(&writer, t, arg[1], PMT_LOCK_ACQUIRE_MARKER, sizeof PMT_LOCK_ACQUIRE_MARKER - 1));
+        break;
+    case PMTRACE_REQ_UNLOCKING:
+        if (tracing)
+            check(pmt_marker(&writer, t, arg[1], PMT_LOCK_RELEASE_MARKER, sizeof PMT_LOCK_RELEASE_MARKER - 1));
         break;
     default:
         VG_(umsg)("pmtrace: warning: unknown client request %#lx\n", arg[0]);

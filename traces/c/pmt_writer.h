@@ -66,6 +66,10 @@
 /* The label of the marker recorded on a thread that waited for another to end
  * (id: that thread's id), where the program says so (FORMAT.md). */
 #define PMT_JOIN_MARKER "thread:join"
+/* The labels of the markers recorded on a thread just after it took a lock and
+ * just before it let the lock go (id: the lock's address) (FORMAT.md). */
+#define PMT_LOCK_ACQUIRE_MARKER "lock:acquire"
+#define PMT_LOCK_RELEASE_MARKER "lock:release"
 /* Raw payload size at which blocks are cut, as in the Rust writer. */
 #define PMT_DEFAULT_BLOCK_SIZE ((size_t)128 << 10)
 /* The largest header and block payload a reader accepts (16 MiB). */

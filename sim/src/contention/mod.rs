@@ -1898,8 +1898,7 @@ mod tests {
     fn dirty_lines_the_cache_evicts_are_written_and_slow_their_thread() {
         // A cache of 4 lines; one thread stores to 64 distinct lines and
         // never flushes, then flushes the last one and an evicted one.
-        let mut cfg = Config::default();
-        cfg.cache = crate::config::CacheConfig { sets: 1, ways: 4 };
+        let mut cfg = Config { cache: crate::config::CacheConfig { sets: 1, ways: 4 }, ..Config::default() };
         let replay = |cfg: &Config| {
             let mut c = Contention::new(cfg).unwrap();
             c.set_cpu(&CpuCosts::default());

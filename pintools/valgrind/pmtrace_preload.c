@@ -1,0 +1,77 @@
+/*
+ * pmtrace_preload: the part of the Valgrind tool pmtrace that runs inside the
+ * program. Valgrind loads `vgpreload_pmtrace-amd64-linux.so` from the tool's
+ * folder into every program it runs with --tool=pmtrace; its wrappers of the
+ * pthread mutex calls tell the tool, through client requests, when a thread
+ * took a mutex and when it is about to let it go. The tool records them as the
+ * trace's lock markers (traces/FORMAT.md), so that pmsim's contention replay
+ * makes threads wait at the program's locks: PMDK's heap takes its locks
+ * through pthread mutexes.
+ *
+ * Wrapped in libc (glibc 2.34 on: the mutex calls live there) and in
+ * libpthread (older glibc); the original is called through Valgrind's
+ * function-wrapping macros. A wait on a condition variable lets its mutex go
+ * and takes it back inside libc, so it is wrapped too. A mutex the program
+ * took before the trace began shows only its release.
+ */
+#include <pthread.h>
+
+#include "pmtrace.h"
+
+#define LOCK_WRAPPERS(SONAME)                                                          \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_lock)(pthread_mutex_t * m);    \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_lock)(pthread_mutex_t * m) {   \
+        int r;                                                                         \
+        OrigFn fn;                                                                     \
+        VALGRIND_GET_ORIG_FN(fn);                                                      \
+        CALL_FN_W_W(r, fn, m);                                                         \
+        if (r == 0) PMTRACE_LOCKED(m);                                                 \
+        return r;                                                                      \
+    }                                                                                  \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_trylock)(pthread_mutex_t * m); \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_trylock)(pthread_mutex_t * m) {\
+        int r;                                                                         \
+        OrigFn fn;                                                                     \
+        VALGRIND_GET_ORIG_FN(fn);                                                      \
+        CALL_FN_W_W(r, fn, m);                                                         \
+        if (r == 0) PMTRACE_LOCKED(m);                                                 \
+        return r;                                                                      \
+    }                                                                                  \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_unlock)(pthread_mutex_t * m);  \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_unlock)(pthread_mutex_t * m) { \
+        int r;                                                                         \
+        OrigFn fn;                                                                     \
+        VALGRIND_GET_ORIG_FN(fn);                                                      \
+        PMTRACE_UNLOCKING(m);                                                          \
+        CALL_FN_W_W(r, fn, m);                                                         \
+        return r;                                                                      \
+    }                                                                                  \
+    /* A wait on a condition lets its mutex go and takes it again inside. */            \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_cond_wait)(pthread_cond_t * c,         \
+                                                           pthread_mutex_t * m);       \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_cond_wait)(pthread_cond_t * c,         \
+                                                           pthread_mutex_t * m) {      \
+        int r;                                                                         \
+        OrigFn fn;                                                                     \
+        VALGRIND_GET_ORIG_FN(fn);                                                      \
+        PMTRACE_UNLOCKING(m);                                                          \
+        CALL_FN_W_WW(r, fn, c, m);                                                     \
+        PMTRACE_LOCKED(m);                                                             \
+        return r;                                                                      \
+    }                                                                                  \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_cond_timedwait)(                       \
+        pthread_cond_t * c, pthread_mutex_t * m, const struct timespec * t);           \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_cond_timedwait)(                       \
+        pthread_cond_t * c, pthread_mutex_t * m, const struct timespec * t) {          \
+        int r;                                                                         \
+        OrigFn fn;                                                                     \
+        VALGRIND_GET_ORIG_FN(fn);                                                      \
+        PMTRACE_UNLOCKING(m);                                                          \
+        CALL_FN_W_WWW(r, fn, c, m, t);                                                 \
+        PMTRACE_LOCKED(m);                                                             \
+        return r;                                                                      \
+    }
+
+/* libc.so* and libpthread.so.0 */
+LOCK_WRAPPERS(libcZdsoZa)
+LOCK_WRAPPERS(libpthreadZdsoZd0)
