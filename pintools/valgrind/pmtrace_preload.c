@@ -18,27 +18,23 @@
 
 #include "pmtrace.h"
 
+/* A call that takes mutex `m` when it returns 0 (lock, trylock). */
+#define TAKING(SONAME, FN)                                                             \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, FN)(pthread_mutex_t * m);                      \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, FN)(pthread_mutex_t * m) {                     \
+        int r;                                                                         \
+        OrigFn fn;                                                                     \
+        VALGRIND_GET_ORIG_FN(fn);                                                      \
+        CALL_FN_W_W(r, fn, m);                                                         \
+        if (r == 0) PMTRACE_LOCKED(m);                                                 \
+        return r;                                                                      \
+    }
+
 #define LOCK_WRAPPERS(SONAME)                                                          \
-    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_lock)(pthread_mutex_t * m);    \
-    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_lock)(pthread_mutex_t * m) {   \
-        int r;                                                                         \
-        OrigFn fn;                                                                     \
-        VALGRIND_GET_ORIG_FN(fn);                                                      \
-        CALL_FN_W_W(r, fn, m);                                                         \
-        if (r == 0) PMTRACE_LOCKED(m);                                                 \
-        return r;                                                                      \
-    }                                                                                  \
-    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_trylock)(pthread_mutex_t * m); \
-    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_trylock)(pthread_mutex_t * m) {\
-        int r;                                                                         \
-        OrigFn fn;                                                                     \
-        VALGRIND_GET_ORIG_FN(fn);                                                      \
-        CALL_FN_W_W(r, fn, m);                                                         \
-        if (r == 0) PMTRACE_LOCKED(m);                                                 \
-        return r;                                                                      \
-    }                                                                                  \
-    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_unlock)(pthread_mutex_t * m);  \
-    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_unlock)(pthread_mutex_t * m) { \
+    TAKING(SONAME, pthread_mutex_lock)                                                 \
+    TAKING(SONAME, pthread_mutex_trylock)                                              \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_unlock)(pthread_mutex_t * m);    \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_mutex_unlock)(pthread_mutex_t * m) {   \
         int r;                                                                         \
         OrigFn fn;                                                                     \
         VALGRIND_GET_ORIG_FN(fn);                                                      \

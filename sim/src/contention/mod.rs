@@ -199,6 +199,21 @@ pub struct Parts {
 }
 
 impl Parts {
+    /// All of them: the threads' run times, summed.
+    pub fn total(&self) -> f64 {
+        self.meta
+            + self.wal
+            + self.log
+            + self.data
+            + self.unmapped
+            + self.fence
+            + self.alloc_cpu
+            + self.other_cpu
+            + self.stores
+            + self.wait
+            + self.lock_wait
+    }
+
     fn of(ps: &[u64; PARTS]) -> Parts {
         let ns = |i: usize| ps[i] as f64 / 1000.0;
         Parts {
@@ -1818,17 +1833,7 @@ mod tests {
         assert!((p.meta - p.wal).abs() < 1e-6, "{p:?}");
         for r in [&plain, &with] {
             let p = &r.parts_ns;
-            let sum = p.meta
-                + p.wal
-                + p.log
-                + p.data
-                + p.unmapped
-                + p.fence
-                + p.alloc_cpu
-                + p.other_cpu
-                + p.stores
-                + p.wait
-                + p.lock_wait;
+            let sum = p.total();
             assert!((sum - r.threads[0].end_ns).abs() < 1e-6, "{sum} vs {}", r.threads[0].end_ns);
         }
         assert_eq!(plain.parts_ns.alloc_cpu, 0.0);
@@ -1878,17 +1883,7 @@ mod tests {
         for r in [&one, &four, &four_free] {
             let p = &r.parts_ns;
             assert!((p.alloc_cpu - r.ops as f64 * 1000.0).abs() < 1e-3, "{p:?}");
-            let sum = p.meta
-                + p.wal
-                + p.log
-                + p.data
-                + p.unmapped
-                + p.fence
-                + p.alloc_cpu
-                + p.other_cpu
-                + p.stores
-                + p.wait
-                + p.lock_wait;
+            let sum = p.total();
             let ends: f64 = r.threads.iter().map(|t| t.end_ns - t.start_ns).sum();
             assert!((sum - ends).abs() < 1e-3, "{sum} vs {ends}");
         }
