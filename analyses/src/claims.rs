@@ -165,6 +165,8 @@ impl Lens {
                 "optane.xpbuffer_entries" => format!("with an XPBuffer of {v} entries"),
                 "reflush.timed" => "with the reflush wait timed from the line's previous write (reflush.timed)".into(),
                 "optane.dimms" => format!("on {v} DIMMs (the paper's machine)"),
+                "timing.locks" => "without waits at locks (timing.locks = false)".into(),
+                "timing.writebacks" => "without the cache's write-backs (timing.writebacks = false)".into(),
                 _ => format!("with {k} = {v}"),
             },
             Lens::Alloc(a, b) => format!("reading {a} as {b}"),
@@ -182,18 +184,23 @@ const SWITCHES: &[Lens] = &[
     Lens::Sim("optane.xpbuffer_entries", "4096"),
     Lens::Sim("reflush.timed", "true"),
     Lens::Sim("optane.dimms", "2"),
+    Lens::Sim("timing.locks", "false"),
+    Lens::Sim("timing.writebacks", "false"),
     Lens::Alloc("+interleaved", "+interleaved:stripes=6"),
     Lens::Alloc("base", "base:interleaved_wal=true"),
 ];
 
 /// The simulator keys the switches set, each with the experiment that holds
-/// its rows (the Fig. 11 points with that key set): rows that have one are
-/// read only through [`Lens::Sim`].
-const SWITCH_EXPS: [(&str, &str); 4] = [
+/// its rows (the Fig. 11 points with that key set; Fig. 12's for the locks
+/// and the cache's write-backs): rows that have one are read only through
+/// [`Lens::Sim`].
+const SWITCH_EXPS: [(&str, &str); 6] = [
     ("reflush.threshold", "switch-reflush"),
     ("optane.xpbuffer_entries", "switch-xpbuffer"),
     ("reflush.timed", "switch-timed-reflush"),
     ("optane.dimms", "switch-dimms"),
+    ("timing.locks", "switch-locks"),
+    ("timing.writebacks", "switch-writebacks"),
 ];
 
 /// The experiment whose rows the [`Lens::Alloc`] switches read (the other

@@ -67,6 +67,8 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("switch-timed-reflush.toml", include_str!("../experiments/switch-timed-reflush.toml")),
     ("switch-dimms.toml", include_str!("../experiments/switch-dimms.toml")),
     ("switch-presets.toml", include_str!("../experiments/switch-presets.toml")),
+    ("switch-locks.toml", include_str!("../experiments/switch-locks.toml")),
+    ("switch-writebacks.toml", include_str!("../experiments/switch-writebacks.toml")),
 ];
 
 /// A simulator report of a trace made outside pmsim's tracer (`pmsim sim
