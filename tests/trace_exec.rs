@@ -64,10 +64,9 @@ fn read(path: &Path) -> (TraceHeader, Vec<(u32, OwnedEvent)>) {
 /// its own (at exit, say), which the tool's preload library reports like the
 /// program's (their own test checks them).
 fn pm_events(evs: Vec<(u32, OwnedEvent)>) -> Vec<OwnedEvent> {
-    use pmsim_traces::{LOCK_ACQUIRE_MARKER, LOCK_RELEASE_MARKER};
     evs.into_iter()
         .map(|(_, e)| e)
-        .filter(|e| !matches!(e, OwnedEvent::Marker { label, .. } if label == LOCK_ACQUIRE_MARKER || label == LOCK_RELEASE_MARKER))
+        .filter(|e| !matches!(e, OwnedEvent::Marker { label, .. } if pmsim_traces::is_lock_marker(label)))
         .collect()
 }
 

@@ -1637,7 +1637,7 @@ pub fn figure_table(s: &[Scored], id: &str) -> Option<Table> {
 /// the CPU's work), so that the CPU work measured for the lowest and the
 /// highest SU decides it: +0.082 to +0.293 in seven main-job runs, +0.000
 /// in a clean-clone CI run; Fig. 12's factor over Makalu as shipped, which
-/// is the abstract's 57× too, 36.8× to 45.1× in three main-job runs with
+/// is the abstract's 57× too, 36.8× to 45.1× in four main-job runs with
 /// the cache's write-backs, against the band's edge at 42.75×).
 pub const EXPECTED: &[(&str, Verdict)] = {
     use Verdict::*;

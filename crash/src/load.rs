@@ -5,9 +5,7 @@
 
 use crate::error::CrashError;
 use pmsim_model::pm::HEAP_IMAGE_KEY;
-use pmsim_traces::{
-    Event, OpKind, Record, SiteTable, TraceHeader, TraceReader, Visit, LINE, LOCK_ACQUIRE_MARKER, LOCK_RELEASE_MARKER,
-};
+use pmsim_traces::{is_lock_marker, Event, OpKind, Record, SiteTable, TraceHeader, TraceReader, Visit, LINE};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -257,7 +255,7 @@ impl Loader {
             Event::OpEnd { op, result } => self.t.push(i, Ev::OpEnd { tid, op, result }),
             // A lock's markers say nothing about crash states, and a run
             // takes locks on most operations: not kept.
-            Event::Marker { label, .. } if label == LOCK_ACQUIRE_MARKER || label == LOCK_RELEASE_MARKER => {}
+            Event::Marker { label, .. } if is_lock_marker(label) => {}
             Event::Marker { label, .. } => {
                 let t = &mut self.t;
                 t.labels.push(label.to_string());

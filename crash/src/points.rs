@@ -36,9 +36,9 @@ pub fn select_points(tr: &CrashTrace, opts: &Options, end: bool) -> Vec<(u64, u3
                 let c = open.entry(op).or_default();
                 *c = c.saturating_sub(1);
             }
-            // The tracer's markers of thread spawns and joins (and of locks)
-            // leave a thread's marked stretch as it is.
-            Ev::Marker { label, .. } if pmsim_traces::is_sync_marker(&tr.labels[label as usize]) => {}
+            // The tracer's markers of thread spawns and joins leave a
+            // thread's marked stretch as it is (a lock's are not loaded).
+            Ev::Marker { label, .. } if pmsim_traces::is_thread_marker(&tr.labels[label as usize]) => {}
             Ev::Marker { tid, label } => {
                 let on = opts.marker.as_deref() == Some(tr.labels[label as usize].as_str());
                 let was = marked.insert(tid, on).unwrap_or(false);

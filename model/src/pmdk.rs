@@ -805,16 +805,19 @@ impl AllocConfig for PmdkConfig {
     }
 }
 
+/// The pool's automatic arenas (`heap.narenas.automatic`).
+fn automatic_arenas(pop: *mut PmemObjPool) -> Option<u32> {
+    let name = CString::new("heap.narenas.automatic").expect("no NUL");
+    let mut have: u32 = 0;
+    // SAFETY: the entry reads an unsigned.
+    let rc = unsafe { pmemobj_ctl_get(pop, name.as_ptr(), &mut have as *mut u32 as *mut c_void) };
+    (rc == 0).then_some(have)
+}
+
 /// Makes the pool's automatic arenas `at_least` (0: as they are).
 fn add_arenas(pop: *mut PmemObjPool, at_least: u32) -> Result<(), String> {
     let name = |s: &str| CString::new(s).expect("no NUL");
-    let mut have: u32 = 0;
-    // SAFETY: `heap.narenas.automatic` reads an unsigned.
-    if unsafe { pmemobj_ctl_get(pop, name("heap.narenas.automatic").as_ptr(), &mut have as *mut u32 as *mut c_void) }
-        != 0
-    {
-        return Err(format!("cannot read heap.narenas.automatic: {}", last_error()));
-    }
+    let have = automatic_arenas(pop).ok_or_else(|| format!("cannot read heap.narenas.automatic: {}", last_error()))?;
     for _ in have..at_least {
         let mut id: u32 = 0;
         // SAFETY: `heap.arena.create` writes the new arena's id (unsigned).
@@ -1199,6 +1202,23 @@ impl Drop for PmdkRecovered {
 mod tests {
     use super::*;
     use crate::alloc::AllocThread;
+
+    /// A pool has the automatic arenas asked for (the paper's machine's by
+    /// default), and with 0 libpmemobj's own count, fewer on this machine.
+    #[test]
+    fn a_pool_gets_the_arenas_asked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let arenas = |n: u32, name: &str| {
+            let opts = PmdkOptions { arenas: n, ..PmdkOptions::default() };
+            let pool = Pmdk::create(dir.path().join(name), MIN_POOL, &opts).unwrap();
+            let have = automatic_arenas(pool.pop);
+            pool.close().unwrap();
+            have.expect("heap.narenas.automatic")
+        };
+        let own = arenas(0, "own");
+        assert!((1..80).contains(&own), "libpmemobj's own count: {own}");
+        assert_eq!(arenas(PmdkConfig::default().arenas, "paper"), 80);
+    }
 
     /// A crash image recovered in this process (a test binary never serves
     /// as a recovery process): a pool left open with three objects, one

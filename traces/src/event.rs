@@ -240,11 +240,10 @@ pub fn is_thread_marker(label: &str) -> bool {
     label == SPAWN_MARKER || label == JOIN_MARKER
 }
 
-/// Whether a marker's label is one of the synchronisation markers (threads'
-/// spawns and joins, locks taken and let go) rather than one the program set
-/// to mark a stretch of its run.
-pub fn is_sync_marker(label: &str) -> bool {
-    is_thread_marker(label) || label == LOCK_ACQUIRE_MARKER || label == LOCK_RELEASE_MARKER
+/// Whether a marker's label is one of a lock's ([`LOCK_ACQUIRE_MARKER`],
+/// [`LOCK_RELEASE_MARKER`]).
+pub fn is_lock_marker(label: &str) -> bool {
+    label == LOCK_ACQUIRE_MARKER || label == LOCK_RELEASE_MARKER
 }
 
 /// The number of distinct event kinds, for per-kind counters.

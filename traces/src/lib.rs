@@ -28,7 +28,7 @@ pub use decode::{BlockDecoder, Visit};
 pub use encode::EncodeError;
 pub use error::{ErrorKind, TraceError};
 pub use event::{
-    is_sync_marker, is_thread_marker, line_of, Category, Event, FenceKind, FlushKind, OpKind, OwnedEvent, Record,
+    is_lock_marker, is_thread_marker, line_of, Category, Event, FenceKind, FlushKind, OpKind, OwnedEvent, Record,
     JOIN_MARKER, LINE, LOCK_ACQUIRE_MARKER, LOCK_RELEASE_MARKER, SPAWN_MARKER,
 };
 pub use header::{Component, HeapInfo, Region, TraceHeader, Tracer};

@@ -113,6 +113,7 @@ pub(crate) struct Clock {
 
 impl Clock {
     pub(crate) fn start(time_ops: bool) -> Clock {
+        lock::time_held(time_ops);
         Clock {
             time_ops,
             cpu0: thread_cpu_ns(),

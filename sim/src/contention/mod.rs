@@ -111,7 +111,7 @@
 //! Costs are integer picoseconds, and nothing depends on the host (no hash
 //! seeds, no wall clock): the same trace and CPU costs give the same figures.
 
-use crate::cache::CpuCache;
+use crate::cache::{lines, CpuCache};
 use crate::config::{Config, Scope};
 use crate::distance::DistanceTracker;
 use crate::fastmap::U64Map;
@@ -354,7 +354,7 @@ impl Ev {
     /// The event, with the category of the region its line lies in (as the
     /// regions stand when it is recorded).
     fn of(ev: &Event<'_>, regions: &RegionMap) -> Ev {
-        let cat = |addr: u64| regions.lookup(addr).map_or(UNMAPPED, |r| r.category as u8);
+        let cat = |addr: u64| category(regions, addr);
         match *ev {
             Event::Store { addr, size, .. } => Ev::Store { addr, size },
             Event::Load { addr, size } => Ev::Load { addr, size },
@@ -505,6 +505,11 @@ impl Imc {
         self.queued[t] -= 1;
         self.writers -= (self.queued[t] == 0) as u32;
     }
+}
+
+/// The persist slot of the region `addr` lies in ([`UNMAPPED`]: none).
+fn category(regions: &RegionMap, addr: u64) -> u8 {
+    regions.lookup(addr).map_or(UNMAPPED, |r| r.category as u8)
 }
 
 /// One lock of the program in time: the replayed thread holding it
@@ -741,11 +746,11 @@ impl Contention {
     /// Call before the first event.
     pub fn set_cpu(&mut self, cpu: &CpuCosts) {
         let ps = |ns: f64| (ns.max(0.0) * 1000.0).round() as u64;
+        let at = |v: &[f64], k: usize| v.get(k).copied().unwrap_or(0.0);
         for k in 0..self.c.cpu_op.len() {
-            let op = cpu.op_ns.get(k).copied().unwrap_or(0.0);
-            let held = cpu.lock_ns.get(k).copied().unwrap_or(0.0).clamp(0.0, op.max(0.0));
-            let n = cpu.locks.get(k).copied().unwrap_or(0.0);
-            let held = if n > 0.0 { held } else { 0.0 };
+            let (op, n) = (at(&cpu.op_ns, k), at(&cpu.locks, k));
+            // Held time counts only with locks taken to charge it in.
+            let held = if n > 0.0 { at(&cpu.lock_ns, k).clamp(0.0, op.max(0.0)) } else { 0.0 };
             self.c.cpu_op[k] = ps(op - held);
             self.c.cpu_lock[k] = if n > 0.0 { ps(held / n) } else { 0 };
         }
@@ -1072,15 +1077,16 @@ impl Contention {
                 WAIT
             }
             Ev::Acquire { lock } => {
-                let l = &mut self.locks[lock as usize];
+                let th = &mut self.threads[t];
                 // Without `timing.locks` the lock is free whenever taken
                 // (its CPU work is still charged inside it).
-                l.holder = if c.locks { t as u32 } else { NO_SLOT };
-                let free = if c.locks { l.free_at } else { 0 };
-                let th = &mut self.threads[t];
-                if th.clock < free {
-                    th.parts[LOCK_WAIT] += free - th.clock;
-                    th.clock = free;
+                if c.locks {
+                    let l = &mut self.locks[lock as usize];
+                    l.holder = t as u32;
+                    if th.clock < l.free_at {
+                        th.parts[LOCK_WAIT] += l.free_at - th.clock;
+                        th.clock = l.free_at;
+                    }
                 }
                 if th.depth > 0 && self.cpu.is_some() {
                     let held = c.cpu_lock[th.op as usize];
@@ -1120,7 +1126,7 @@ impl Contention {
         let issue = self.acquire(t);
         let accepted = self.write(t, line, issue + self.c.flush_to_wpq);
         self.release(t, accepted);
-        let cat = self.regions.lookup(line).map_or(UNMAPPED, |r| r.category as u8) as usize;
+        let cat = category(&self.regions, line) as usize;
         let th = &mut self.threads[t];
         th.parts[cat] += th.clock - before;
         th.writebacks += 1;
@@ -1339,14 +1345,6 @@ pub fn write_text(r: &ContentionReport, out: &mut impl io::Write) -> io::Result<
         )?;
     }
     Ok(())
-}
-
-/// The 64 B lines of `[addr, addr + size)`.
-#[inline(always)]
-fn lines(addr: u64, size: u32) -> impl Iterator<Item = u64> {
-    let first = addr >> 6;
-    let last = (addr + size.max(1) as u64 - 1) >> 6;
-    (first..=last).map(|l| l << 6)
 }
 
 /// A trace's records into [`Contention::push`].

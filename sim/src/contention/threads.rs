@@ -95,13 +95,11 @@ impl Contention {
     }
 
     /// A lock-taking marker pushed for lock `id`: the next taking of it.
-    #[cold]
     pub(super) fn acquired(&mut self, id: u64) -> Ev {
         Ev::Acquire { lock: self.lock_index(id) }
     }
 
     /// A lock-release marker pushed for lock `id`.
-    #[cold]
     pub(super) fn released(&mut self, id: u64) -> Ev {
         Ev::Release { lock: self.lock_index(id) }
     }
