@@ -96,6 +96,8 @@ impl Default for CacheConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OptaneConfig {
+    /// DIMMs interleaved: 2 by default, the NVAlloc paper's machine (§6.1);
+    /// `pmsim calibrate` sets the count of each FAST '20 measurement.
     pub dimms: u32,
     pub interleave_bytes: u64,
     pub xpline_bytes: u64,
@@ -109,7 +111,7 @@ pub struct OptaneConfig {
 impl Default for OptaneConfig {
     fn default() -> Self {
         OptaneConfig {
-            dimms: 6,
+            dimms: 2,
             interleave_bytes: 4096,
             xpline_bytes: 256,
             xpbuffer_entries: 64,
