@@ -9,9 +9,13 @@
 //! into a persistent array of destination slots (anchored from the root) and
 //! freed with `free_from` — the crash-consistent API NVAlloc-LOG's WAL and
 //! PMDK's redo log exist for, and the one the NVAlloc artifact's own test
-//! exercises (`nvalloc_malloc_to` into an array). Without it the offsets stay
-//! in DRAM and `malloc`/`free` are used, as Ralloc's volatile threadtest does;
-//! NVAlloc then skips its WAL.
+//! calls (`nvalloc_malloc_to`, though into an array of pointers in DRAM, so
+//! its destinations' flushes write no PM; Ralloc's benchmarks, which the
+//! paper's most likely were, keep their pointers in DRAM too). Without it
+//! the offsets stay in DRAM and `malloc`/`free` are used, as Ralloc's
+//! threadtest does; NVAlloc then skips its WAL, which the artifact's code
+//! writes for every `malloc_to` wherever its destination is. A destination
+//! in DRAM that the WAL still records is a mode pmsim does not have.
 //!
 //! With `keep` the last batch stays allocated and published when the run
 //! ends (a program that builds a persistent data set and closes the store to
