@@ -16,6 +16,21 @@ fn eval(p: Point) -> f64 {
 }
 
 #[test]
+fn a_calibration_point_runs_on_its_own_dimm_count_whatever_the_default() {
+    // The default machine is the NVAlloc paper's (2 DIMMs); FAST '20's
+    // points were measured on 6 or 1, and the fit holds only if each is
+    // replayed on its own count.
+    assert_eq!(Config::default().optane.dimms, 2);
+    let p = point(Family::Bandwidth, Op::Clwb, 256, 8, 6);
+    let mut six = Config::default();
+    six.optane.dimms = 6;
+    let on = |cfg: &Config| evaluate(cfg, &p, Size::Quick).unwrap();
+    assert_eq!(on(&Config::default()), on(&six));
+    // And the count matters: the same point on 2 DIMMs is another value.
+    assert_ne!(on(&six), eval(point(Family::Bandwidth, Op::Clwb, 256, 8, 2)));
+}
+
+#[test]
 fn write_amplification_is_one_while_the_working_set_fits_and_two_beyond() {
     for ws in [1024, 4096, 16384] {
         let wa = eval(point(Family::Wa, Op::Clwb, ws, 1, 1));
