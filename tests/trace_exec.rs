@@ -498,14 +498,14 @@ fn threads_are_traced_with_their_spawns_and_joins() {
 #[test]
 fn pmdk_mutexes_are_traced_as_lock_markers() {
     use pmsim_traces::{LOCK_ACQUIRE_MARKER, LOCK_RELEASE_MARKER};
-    use std::collections::HashMap;
+    use std::collections::{BTreeSet, HashMap, HashSet};
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("pmdk.pmt");
     trace_pmdk_threadtest_with(dir.path(), &out, &[], &["2", "50", "64", "3"]);
     let (_, evs) = read(&out);
     let mut held: HashMap<u64, u32> = HashMap::new();
-    let mut seen = std::collections::HashSet::new();
-    let (mut taken, mut threads) = (0, std::collections::BTreeSet::new());
+    let mut seen = HashSet::new();
+    let (mut taken, mut threads) = (0, BTreeSet::new());
     for (t, e) in &evs {
         match e {
             OwnedEvent::Marker { id, label } if label == LOCK_ACQUIRE_MARKER => {

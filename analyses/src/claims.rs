@@ -33,7 +33,7 @@ use crate::row::Row;
 use crate::table::Table;
 use serde::Serialize;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What the paper published, and so how pmsim's value is held against it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -584,7 +584,7 @@ pub const CLAIMS: &[Claim] = &[
         figures: &["fig9"],
         claim: "NVAlloc improves the performance of state-of-the-art PM allocators by up to 6.4× for small allocations",
         config: "paper: Threadtest, Prod-con, Shbench, Larson-small, 1–64 threads, strongly consistent peers; pmsim: the same \
-                 benchmarks at tiny scale, 1–16 threads, NVAlloc-LOG against every strongly consistent peer it has",
+                 benchmarks at tiny scale, {threads:scaling}, NVAlloc-LOG against every strongly consistent peer it has",
         paper: Paper::Factor(6.4),
         measure: |c| up_to_any(c, SCALING, "nvalloc-log", Class::Strong),
         note: "",
@@ -594,8 +594,8 @@ pub const CLAIMS: &[Claim] = &[
         figure: "Abstract (Fig. 12)",
         figures: &["fig12"],
         claim: "… and by up to 57× for large allocations",
-        config: "paper: Larson-large and DBMStest, 1–64 threads; pmsim: the same at tiny scale, 1 and 4 threads (1–16 from \
-                 small on), against every peer it has",
+        config: "paper: Larson-large and DBMStest, 1–64 threads; pmsim: the same at tiny scale, {threads:large}, against every \
+                 peer it has",
         paper: Paper::Factor(57.0),
         measure: |c| {
             let mut best = f64::NEG_INFINITY;
@@ -636,7 +636,7 @@ pub const CLAIMS: &[Claim] = &[
         figures: &["fig14"],
         claim: "NVAlloc improves the performance of FPTree by up to 3.1×",
         config: "paper: FPTree, 50 M warm-up + 50 M operations (50 % inserts, 50 % deletes), 128 B values, 1–64 threads; \
-                 pmsim: 4,000 + 4,000 operations (tiny), 1–16 threads, against every peer it has",
+                 pmsim: 4,000 + 4,000 operations (tiny), {threads:fptree}, against every peer it has",
         paper: Paper::Factor(3.1),
         measure: |c| up_to_any(c, FPTREE, "nvalloc-log", Class::Strong),
         note: "",
@@ -772,7 +772,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 9)",
         figures: &["fig9"],
         claim: "NVAlloc-LOG is up to 6.4× faster than PMDK on small allocations",
-        config: "paper: Threadtest, Prod-con, Shbench, Larson-small, 1–64 threads; pmsim: tiny scale, 1–16 threads, \
+        config: "paper: Threadtest, Prod-con, Shbench, Larson-small, 1–64 threads; pmsim: tiny scale, {threads:scaling}, \
                  estimated throughput (CPU + persistence, threads contending)",
         paper: Paper::Factor(6.4),
         measure: |c| up_to(c, SCALING, "nvalloc-log", "PMDK", false),
@@ -783,7 +783,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 9)",
         figures: &["fig9"],
         claim: "NVAlloc-LOG is up to 3.5× faster than nvm_malloc",
-        config: "paper: the four small-object benchmarks, 1–64 threads; pmsim: tiny scale, 1–16 threads",
+        config: "paper: the four small-object benchmarks, 1–64 threads; pmsim: tiny scale, {threads:scaling}",
         paper: Paper::Factor(3.5),
         measure: |c| up_to(c, SCALING, "nvalloc-log", "nvm_malloc", false),
         note: "",
@@ -793,7 +793,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 9)",
         figures: &["fig9"],
         claim: "NVAlloc-LOG is up to 3.9× faster than PAllocator",
-        config: "paper: the four small-object benchmarks, 1–64 threads; pmsim: tiny scale, 1–16 threads",
+        config: "paper: the four small-object benchmarks, 1–64 threads; pmsim: tiny scale, {threads:scaling}",
         paper: Paper::Factor(3.9),
         measure: |c| up_to(c, SCALING, "nvalloc-log", "PAllocator", false),
         note: "",
@@ -803,7 +803,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 9)",
         figures: &["fig9"],
         claim: "NVAlloc-LOG outperforms every strongly consistent counterpart on every benchmark",
-        config: "paper: four benchmarks, all thread counts; pmsim: tiny scale, 1–16 threads; pmsim's value: the least \
+        config: "paper: four benchmarks, all thread counts; pmsim: tiny scale, {threads:scaling}; pmsim's value: the least \
                  ratio of NVAlloc-LOG's estimated throughput to a peer's, minus 1",
         paper: Paper::Direction("faster everywhere"),
         measure: |c| least_over_any(c, SCALING, "nvalloc-log", Class::Strong),
@@ -907,8 +907,8 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 10)",
         figures: &["fig10"],
         claim: "NVAlloc-GC is up to 70× faster than Makalu",
-        config: "paper: the four small-object benchmarks, 1–64 threads, Makalu's shipped code; pmsim: tiny scale, 1–16 \
-                 threads, makalu:shipped=true where the report has it, else makalu; objects published into persistent \
+        config: "paper: the four small-object benchmarks, 1–64 threads, Makalu's shipped code; pmsim: tiny scale, \
+                 {threads:scaling}, makalu:shipped=true where the report has it, else makalu; objects published into persistent \
                  slots, which the paper's harness most likely kept in DRAM (Fig. 10's caption)",
         paper: Paper::Factor(70.0),
         measure: |c| up_to(c, SCALING, "nvalloc-gc", "Makalu", false),
@@ -919,7 +919,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 10)",
         figures: &["fig10"],
         claim: "NVAlloc-GC is up to 6× faster than Ralloc",
-        config: "paper: the four small-object benchmarks, 1–64 threads; pmsim: tiny scale, 1–16 threads; objects \
+        config: "paper: the four small-object benchmarks, 1–64 threads; pmsim: tiny scale, {threads:scaling}; objects \
                  published into persistent slots, which the paper's harness most likely kept in DRAM (Fig. 10's caption)",
         paper: Paper::Factor(6.0),
         measure: |c| up_to(c, SCALING, "nvalloc-gc", "Ralloc", false),
@@ -930,7 +930,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 10)",
         figures: &["fig10"],
         claim: "NVAlloc-GC outperforms every weakly consistent counterpart on every benchmark",
-        config: "paper: four benchmarks, all thread counts; pmsim: tiny scale, 1–16 threads, objects published into \
+        config: "paper: four benchmarks, all thread counts; pmsim: tiny scale, {threads:scaling}, objects published into \
                  persistent slots (Fig. 10's caption); pmsim's value: the least ratio of NVAlloc-GC's estimated \
                  throughput to a peer's, minus 1",
         paper: Paper::Direction("faster everywhere"),
@@ -943,7 +943,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 12)",
         figures: &["fig12"],
         claim: "NVAlloc-LOG is up to 40× faster than PMDK on large allocations",
-        config: "paper: Larson-large and DBMStest, 1–64 threads; pmsim: tiny scale, 1 and 4 threads (1–16 from small on)",
+        config: "paper: Larson-large and DBMStest, 1–64 threads; pmsim: tiny scale, {threads:large}",
         paper: Paper::Factor(40.0),
         measure: |c| up_to(c, LARGE, "nvalloc-log", "PMDK", false),
         note: "",
@@ -953,7 +953,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 12)",
         figures: &["fig12"],
         claim: "NVAlloc-LOG is up to 18× faster than nvm_malloc on large allocations",
-        config: "paper: Larson-large and DBMStest, 1–64 threads; pmsim: tiny scale, 1 and 4 threads (1–16 from small on)",
+        config: "paper: Larson-large and DBMStest, 1–64 threads; pmsim: tiny scale, {threads:large}",
         paper: Paper::Factor(18.0),
         measure: |c| up_to(c, LARGE, "nvalloc-log", "nvm_malloc", false),
         note: "",
@@ -963,7 +963,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 12)",
         figures: &["fig12"],
         claim: "NVAlloc-LOG is up to 55× faster than PAllocator on large allocations",
-        config: "paper: Larson-large and DBMStest, 1–64 threads; pmsim: tiny scale, 1 and 4 threads (1–16 from small on)",
+        config: "paper: Larson-large and DBMStest, 1–64 threads; pmsim: tiny scale, {threads:large}",
         paper: Paper::Factor(55.0),
         measure: |c| up_to(c, LARGE, "nvalloc-log", "PAllocator", false),
         note: "",
@@ -973,7 +973,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 12)",
         figures: &["fig12"],
         claim: "NVAlloc-LOG is up to 57× faster than Makalu on large allocations",
-        config: "paper: Larson-large and DBMStest, 1–64 threads; pmsim: tiny scale, 1 and 4 threads (1–16 from small on)",
+        config: "paper: Larson-large and DBMStest, 1–64 threads; pmsim: tiny scale, {threads:large}",
         paper: Paper::Factor(57.0),
         measure: |c| up_to(c, LARGE, "nvalloc-log", "Makalu", false),
         note: "",
@@ -1029,7 +1029,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.3 (Fig. 14)",
         figures: &["fig14"],
         claim: "FPTree runs up to 1.2× faster on NVAlloc-LOG than on PMDK",
-        config: "paper: 50 M + 50 M operations, 1–64 threads; pmsim: 4,000 + 4,000 (tiny), 1–16 threads",
+        config: "paper: 50 M + 50 M operations, 1–64 threads; pmsim: 4,000 + 4,000 (tiny), {threads:fptree}",
         paper: Paper::Factor(1.2),
         measure: |c| up_to(c, FPTREE, "nvalloc-log", "PMDK", false),
         note: FPTREE_NOTE,
@@ -1039,7 +1039,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.3 (Fig. 14)",
         figures: &["fig14"],
         claim: "FPTree runs up to 1.5× faster on NVAlloc-LOG than on nvm_malloc",
-        config: "paper: 50 M + 50 M operations, 1–64 threads; pmsim: 4,000 + 4,000 (tiny), 1–16 threads",
+        config: "paper: 50 M + 50 M operations, 1–64 threads; pmsim: 4,000 + 4,000 (tiny), {threads:fptree}",
         paper: Paper::Factor(1.5),
         measure: |c| up_to(c, FPTREE, "nvalloc-log", "nvm_malloc", false),
         note: "",
@@ -1049,7 +1049,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.3 (Fig. 14)",
         figures: &["fig14"],
         claim: "FPTree runs up to 3.1× faster on NVAlloc-LOG than on PAllocator",
-        config: "paper: 50 M + 50 M operations, 1–64 threads; pmsim: 4,000 + 4,000 (tiny), 1–16 threads",
+        config: "paper: 50 M + 50 M operations, 1–64 threads; pmsim: 4,000 + 4,000 (tiny), {threads:fptree}",
         paper: Paper::Factor(3.1),
         measure: |c| up_to(c, FPTREE, "nvalloc-log", "PAllocator", false),
         note: "",
@@ -1059,7 +1059,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.3 (Fig. 14)",
         figures: &["fig14"],
         claim: "FPTree runs up to 35.4 % faster on NVAlloc-GC than on the weakly consistent allocators",
-        config: "paper: 50 M + 50 M operations, 1–64 threads, Makalu and Ralloc; pmsim: tiny, 1–16 threads, the weakly \
+        config: "paper: 50 M + 50 M operations, 1–64 threads, Makalu and Ralloc; pmsim: tiny, {threads:fptree}, the weakly \
                  consistent peers it has",
         paper: Paper::Percent(35.4),
         measure: |c| Ok(100.0 * (up_to_any(c, FPTREE, "nvalloc-gc", Class::Weak)? - 1.0)),
@@ -1358,8 +1358,8 @@ pub const CLAIMS: &[Claim] = &[
         figures: &["fig20"],
         claim: "Under eADR NVAlloc-LOG improves small allocations by 240 % on average over the strongly consistent allocators",
         config: "paper: Threadtest, Prod-con, Shbench, Larson-small, emulated eADR (flushes removed), interleaving off; \
-                 pmsim: tiny, 1 and 4 threads (1–16 from small on), eADR, NVAlloc-LOG with 1 stripe and no interleaved tcache or WAL; the mean \
-                 gain over the peers it has",
+                 pmsim: tiny, {threads:eadr-scaling}, eADR, NVAlloc-LOG with 1 stripe and no interleaved tcache or \
+                 WAL; the mean gain over the peers it has",
         paper: Paper::Percent(240.0),
         measure: |c| {
             let mut v = Vec::new();
@@ -1406,7 +1406,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.7 (Fig. 21)",
         figures: &["fig21"],
         claim: "Under eADR NVAlloc-LOG is 11× faster on average for large allocations",
-        config: "paper: Larson-large and DBMStest, emulated eADR; pmsim: tiny, 1 and 4 threads (1–16 from small on), eADR; \
+        config: "paper: Larson-large and DBMStest, emulated eADR; pmsim: tiny, {threads:eadr-scaling}, eADR; \
                  the mean ratio over the strongly consistent peers it has",
         paper: Paper::Factor(11.0),
         measure: |c| {
@@ -1517,7 +1517,7 @@ fn score_one(ctx: &Ctx, c: &Claim) -> Scored {
         id: c.id.into(),
         claim: c.claim.into(),
         figure: c.figure.into(),
-        config: c.config.into(),
+        config: with_threads(c.config, ctx),
         paper: c.paper.text(),
         pmsim,
         value,
@@ -1525,6 +1525,28 @@ fn score_one(ctx: &Ctx, c: &Claim) -> Scored {
         why,
         figures: c.figures.iter().map(|s| s.to_string()).collect(),
     }
+}
+
+/// `config` with each `{threads:EXP}` replaced by the thread counts the
+/// rows of experiment EXP ran ("1 and 4 threads"): what the report holds at
+/// its scale, not what a claim's text was written for.
+fn with_threads(config: &str, ctx: &Ctx) -> String {
+    let mut out = String::new();
+    let mut rest = config;
+    while let Some(at) = rest.find("{threads:") {
+        let Some(len) = rest[at..].find('}') else { break };
+        out.push_str(&rest[..at]);
+        let exp = &rest[at + "{threads:".len()..at + len];
+        let ts: BTreeSet<u32> = ctx.rows(exp).unwrap_or_default().iter().map(|r| r.point.threads).collect();
+        out.push_str(&match ts.iter().map(u32::to_string).collect::<Vec<_>>().as_slice() {
+            [] => format!("the threads of the {exp} experiment (not run)"),
+            [one] => format!("{one} thread{}", if one == "1" { "" } else { "s" }),
+            [init @ .., last] => format!("{} and {last} threads", init.join(", ")),
+        });
+        rest = &rest[at + len + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The measured switches of a claim that is off: which move pmsim towards
@@ -1786,6 +1808,47 @@ mod tests {
             if let Lens::Sim(k, _) = lens {
                 assert!(SWITCH_EXPS.iter().any(|(key, _)| key == k), "switch {k} has no experiment");
             }
+        }
+    }
+
+    /// A claim's configuration names the thread counts its experiment ran,
+    /// whatever the scale, not ones typed for one of them.
+    #[test]
+    fn a_configuration_names_the_threads_its_experiment_ran() {
+        let row = |threads| Row {
+            index: 0,
+            id: String::new(),
+            point: crate::point::Point {
+                mode: crate::point::Mode::Sim,
+                scale: "tiny".into(),
+                workload: "larson-large".into(),
+                workload_params: BTreeMap::new(),
+                threads,
+                alloc: "nvalloc-log".into(),
+                alloc_params: BTreeMap::new(),
+                sim: BTreeMap::new(),
+                seed: 42,
+            },
+            result: Default::default(),
+            env: Default::default(),
+        };
+        let exps = BTreeMap::from([
+            ("large".to_string(), vec![row(4), row(1), row(4)]),
+            ("eadr".to_string(), vec![row(16), row(1), row(4)]),
+            ("one".to_string(), vec![row(1)]),
+        ]);
+        let ctx = Ctx::new(&exps);
+        let c = "a: {threads:large}; b: {threads:eadr}, {threads:one}; {threads:none}.";
+        assert_eq!(
+            with_threads(c, &ctx),
+            "a: 1 and 4 threads; b: 1, 4 and 16 threads, 1 thread; the threads of the none experiment (not run)."
+        );
+        // Every claim's placeholders name an experiment the main job has.
+        let scored = score(&BTreeMap::new());
+        assert!(scored.iter().all(|s| !s.config.contains("{threads:")), "a placeholder left");
+        for s in scored.iter().filter(|s| s.config.contains("(not run)")) {
+            let exp = s.config.split("the threads of the ").nth(1).unwrap().split(' ').next().unwrap();
+            assert!(crate::reproduce::BUILTIN.iter().any(|(f, _)| f.strip_suffix(".toml") == Some(exp)), "{exp}");
         }
     }
 

@@ -387,13 +387,10 @@ impl Pmdk {
         if let Err(e) = add_arenas(pop, opts.arenas) {
             return Err(err(e));
         }
-        if opts.stats {
-            let mut v: c_int = POBJ_STATS_ENABLED_BOTH;
-            let name = CString::new("stats.enabled").expect("no NUL");
-            // SAFETY: `stats.enabled` takes a pointer to an enum (int).
-            if unsafe { pmemobj_ctl_set(pop, name.as_ptr(), &mut v as *mut c_int as *mut c_void) } != 0 {
-                return Err(err(format!("cannot enable statistics: {}", last_error())));
-            }
+        let mut both: c_int = POBJ_STATS_ENABLED_BOTH;
+        // SAFETY: `stats.enabled` takes a pointer to an enum (int).
+        if opts.stats && !unsafe { ctl(pop, Ctl::Set, "stats.enabled", &mut both) } {
+            return Err(err(format!("cannot enable statistics: {}", last_error())));
         }
         // SAFETY: `pop` is open; the root object is allocated (zeroed) on first use.
         let root = unsafe { pmemobj_root(pop, ROOT_SLOTS * 8) };
@@ -477,11 +474,9 @@ impl Pmdk {
 
     /// A `u64` statistic of the pool's CTL namespace.
     fn ctl_u64(&self, name: &str) -> Option<u64> {
-        let name = CString::new(name).ok()?;
         let mut v: u64 = 0;
         // SAFETY: the statistics read are `uint64_t`.
-        let rc = unsafe { pmemobj_ctl_get(self.pop, name.as_ptr(), &mut v as *mut u64 as *mut c_void) };
-        (rc == 0).then_some(v)
+        unsafe { ctl(self.pop, Ctl::Get, name, &mut v) }.then_some(v)
     }
 
     /// The address of `[off, off + len)`, which must lie in the pool.
@@ -805,30 +800,49 @@ impl AllocConfig for PmdkConfig {
     }
 }
 
+/// How an entry of the pool's CTL namespace is used.
+#[derive(Clone, Copy)]
+enum Ctl {
+    Get,
+    Set,
+    Exec,
+}
+
+/// Reads, writes or runs (`how`) the CTL entry `name` of `pop` with `arg`;
+/// false if libpmemobj refuses.
+///
+/// # Safety
+/// `pop` is an open pool and `T` is the type the entry takes.
+unsafe fn ctl<T>(pop: *mut PmemObjPool, how: Ctl, name: &str, arg: &mut T) -> bool {
+    let call = match how {
+        Ctl::Get => pmemobj_ctl_get,
+        Ctl::Set => pmemobj_ctl_set,
+        Ctl::Exec => pmemobj_ctl_exec,
+    };
+    let Ok(name) = CString::new(name) else { return false };
+    // SAFETY: as the caller promises.
+    unsafe { call(pop, name.as_ptr(), arg as *mut T as *mut c_void) == 0 }
+}
+
 /// The pool's automatic arenas (`heap.narenas.automatic`).
 fn automatic_arenas(pop: *mut PmemObjPool) -> Option<u32> {
-    let name = CString::new("heap.narenas.automatic").expect("no NUL");
     let mut have: u32 = 0;
     // SAFETY: the entry reads an unsigned.
-    let rc = unsafe { pmemobj_ctl_get(pop, name.as_ptr(), &mut have as *mut u32 as *mut c_void) };
-    (rc == 0).then_some(have)
+    unsafe { ctl(pop, Ctl::Get, "heap.narenas.automatic", &mut have) }.then_some(have)
 }
 
 /// Makes the pool's automatic arenas `at_least` (0: as they are).
 fn add_arenas(pop: *mut PmemObjPool, at_least: u32) -> Result<(), String> {
-    let name = |s: &str| CString::new(s).expect("no NUL");
     let have = automatic_arenas(pop).ok_or_else(|| format!("cannot read heap.narenas.automatic: {}", last_error()))?;
     for _ in have..at_least {
         let mut id: u32 = 0;
         // SAFETY: `heap.arena.create` writes the new arena's id (unsigned).
-        if unsafe { pmemobj_ctl_exec(pop, name("heap.arena.create").as_ptr(), &mut id as *mut u32 as *mut c_void) } != 0
-        {
+        if !unsafe { ctl(pop, Ctl::Exec, "heap.arena.create", &mut id) } {
             return Err(format!("cannot create an arena (heap.arena.create): {}", last_error()));
         }
         let mut on: c_int = 1;
-        let auto = name(&format!("heap.arena.{id}.automatic"));
         // SAFETY: the entry takes a pointer to a boolean (int).
-        if unsafe { pmemobj_ctl_set(pop, auto.as_ptr(), &mut on as *mut c_int as *mut c_void) } != 0 {
+        if !unsafe { ctl(pop, Ctl::Set, &format!("heap.arena.{id}.automatic"), &mut on) } {
             return Err(format!("cannot make arena {id} automatic: {}", last_error()));
         }
     }

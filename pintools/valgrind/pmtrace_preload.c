@@ -30,6 +30,20 @@
         return r;                                                                      \
     }
 
+/* A wait on a condition (arguments `...`, its mutex `m`): it lets the mutex go
+ * and takes it again inside; CALL calls the original. */
+#define WAITING(SONAME, FN, CALL, ...)                                                 \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, FN)(__VA_ARGS__);                              \
+    int I_WRAP_SONAME_FNNAME_ZU(SONAME, FN)(__VA_ARGS__) {                             \
+        int r;                                                                         \
+        OrigFn fn;                                                                     \
+        VALGRIND_GET_ORIG_FN(fn);                                                      \
+        PMTRACE_UNLOCKING(m);                                                          \
+        CALL;                                                                          \
+        PMTRACE_LOCKED(m);                                                             \
+        return r;                                                                      \
+    }
+
 #define LOCK_WRAPPERS(SONAME)                                                          \
     TAKING(SONAME, pthread_mutex_lock)                                                 \
     TAKING(SONAME, pthread_mutex_trylock)                                              \
@@ -42,31 +56,9 @@
         CALL_FN_W_W(r, fn, m);                                                         \
         return r;                                                                      \
     }                                                                                  \
-    /* A wait on a condition lets its mutex go and takes it again inside. */            \
-    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_cond_wait)(pthread_cond_t * c,         \
-                                                           pthread_mutex_t * m);       \
-    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_cond_wait)(pthread_cond_t * c,         \
-                                                           pthread_mutex_t * m) {      \
-        int r;                                                                         \
-        OrigFn fn;                                                                     \
-        VALGRIND_GET_ORIG_FN(fn);                                                      \
-        PMTRACE_UNLOCKING(m);                                                          \
-        CALL_FN_W_WW(r, fn, c, m);                                                     \
-        PMTRACE_LOCKED(m);                                                             \
-        return r;                                                                      \
-    }                                                                                  \
-    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_cond_timedwait)(                       \
-        pthread_cond_t * c, pthread_mutex_t * m, const struct timespec * t);           \
-    int I_WRAP_SONAME_FNNAME_ZU(SONAME, pthread_cond_timedwait)(                       \
-        pthread_cond_t * c, pthread_mutex_t * m, const struct timespec * t) {          \
-        int r;                                                                         \
-        OrigFn fn;                                                                     \
-        VALGRIND_GET_ORIG_FN(fn);                                                      \
-        PMTRACE_UNLOCKING(m);                                                          \
-        CALL_FN_W_WWW(r, fn, c, m, t);                                                 \
-        PMTRACE_LOCKED(m);                                                             \
-        return r;                                                                      \
-    }
+    WAITING(SONAME, pthread_cond_wait, CALL_FN_W_WW(r, fn, c, m), pthread_cond_t * c, pthread_mutex_t * m)  \
+    WAITING(SONAME, pthread_cond_timedwait, CALL_FN_W_WWW(r, fn, c, m, t), pthread_cond_t * c,               \
+            pthread_mutex_t * m, const struct timespec * t)
 
 /* libc.so* and libpthread.so.0 */
 LOCK_WRAPPERS(libcZdsoZa)

@@ -934,22 +934,8 @@ impl Contention {
         self.now = self.threads[t].clock;
         self.threads[t].events += 1;
         match ev {
-            Ev::Store { addr, size } => {
-                self.threads[t].clock += c.store;
-                self.threads[t].parts[STORES] += c.store;
-                for line in lines(addr, size) {
-                    self.touch(t, line, true);
-                }
-                CHARGED
-            }
-            Ev::Load { addr, size } => {
-                self.threads[t].clock += c.store;
-                self.threads[t].parts[STORES] += c.store;
-                for line in lines(addr, size) {
-                    self.touch(t, line, false);
-                }
-                CHARGED
-            }
+            Ev::Store { addr, size } => self.access(t, addr, size, true),
+            Ev::Load { addr, size } => self.access(t, addr, size, false),
             Ev::Flush { line, kind, cat } => {
                 let issue = self.threads[t].clock + c.flush_issue;
                 self.threads[t].clock = issue;
@@ -1107,6 +1093,21 @@ impl Contention {
             }
             Ev::Other => STORES,
         }
+    }
+
+    /// Thread `t` stores to (`write`) or loads `[addr, addr + size)`: the
+    /// access's own cost goes to the stores' part, a write-back it causes
+    /// to that line's ([`Contention::touch`]).
+    #[inline(always)]
+    fn access(&mut self, t: usize, addr: u64, size: u32, write: bool) -> usize {
+        let store = self.c.store;
+        let th = &mut self.threads[t];
+        th.clock += store;
+        th.parts[STORES] += store;
+        for line in lines(addr, size) {
+            self.touch(t, line, write);
+        }
+        CHARGED
     }
 
     /// Thread `t` stores to (`write`) or loads line `line`: a dirty line
