@@ -30,6 +30,18 @@
 //! what they are compared with (native throughput) is measured in the same
 //! report.
 //!
+//! A profile's workers share one core (the one the run starts on): the
+//! estimates add to the CPU's work what threads wait for one another (at a
+//! traced lock, for a DIMM) from the contention model, so the profile must
+//! hold the work alone. Run side by side on a machine with fewer cores than
+//! threads, the workers spun at each other's locks and evicted each other's
+//! lines, and that landed in the profile: 16 profiles of NVAlloc-LOG's
+//! Threadtest at 4 threads on 2 cores measured 165–226 ns per operation
+//! (free alone 189–324 ns) where the same runs on one core measured
+//! 117–122 ns, as one thread does. The cost left out is that of lines moving
+//! between cores, which a 2-core machine could not measure for 16 threads
+//! anyway.
+//!
 //! Every run counts its threads' CPU time (two clock reads per worker and
 //! per wait, nothing per operation): a native run's throughput per CPU
 //! second ([`super::RunReport::ops_per_cpu_s`]) is what it achieves with a
@@ -37,6 +49,7 @@
 //! operation is what [`super::RunOptions::cpu_profile`] adds.
 
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -76,6 +89,25 @@ pub fn thread_minor_faults() -> u64 {
     rusage(libc::RUSAGE_THREAD).map_or(0, |u| u.ru_minflt as u64)
 }
 
+/// The core the calling thread runs on (`None` where it cannot tell).
+fn current_core() -> Option<usize> {
+    // SAFETY: sched_getcpu takes no arguments; -1 is its error.
+    let c = unsafe { libc::sched_getcpu() };
+    usize::try_from(c).ok()
+}
+
+/// Binds the calling thread to `core` (a profile's workers share one core,
+/// see the module doc); where the kernel refuses, the thread runs unbound.
+pub(crate) fn bind_to(core: usize) {
+    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes within it
+    // for any core below CPU_SETSIZE, which sched_getcpu's answer is.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 /// The cost of one timing of an operation (two counter reads), in ticks:
 /// the least of a few tries, as an interrupt can only add to it.
 fn timing_overhead() -> u64 {
@@ -109,6 +141,11 @@ pub(crate) struct Clock {
     paused_ticks: u64,
     paused_cpu: u64,
     pause_at: Option<(u64, u64)>,
+}
+
+/// `core`'s bit in a set of cores seen (`0` where the core is unknown).
+fn core_bit(core: Option<usize>) -> u64 {
+    core.map_or(0, |c| 1 << (c % 64))
 }
 
 impl Clock {
@@ -178,6 +215,10 @@ struct Acc {
 pub(crate) struct Profiler {
     /// Whether workers time their operations.
     pub(crate) time_ops: bool,
+    /// The core a profile's workers share (see the module doc).
+    pub(crate) core: Option<usize>,
+    /// The cores parallel workers were seen on (bit `core % 64`).
+    cores: AtomicU64,
     t0: Instant,
     tick0: u64,
     overhead: u64,
@@ -188,6 +229,8 @@ impl Profiler {
     pub(crate) fn new(time_ops: bool) -> Profiler {
         Profiler {
             time_ops,
+            core: if time_ops { current_core() } else { None },
+            cores: AtomicU64::new(0),
             t0: Instant::now(),
             tick0: ticks(),
             overhead: if time_ops { timing_overhead() } else { 0 },
@@ -233,6 +276,12 @@ impl Profiler {
         a.threads += 1;
     }
 
+    /// A parallel worker is running on the core it is on now: its bit joins
+    /// the cores seen ([`CpuProfile::cores`]).
+    pub(crate) fn seen_on_core(&self) {
+        self.cores.fetch_or(core_bit(current_core()), Ordering::Relaxed);
+    }
+
     /// The profile of every worker that has ended.
     pub(crate) fn profile(&self) -> Option<CpuProfile> {
         if !self.time_ops {
@@ -258,6 +307,7 @@ impl Profiler {
             cpu_s: a.cpu_ns * 1e-9,
             wall_s: a.wall_ns * 1e-9,
             threads: a.threads,
+            cores: self.cores.load(Ordering::Relaxed).count_ones(),
             minor_faults: a.faults,
             fault_in: None,
         })
@@ -302,6 +352,10 @@ pub struct CpuProfile {
     pub wall_s: f64,
     /// Worker threads measured (setup and teardown workers included).
     pub threads: u32,
+    /// The cores the parallel workers were seen on, at their start and end:
+    /// 1, as they share one (see the module doc).
+    #[serde(default)]
+    pub cores: u32,
     /// The minor page faults the worker threads took (waits included): the
     /// kernel's share of `total_ns`, which the heap's prefault exists to keep
     /// out (first touches of pages the prefault did not reach).

@@ -88,8 +88,18 @@ pub fn write_body(w: &mut dyn Write, r: &RunReport) -> io::Result<()> {
         writeln!(
             w,
             "cpu          {:.1} ns per operation: malloc {:.1}, free {:.1}, between operations {:.1} \
-             ({:.3} s on CPU of {:.3} s)",
-            c.total_ns, c.malloc_ns, c.free_ns, c.outside_ns, c.cpu_s, c.wall_s
+             ({:.3} s on CPU of {:.3} s{})",
+            c.total_ns,
+            c.malloc_ns,
+            c.free_ns,
+            c.outside_ns,
+            c.cpu_s,
+            c.wall_s,
+            match c.cores {
+                0 => String::new(),
+                1 => ", the workers on one core".into(),
+                n => format!(", the workers on {n} cores"),
+            }
         )?;
     }
     Ok(())

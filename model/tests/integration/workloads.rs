@@ -155,6 +155,24 @@ fn variants_without_publication_and_split() {
     }
 }
 
+/// A CPU profile measures the work alone: its workers share one core, so
+/// on a machine with several they neither run side by side nor spin at each
+/// other's locks (see `workloads::cpu`). Without the binding, four workers
+/// of Larson spread over the cores of any machine with more than one.
+#[test]
+fn a_profile_s_workers_share_one_core() {
+    let dir = tmpdir();
+    let wl = workload("larson-small");
+    let heap = Heap::create_with(dir.path().join("nv.heap"), wl.heap_size_hint(4), &HeapOptions::default()).unwrap();
+    let nv = NvAlloc::create(&heap, Pm::native(&heap, FlushInsn::None).unwrap(), nv_config("nvalloc-log")).unwrap();
+    let opts = RunOptions { threads: 4, seed: 7, cpu_profile: true, ..Default::default() };
+    let p = workloads::run(&nv, &wl, &opts, &Progress::default()).unwrap().cpu.expect("a profile");
+    assert_eq!(p.cores, 1, "{p:?}");
+    assert!(p.ops() > 0 && p.total_ns > 0.0, "{p:?}");
+    drop(nv.close().unwrap());
+    heap.close().unwrap();
+}
+
 #[test]
 fn parameters_are_checked() {
     let e = Workload::preset("threadtest", Scale::Tiny).unwrap().with_overrides(["iters=3"]).unwrap_err();
