@@ -1803,9 +1803,11 @@ mod tests {
     /// rows no built-in experiment makes would never say anything.
     #[test]
     fn every_switch_reads_a_builtin_experiment() {
-        let names: Vec<String> = crate::reproduce::BUILTIN
+        let set: Vec<(String, String)> =
+            crate::reproduce::BUILTIN.iter().map(|(f, t)| (f.to_string(), t.to_string())).collect();
+        let names: Vec<String> = set
             .iter()
-            .map(|(f, t)| crate::experiment::Experiment::from_toml(t, f).unwrap().meta.name)
+            .map(|(f, t)| crate::experiment::Experiment::from_toml_in(t, f, &set).unwrap().meta.name)
             .collect();
         for exp in SWITCH_EXPS.iter().map(|(_, e)| *e).chain([PRESETS_EXP]) {
             assert!(names.iter().any(|n| n == exp), "no built-in experiment {exp}");

@@ -24,6 +24,14 @@
 //! ```
 //!
 //! Keys may also be written as TOML sub-tables (`[sweep.sim] eadr = true`).
+//!
+//! An experiment that reruns another's points with one term switched (the
+//! report's `switch-*` experiments) names it instead of retyping its sweep:
+//! `rerun = "large"` in `[experiment]` starts from that experiment's
+//! `[sweep]` and `[scale.NAME]` tables (found by name among the files of the
+//! same set), and this file's `[sweep]` keys replace its keys at every
+//! scale, this file's `[scale.NAME]` tables going over both. So the switch
+//! follows the experiment it reruns when that one changes.
 //! A `[scale.NAME]` table lets an experiment that `pmsim reproduce` runs at
 //! any scale size a workload differently at one of them (the main job's
 //! Fragbench at `tiny`, whose preset stays small for the tests) without
@@ -67,6 +75,10 @@ pub struct Meta {
     /// The default mode when `[sweep]` has no `mode` key.
     #[serde(default)]
     pub mode: Option<Mode>,
+    /// The experiment (by name, in the same set) whose sweep this one
+    /// starts from (see the module doc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun: Option<String>,
     /// The figures `pmsim reproduce` draws from this experiment's rows (ids of
     /// [`crate::figures::FIGURES`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -119,46 +131,68 @@ pub type ExpError = String;
 
 impl Experiment {
     /// Reads an experiment file; errors name the file.
+    /// The experiment one that reruns another names is looked for among the
+    /// `.toml` files beside it, then among the built-in ones.
     pub fn from_file(path: &Path) -> Result<Experiment, ExpError> {
         let name = path.display().to_string();
         let text = pmsim_traces::input::read_text(path, "experiment file")?;
-        Self::from_toml(&text, &name)
+        let mut set = Vec::new();
+        if parse(&text, &name)?.experiment.rerun.is_some() {
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let beside = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            for p in beside.filter_map(Result::ok).map(|e| e.path()) {
+                if p.extension().is_some_and(|x| x == "toml") && p != path {
+                    if let Ok(t) = pmsim_traces::input::read_text(&p, "experiment file") {
+                        set.push((p.display().to_string(), t));
+                    }
+                }
+            }
+            set.sort();
+            set.extend(crate::reproduce::BUILTIN.iter().map(|(f, t)| (f.to_string(), t.to_string())));
+        }
+        Self::from_toml_in(&text, &name, &set)
     }
 
-    /// Parses an experiment; `name` (a file name) prefixes every error.
+    /// Parses an experiment that reruns none; `name` (a file name) prefixes
+    /// every error.
     pub fn from_toml(text: &str, name: &str) -> Result<Experiment, ExpError> {
-        let f: ExperimentFile = toml::from_str(text).map_err(|e| {
-            let at = e
-                .span()
-                .map(|s| {
-                    let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
-                    format!(" (line {line})")
-                })
-                .unwrap_or_default();
-            format!("{name}: {}{at}", e.message().trim().replace('\n', ": "))
-        })?;
-        let mut axes = BTreeMap::new();
-        flatten("", &f.sweep, &mut axes).map_err(|e| format!("{name}: {e}"))?;
-        for (k, vs) in &axes {
-            no_repeats(k, vs).map_err(|e| format!("{name}: [sweep]: {e}"))?;
+        Self::from_toml_in(text, name, &[])
+    }
+
+    /// Parses an experiment of a set of experiment files (`(file, text)`),
+    /// among which the one it reruns is found by name.
+    pub fn from_toml_in(text: &str, name: &str, set: &[(String, String)]) -> Result<Experiment, ExpError> {
+        let f = parse(text, name)?;
+        let (mut axes, mut at_scale) = tables(&f).map_err(|e| format!("{name}: {e}"))?;
+        let mut meta = f.experiment;
+        if meta.name.is_empty() {
+            meta.name = stem(name);
         }
-        let mut at_scale = BTreeMap::new();
-        for (scale, t) in &f.scale {
-            scale.parse::<Scale>().map_err(|e| format!("{name}: [scale.{scale}]: {e}"))?;
-            let mut over = BTreeMap::new();
-            flatten("", t, &mut over).map_err(|e| format!("{name}: [scale.{scale}]: {e}"))?;
-            for (k, vs) in &over {
-                no_repeats(k, vs).map_err(|e| format!("{name}: [scale.{scale}]: {e}"))?;
+        if let Some(of) = &meta.rerun {
+            let (file, base) = set
+                .iter()
+                .map(|(file, text)| parse(text, file).map(|f| (file, f)))
+                .filter_map(Result::ok)
+                .find(|(file, b)| &experiment_name(b, file) == of)
+                .ok_or_else(|| format!("{name}: rerun = \"{of}\": no experiment of that name in its set"))?;
+            if let Some(again) = &base.experiment.rerun {
+                return Err(format!(
+                    "{name}: rerun = \"{of}\": {file} reruns \"{again}\" itself (rerun an experiment with a sweep of its own)"
+                ));
             }
-            if let Some(k) = over.keys().find(|k| matches!(k.as_str(), "scale" | "mode")) {
-                return Err(format!("{name}: [scale.{scale}]: '{k}' cannot change with the scale"));
+            let (mut b_axes, mut b_scale) = tables(&base).map_err(|e| format!("{file}: {e}"))?;
+            // This file's keys win at every scale; its own scale tables last.
+            for over in b_scale.values_mut() {
+                over.retain(|k, _| !axes.contains_key(k));
             }
-            at_scale.insert(scale.clone(), over);
+            b_axes.append(&mut axes);
+            for (scale, mut over) in std::mem::take(&mut at_scale) {
+                b_scale.entry(scale).or_default().append(&mut over);
+            }
+            (axes, at_scale) = (b_axes, b_scale);
+            meta.mode = meta.mode.or(base.experiment.mode);
         }
-        let mut exp = Experiment { meta: f.experiment, axes, at_scale };
-        if exp.meta.name.is_empty() {
-            exp.meta.name = Path::new(name).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        }
+        let exp = Experiment { meta, axes, at_scale };
         // The name becomes file and directory names (reports, reproduce's sweeps).
         pmsim_traces::output::plain_name("experiment name", &exp.meta.name).map_err(|e| format!("{name}: {e}"))?;
         for f in &exp.meta.figures {
@@ -485,6 +519,59 @@ fn combos(keys: &[(&str, &Vec<Value>)]) -> Vec<BTreeMap<String, Value>> {
     out
 }
 
+/// An experiment file's text, parsed; errors name `name` and the line.
+fn parse(text: &str, name: &str) -> Result<ExperimentFile, ExpError> {
+    toml::from_str(text).map_err(|e| {
+        let at = e
+            .span()
+            .map(|s| {
+                let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
+                format!(" (line {line})")
+            })
+            .unwrap_or_default();
+        format!("{name}: {}{at}", e.message().trim().replace('\n', ": "))
+    })
+}
+
+/// A file name's stem: an experiment's name when it gives none.
+fn stem(file: &str) -> String {
+    Path::new(file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The name of the experiment `f` read from `file`.
+fn experiment_name(f: &ExperimentFile, file: &str) -> String {
+    if f.experiment.name.is_empty() {
+        stem(file)
+    } else {
+        f.experiment.name.clone()
+    }
+}
+
+/// A file's `[sweep]` axes and `[scale.NAME]` tables, flattened and checked.
+type Tables = (BTreeMap<String, Vec<Value>>, BTreeMap<String, BTreeMap<String, Vec<Value>>>);
+
+fn tables(f: &ExperimentFile) -> Result<Tables, ExpError> {
+    let mut axes = BTreeMap::new();
+    flatten("", &f.sweep, &mut axes)?;
+    for (k, vs) in &axes {
+        no_repeats(k, vs).map_err(|e| format!("[sweep]: {e}"))?;
+    }
+    let mut at_scale = BTreeMap::new();
+    for (scale, t) in &f.scale {
+        scale.parse::<Scale>().map_err(|e| format!("[scale.{scale}]: {e}"))?;
+        let mut over = BTreeMap::new();
+        flatten("", t, &mut over).map_err(|e| format!("[scale.{scale}]: {e}"))?;
+        for (k, vs) in &over {
+            no_repeats(k, vs).map_err(|e| format!("[scale.{scale}]: {e}"))?;
+        }
+        if let Some(k) = over.keys().find(|k| matches!(k.as_str(), "scale" | "mode")) {
+            return Err(format!("[scale.{scale}]: '{k}' cannot change with the scale"));
+        }
+        at_scale.insert(scale.clone(), over);
+    }
+    Ok((axes, at_scale))
+}
+
 /// Flattens `[sweep]` (with sub-tables) into dotted keys → lists of values.
 fn flatten(prefix: &str, t: &toml::Table, out: &mut BTreeMap<String, Vec<Value>>) -> Result<(), String> {
     for (k, v) in t {
@@ -591,6 +678,62 @@ mod tests {
             let e = Experiment::from_toml(bad, "b.toml").unwrap_err();
             assert!(e.starts_with("b.toml: ") && e.contains(needle) && !e.contains('\n'), "{bad:?}: {e}");
         }
+    }
+
+    /// A rerun starts from the named experiment's tables: its own sweep keys
+    /// replace the base's at every scale, its scale tables go over both.
+    #[test]
+    fn a_rerun_replaces_the_keys_it_sets_and_keeps_the_rest() {
+        let base = "[experiment]\nname='large'\nmode='native'\n[sweep]\nalloc=['nvalloc-log','llfree']\n\
+                    workload=['threadtest']\nthreads=[1,2,4]\nseed=7\n\
+                    [scale.tiny]\nthreads=[1,2]\n\"param.split\"=true\n";
+        let set = vec![("exp/large.toml".to_string(), base.to_string())];
+        let sw = "[experiment]\nrerun='large'\n[sweep]\nalloc=['llfree']\n\"sim.eadr\"=[true]\n";
+        let e = Experiment::from_toml_in(sw, "exp/switch.toml", &set).unwrap();
+        assert_eq!((e.meta.name.as_str(), e.meta.mode), ("switch", Some(Mode::Native)));
+        assert_eq!(e.axes["alloc"], vec![Value::from("llfree")]);
+        assert_eq!(e.axes["threads"], vec![Value::from(1), Value::from(2), Value::from(4)]);
+        assert_eq!((&e.axes["seed"], &e.axes["sim.eadr"]), (&vec![Value::from(7)], &vec![Value::from(true)]));
+        // The base's tiny threads stay (the switch does not set threads)...
+        assert_eq!(e.at_scale["tiny"]["threads"], vec![Value::from(1), Value::from(2)]);
+        // ...and go when it does, while its own scale table applies.
+        let sw = "[experiment]\nrerun='large'\n[sweep]\nthreads=[8]\n[scale.small]\nseed=9\n";
+        let e = Experiment::from_toml_in(sw, "exp/switch.toml", &set).unwrap();
+        assert_eq!(e.axes["threads"], vec![Value::from(8)]);
+        assert!(!e.at_scale["tiny"].contains_key("threads") && e.at_scale["tiny"].contains_key("param.split"));
+        assert_eq!(e.at_scale["small"]["seed"], vec![Value::from(9)]);
+        let mut tiny = e.clone();
+        tiny.set_axis("scale=tiny").unwrap();
+        assert!(tiny.points().unwrap().iter().all(|p| p.threads == 8));
+    }
+
+    #[test]
+    fn a_rerun_of_what_is_not_in_the_set_or_reruns_itself_is_one_error_line() {
+        let set = vec![
+            ("a.toml".to_string(), "[sweep]\nalloc=['llfree']\nworkload=['threadtest']\n".to_string()),
+            ("b.toml".to_string(), "[experiment]\nrerun='a'\n[sweep]\nthreads=[2]\n".to_string()),
+        ];
+        let e = Experiment::from_toml_in("[experiment]\nrerun='nope'\n[sweep]\nseed=1\n", "c.toml", &set).unwrap_err();
+        assert!(e.starts_with("c.toml: ") && e.contains("\"nope\"") && !e.contains('\n'), "{e}");
+        let e = Experiment::from_toml_in("[experiment]\nrerun='b'\n[sweep]\nseed=1\n", "c.toml", &set).unwrap_err();
+        assert!(e.contains("b.toml reruns \"a\""), "{e}");
+        // Without its set (a lone file), the name is not found either.
+        assert!(Experiment::from_toml("[experiment]\nrerun='a'\n[sweep]\nseed=1\n", "c.toml").is_err());
+        assert_eq!(Experiment::from_toml_in(&set[1].1, "b.toml", &set).unwrap().axes["threads"], vec![Value::from(2)]);
+    }
+
+    /// `pmsim sweep FILE` finds the experiment FILE reruns beside it.
+    #[test]
+    fn a_file_finds_the_experiment_it_reruns_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("mine.toml"), "[sweep]\nalloc=['llfree']\nworkload=['prodcon']\n").unwrap();
+        let sw = dir.path().join("sw.toml");
+        std::fs::write(&sw, "[experiment]\nrerun='mine'\n[sweep]\nthreads=[2]\n").unwrap();
+        let e = Experiment::from_file(&sw).unwrap();
+        assert_eq!(e.axes["workload"], vec![Value::from("prodcon")]);
+        // A built-in experiment is found when none beside it has the name.
+        std::fs::write(&sw, "[experiment]\nrerun='large'\n[sweep]\nthreads=[2]\n").unwrap();
+        assert!(Experiment::from_file(&sw).unwrap().axes.contains_key("sim.contention"));
     }
 
     #[test]

@@ -278,8 +278,10 @@ pub fn claim_report_dir(out: &Path, dir: &SweepDir, force: bool) -> Result<(), S
 pub fn load(opts: &Options) -> Result<Vec<(String, String, Experiment)>, String> {
     opts.scale.parse::<pmsim_model::workloads::Scale>().map_err(|e| format!("--scale: {e}"))?;
     let mut out = Vec::new();
-    for (file, text) in experiment_files(opts.experiments.as_deref())? {
-        let mut e = Experiment::from_toml(&text, &file)?;
+    let files = experiment_files(opts.experiments.as_deref())?;
+    for (file, text) in &files {
+        let (file, text) = (file.clone(), text.clone());
+        let mut e = Experiment::from_toml_in(&text, &file, &files)?;
         if !opts.only.is_empty() && !opts.only.contains(&e.meta.name) {
             continue;
         }
@@ -706,8 +708,9 @@ mod tests {
     /// that does not exist fail here, not in the main job).
     #[test]
     fn builtin_experiments_plan_at_every_scale() {
+        let set: Vec<(String, String)> = BUILTIN.iter().map(|(f, t)| (f.to_string(), t.to_string())).collect();
         for (name, text) in BUILTIN {
-            let exp = Experiment::from_toml(text, name).unwrap_or_else(|e| panic!("{e}"));
+            let exp = Experiment::from_toml_in(text, name, &set).unwrap_or_else(|e| panic!("{e}"));
             for id in &exp.meta.figures {
                 assert!(figures::by_id(id).is_some(), "{name}: no figure {id}");
             }
