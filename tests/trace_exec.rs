@@ -525,8 +525,11 @@ fn pmdk_mutexes_are_traced_as_lock_markers() {
         }
     }
     // Three workers allocate and free 100 objects each: the heap's locks
-    // are taken on their operations.
-    assert!(taken >= 300 && threads.len() >= 3, "{taken} lock takings by threads {threads:?}");
+    // are taken on their operations, on the workers' threads. (How many trace
+    // threads they are depends on the schedule: the trace numbers a thread
+    // by its Valgrind thread id, which Valgrind gives again to a thread that
+    // starts after another has ended.)
+    assert!(taken >= 300 && threads.iter().any(|&t| t != 0), "{taken} lock takings by threads {threads:?}");
 }
 
 /// `--window-at pmemobj_alloc` records one marker at the first allocation, and
