@@ -1803,8 +1803,7 @@ mod tests {
     /// rows no built-in experiment makes would never say anything.
     #[test]
     fn every_switch_reads_a_builtin_experiment() {
-        let set: Vec<(String, String)> =
-            crate::reproduce::BUILTIN.iter().map(|(f, t)| (f.to_string(), t.to_string())).collect();
+        let set = crate::experiment::builtin_set();
         let names: Vec<String> = set
             .iter()
             .map(|(f, t)| crate::experiment::Experiment::from_toml_in(t, f, &set).unwrap().meta.name)
@@ -1856,7 +1855,7 @@ mod tests {
         assert!(scored.iter().all(|s| !s.config.contains("{threads:")), "a placeholder left");
         for s in scored.iter().filter(|s| s.config.contains("(not run)")) {
             let exp = s.config.split("the threads of the ").nth(1).unwrap().split(' ').next().unwrap();
-            assert!(crate::reproduce::BUILTIN.iter().any(|(f, _)| f.strip_suffix(".toml") == Some(exp)), "{exp}");
+            assert!(crate::experiment::BUILTIN.iter().any(|(f, _)| f.strip_suffix(".toml") == Some(exp)), "{exp}");
         }
     }
 

@@ -49,6 +49,38 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// The committed experiment files, built in so that `pmsim reproduce` runs anywhere.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("flushes.toml", include_str!("../experiments/flushes.toml")),
+    ("breakdown.toml", include_str!("../experiments/breakdown.toml")),
+    ("access-map.toml", include_str!("../experiments/access-map.toml")),
+    ("scaling.toml", include_str!("../experiments/scaling.toml")),
+    ("large.toml", include_str!("../experiments/large.toml")),
+    ("space.toml", include_str!("../experiments/space.toml")),
+    ("fptree.toml", include_str!("../experiments/fptree.toml")),
+    ("fragbench.toml", include_str!("../experiments/fragbench.toml")),
+    ("fragbench-time.toml", include_str!("../experiments/fragbench-time.toml")),
+    ("stripes.toml", include_str!("../experiments/stripes.toml")),
+    ("su.toml", include_str!("../experiments/su.toml")),
+    ("log-gc.toml", include_str!("../experiments/log-gc.toml")),
+    ("recovery.toml", include_str!("../experiments/recovery.toml")),
+    ("eadr.toml", include_str!("../experiments/eadr.toml")),
+    ("eadr-scaling.toml", include_str!("../experiments/eadr-scaling.toml")),
+    ("allocators.toml", include_str!("../experiments/allocators.toml")),
+    ("switch-reflush.toml", include_str!("../experiments/switch-reflush.toml")),
+    ("switch-xpbuffer.toml", include_str!("../experiments/switch-xpbuffer.toml")),
+    ("switch-timed-reflush.toml", include_str!("../experiments/switch-timed-reflush.toml")),
+    ("switch-dimms.toml", include_str!("../experiments/switch-dimms.toml")),
+    ("switch-presets.toml", include_str!("../experiments/switch-presets.toml")),
+    ("switch-locks.toml", include_str!("../experiments/switch-locks.toml")),
+    ("switch-writebacks.toml", include_str!("../experiments/switch-writebacks.toml")),
+];
+
+/// [`BUILTIN`] as `(file, text)` pairs, the form an experiment set is read in.
+pub fn builtin_set() -> Vec<(String, String)> {
+    BUILTIN.iter().map(|(f, t)| (f.to_string(), t.to_string())).collect()
+}
+
 /// An experiment as written: its description and the sweep's axes.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -148,7 +180,7 @@ impl Experiment {
                 }
             }
             set.sort();
-            set.extend(crate::reproduce::BUILTIN.iter().map(|(f, t)| (f.to_string(), t.to_string())));
+            set.extend(builtin_set());
         }
         Self::from_toml_in(&text, &name, &set)
     }

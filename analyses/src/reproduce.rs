@@ -27,7 +27,7 @@
 
 use crate::calibration;
 use crate::claims::{self, Scored};
-use crate::experiment::{Experiment, Meta};
+use crate::experiment::{builtin_set, Experiment, Meta};
 use crate::fields;
 use crate::figures;
 use crate::plot::{self, Figure};
@@ -43,33 +43,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-/// The committed experiment files, built in so that `pmsim reproduce` runs anywhere.
-pub const BUILTIN: &[(&str, &str)] = &[
-    ("flushes.toml", include_str!("../experiments/flushes.toml")),
-    ("breakdown.toml", include_str!("../experiments/breakdown.toml")),
-    ("access-map.toml", include_str!("../experiments/access-map.toml")),
-    ("scaling.toml", include_str!("../experiments/scaling.toml")),
-    ("large.toml", include_str!("../experiments/large.toml")),
-    ("space.toml", include_str!("../experiments/space.toml")),
-    ("fptree.toml", include_str!("../experiments/fptree.toml")),
-    ("fragbench.toml", include_str!("../experiments/fragbench.toml")),
-    ("fragbench-time.toml", include_str!("../experiments/fragbench-time.toml")),
-    ("stripes.toml", include_str!("../experiments/stripes.toml")),
-    ("su.toml", include_str!("../experiments/su.toml")),
-    ("log-gc.toml", include_str!("../experiments/log-gc.toml")),
-    ("recovery.toml", include_str!("../experiments/recovery.toml")),
-    ("eadr.toml", include_str!("../experiments/eadr.toml")),
-    ("eadr-scaling.toml", include_str!("../experiments/eadr-scaling.toml")),
-    ("allocators.toml", include_str!("../experiments/allocators.toml")),
-    ("switch-reflush.toml", include_str!("../experiments/switch-reflush.toml")),
-    ("switch-xpbuffer.toml", include_str!("../experiments/switch-xpbuffer.toml")),
-    ("switch-timed-reflush.toml", include_str!("../experiments/switch-timed-reflush.toml")),
-    ("switch-dimms.toml", include_str!("../experiments/switch-dimms.toml")),
-    ("switch-presets.toml", include_str!("../experiments/switch-presets.toml")),
-    ("switch-locks.toml", include_str!("../experiments/switch-locks.toml")),
-    ("switch-writebacks.toml", include_str!("../experiments/switch-writebacks.toml")),
-];
 
 /// A simulator report of a trace made outside pmsim's tracer (`pmsim sim
 /// TRACE --json`), given as `ALLOC@WORKLOAD=REPORT.json`: it becomes a row
@@ -185,7 +158,7 @@ pub struct Summary {
 /// The experiment files to run: (file name, text).
 pub fn experiment_files(dir: Option<&Path>) -> Result<Vec<(String, String)>, String> {
     match dir {
-        None => Ok(BUILTIN.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect()),
+        None => Ok(builtin_set()),
         Some(d) => {
             let mut v = Vec::new();
             let rd = std::fs::read_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
@@ -708,8 +681,8 @@ mod tests {
     /// that does not exist fail here, not in the main job).
     #[test]
     fn builtin_experiments_plan_at_every_scale() {
-        let set: Vec<(String, String)> = BUILTIN.iter().map(|(f, t)| (f.to_string(), t.to_string())).collect();
-        for (name, text) in BUILTIN {
+        let set = builtin_set();
+        for (name, text) in crate::experiment::BUILTIN {
             let exp = Experiment::from_toml_in(text, name, &set).unwrap_or_else(|e| panic!("{e}"));
             for id in &exp.meta.figures {
                 assert!(figures::by_id(id).is_some(), "{name}: no figure {id}");
