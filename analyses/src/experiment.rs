@@ -76,6 +76,18 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("switch-writebacks.toml", include_str!("../experiments/switch-writebacks.toml")),
 ];
 
+/// The files of `set` that experiments of `run` rerun (`rerun = "NAME"`)
+/// without NAME itself being among `run`: what a report's copy of the
+/// experiments it ran needs beside them to be read again as a set.
+pub fn rerun_bases(run: &[&Experiment], set: &[(String, String)]) -> Vec<(String, String)> {
+    let named = |n: &str| run.iter().any(|e| e.meta.name == n);
+    let wanted: Vec<&str> = run.iter().filter_map(|e| e.meta.rerun.as_deref()).filter(|n| !named(n)).collect();
+    set.iter()
+        .filter(|(file, text)| parse(text, file).is_ok_and(|f| wanted.contains(&experiment_name(&f, file).as_str())))
+        .cloned()
+        .collect()
+}
+
 /// [`BUILTIN`] as `(file, text)` pairs, the form an experiment set is read in.
 pub fn builtin_set() -> Vec<(String, String)> {
     BUILTIN.iter().map(|(f, t)| (f.to_string(), t.to_string())).collect()
@@ -752,6 +764,24 @@ mod tests {
         // Without its set (a lone file), the name is not found either.
         assert!(Experiment::from_toml("[experiment]\nrerun='a'\n[sweep]\nseed=1\n", "c.toml").is_err());
         assert_eq!(Experiment::from_toml_in(&set[1].1, "b.toml", &set).unwrap().axes["threads"], vec![Value::from(2)]);
+    }
+
+    /// A report that ran a switch without the experiment it reruns copies
+    /// that one too, so that its experiments can be read again as a set.
+    #[test]
+    fn the_base_of_a_rerun_that_did_not_run_is_named() {
+        let set = builtin_set();
+        let only = |names: &[&str]| -> Vec<String> {
+            let exps: Vec<Experiment> = set
+                .iter()
+                .map(|(f, t)| Experiment::from_toml_in(t, f, &set).unwrap())
+                .filter(|e| names.contains(&e.meta.name.as_str()))
+                .collect();
+            rerun_bases(&exps.iter().collect::<Vec<_>>(), &set).into_iter().map(|(f, _)| f).collect()
+        };
+        assert_eq!(only(&["switch-locks", "switch-writebacks"]), ["large.toml"]);
+        assert!(only(&["switch-locks", "large"]).is_empty());
+        assert!(only(&["scaling"]).is_empty());
     }
 
     /// `pmsim sweep FILE` finds the experiment FILE reruns beside it.

@@ -27,7 +27,7 @@
 
 use crate::calibration;
 use crate::claims::{self, Scored};
-use crate::experiment::{builtin_set, Experiment, Meta};
+use crate::experiment::{self, builtin_set, Experiment, Meta};
 use crate::fields;
 use crate::figures;
 use crate::plot::{self, Figure};
@@ -304,6 +304,14 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
     let mut policy = Policy::new(true);
     for (file, _, _) in &exps {
         policy.input(Path::new(file));
+    }
+    // The experiments the ones run here rerun, if they did not run (--only):
+    // copied beside them, so that the report's experiments/ reads as a set.
+    let set = experiment_files(opts.experiments.as_deref())?;
+    for (file, text) in experiment::rerun_bases(&exps.iter().map(|e| &e.2).collect::<Vec<_>>(), &set) {
+        policy.input(Path::new(&file));
+        let base = Path::new(&file).file_name().map_or(file.clone(), |f| f.to_string_lossy().into_owned());
+        policy.write(&out.join("experiments").join(base), text.as_bytes())?;
     }
     let mut sections = Vec::new();
     let mut by_exp: BTreeMap<String, Vec<Row>> = BTreeMap::new();
