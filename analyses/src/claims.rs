@@ -807,11 +807,10 @@ pub const CLAIMS: &[Claim] = &[
                  ratio of NVAlloc-LOG's estimated throughput to a peer's, minus 1",
         paper: Paper::Direction("faster everywhere"),
         measure: |c| least_over_any(c, SCALING, "nvalloc-log", Class::Strong),
-        note: "Where NVAlloc-LOG falls behind (16 threads on the paper's two DIMMs) the first DIMM is its bottleneck: \
-               every slab starts on a 64 KiB boundary, so every slab header, bitmap included, lies on one DIMM (pmsim \
-               run --alloc nvalloc-log --workload shbench --threads 16 --trace T, then pmsim sim T --contention: \
-               DIMM 0 takes 191,723 of the 252,232 writes, 117,706 of them read-modify-writes of an XPLine against \
-               1,782 on DIMM 1, and is busy 19.5 ms of the 19.8 ms makespan).",
+        note: "Where NVAlloc-LOG falls behind (16 threads on the paper's two DIMMs) one DIMM is its bottleneck: \
+               every slab starts on a 64 KiB boundary, so every slab header, bitmap included, lies on that DIMM, \
+               whose writes, XPLine read-modify-writes and busy time the contention replay reports per DIMM (pmsim \
+               run --alloc nvalloc-log --workload shbench --threads 16 --trace T, then pmsim sim T --contention).",
     },
     // ---- §6.2, Fig. 11a/b ------------------------------------------------
     Claim {

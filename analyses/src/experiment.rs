@@ -80,12 +80,35 @@ pub const BUILTIN: &[(&str, &str)] = &[
 /// without NAME itself being among `run`: what a report's copy of the
 /// experiments it ran needs beside them to be read again as a set.
 pub fn rerun_bases(run: &[&Experiment], set: &[(String, String)]) -> Vec<(String, String)> {
-    let named = |n: &str| run.iter().any(|e| e.meta.name == n);
-    let wanted: Vec<&str> = run.iter().filter_map(|e| e.meta.rerun.as_deref()).filter(|n| !named(n)).collect();
-    set.iter()
-        .filter(|(file, text)| parse(text, file).is_ok_and(|f| wanted.contains(&experiment_name(&f, file).as_str())))
-        .cloned()
-        .collect()
+    let mut bases: Vec<(String, String)> = Vec::new();
+    for name in run.iter().filter_map(|e| e.meta.rerun.as_deref()) {
+        if let Some((entry, _)) = find(set, name).filter(|_| !run.iter().any(|e| e.meta.name == name)) {
+            if !bases.contains(entry) {
+                bases.push(entry.clone());
+            }
+        }
+    }
+    bases
+}
+
+/// The experiment files of `dir` (every `*.toml`, by name), or the built-in
+/// set without one: `(file, text)`.
+pub fn experiment_files(dir: Option<&Path>) -> Result<Vec<(String, String)>, String> {
+    let Some(d) = dir else { return Ok(builtin_set()) };
+    let mut v = Vec::new();
+    let rd = std::fs::read_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    for e in rd {
+        let p = e.map_err(|e| format!("{}: {e}", d.display()))?.path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            let t = pmsim_traces::input::read_text(&p, "experiment file")?;
+            v.push((p.display().to_string(), t));
+        }
+    }
+    v.sort();
+    if v.is_empty() {
+        return Err(format!("{}: no .toml experiment files", d.display()));
+    }
+    Ok(v)
 }
 
 /// [`BUILTIN`] as `(file, text)` pairs, the form an experiment set is read in.
@@ -183,15 +206,7 @@ impl Experiment {
         let mut set = Vec::new();
         if parse(&text, &name)?.experiment.rerun.is_some() {
             let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-            let beside = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            for p in beside.filter_map(Result::ok).map(|e| e.path()) {
-                if p.extension().is_some_and(|x| x == "toml") && p != path {
-                    if let Ok(t) = pmsim_traces::input::read_text(&p, "experiment file") {
-                        set.push((p.display().to_string(), t));
-                    }
-                }
-            }
-            set.sort();
+            set = experiment_files(Some(dir))?;
             set.extend(builtin_set());
         }
         Self::from_toml_in(&text, &name, &set)
@@ -213,11 +228,7 @@ impl Experiment {
             meta.name = stem(name);
         }
         if let Some(of) = &meta.rerun {
-            let (file, base) = set
-                .iter()
-                .map(|(file, text)| parse(text, file).map(|f| (file, f)))
-                .filter_map(Result::ok)
-                .find(|(file, b)| &experiment_name(b, file) == of)
+            let ((file, _), base) = find(set, of)
                 .ok_or_else(|| format!("{name}: rerun = \"{of}\": no experiment of that name in its set"))?;
             if let Some(again) = &base.experiment.rerun {
                 return Err(format!(
@@ -580,6 +591,14 @@ fn parse(text: &str, name: &str) -> Result<ExperimentFile, ExpError> {
 /// A file name's stem: an experiment's name when it gives none.
 fn stem(file: &str) -> String {
     Path::new(file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The entry of `set` holding the experiment named `name`, and that file parsed.
+fn find<'a>(set: &'a [(String, String)], name: &str) -> Option<(&'a (String, String), ExperimentFile)> {
+    set.iter().find_map(|entry| {
+        let f = parse(&entry.1, &entry.0).ok()?;
+        (experiment_name(&f, &entry.0) == name).then_some((entry, f))
+    })
 }
 
 /// The name of the experiment `f` read from `file`.

@@ -27,7 +27,7 @@
 
 use crate::calibration;
 use crate::claims::{self, Scored};
-use crate::experiment::{self, builtin_set, Experiment, Meta};
+use crate::experiment::{self, experiment_files, Experiment, Meta};
 use crate::fields;
 use crate::figures;
 use crate::plot::{self, Figure};
@@ -155,29 +155,6 @@ pub struct Summary {
     pub wall_s: f64,
 }
 
-/// The experiment files to run: (file name, text).
-pub fn experiment_files(dir: Option<&Path>) -> Result<Vec<(String, String)>, String> {
-    match dir {
-        None => Ok(builtin_set()),
-        Some(d) => {
-            let mut v = Vec::new();
-            let rd = std::fs::read_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
-            for e in rd {
-                let p = e.map_err(|e| format!("{}: {e}", d.display()))?.path();
-                if p.extension().is_some_and(|x| x == "toml") {
-                    let t = pmsim_traces::input::read_text(&p, "experiment file")?;
-                    v.push((p.display().to_string(), t));
-                }
-            }
-            v.sort();
-            if v.is_empty() {
-                return Err(format!("{}: no .toml experiment files", d.display()));
-            }
-            Ok(v)
-        }
-    }
-}
-
 /// Makes `out` the report directory of this run, or checks that it is one
 /// of pmsim's ([`pmsim_traces::output::own_dir`]): a new or empty
 /// directory, or one a `pmsim reproduce` wrote (its marker, or from before
@@ -247,20 +224,29 @@ pub fn claim_report_dir(out: &Path, dir: &SweepDir, force: bool) -> Result<(), S
     pmsim_traces::output::own_dir(out, "report", "pmsim report directory\n", |_| false).map(drop)
 }
 
+/// What a report runs, read and checked before anything runs.
+pub struct Loaded {
+    /// The experiments (file, text, experiment at the report's scale).
+    pub exps: Vec<(String, String, Experiment)>,
+    /// The files of experiments they rerun that do not run themselves
+    /// (`--only`): copied beside them, so that the report's `experiments/`
+    /// reads again as a set.
+    pub bases: Vec<(String, String)>,
+}
+
 /// The experiments to run, each with its scale set, checked before anything runs.
-pub fn load(opts: &Options) -> Result<Vec<(String, String, Experiment)>, String> {
+pub fn load(opts: &Options) -> Result<Loaded, String> {
     opts.scale.parse::<pmsim_model::workloads::Scale>().map_err(|e| format!("--scale: {e}"))?;
     let mut out = Vec::new();
     let files = experiment_files(opts.experiments.as_deref())?;
     for (file, text) in &files {
-        let (file, text) = (file.clone(), text.clone());
-        let mut e = Experiment::from_toml_in(&text, &file, &files)?;
+        let mut e = Experiment::from_toml_in(text, file, &files)?;
         if !opts.only.is_empty() && !opts.only.contains(&e.meta.name) {
             continue;
         }
         e.set_axis(&format!("scale={}", opts.scale))?;
         e.points().map_err(|er| format!("{file}: {er}"))?;
-        out.push((file, text, e));
+        out.push((file.clone(), text.clone(), e));
     }
     if let Some(n) = opts.only.iter().find(|n| !out.iter().any(|(_, _, e)| &e.meta.name == *n)) {
         return Err(format!("--only: no experiment named '{n}'"));
@@ -278,7 +264,13 @@ pub fn load(opts: &Options) -> Result<Vec<(String, String, Experiment)>, String>
         }
         t.row(0, &opts.scale)?;
     }
-    Ok(out)
+    let bases = experiment::rerun_bases(&out.iter().map(|e| &e.2).collect::<Vec<_>>(), &files);
+    Ok(Loaded { exps: out, bases })
+}
+
+/// An experiment file's name without its directory: its name in the report's `experiments/`.
+fn file_name(file: &str) -> String {
+    Path::new(file).file_name().map_or(file.to_string(), |f| f.to_string_lossy().into_owned())
 }
 
 /// [`sweep::ensure_native_env`] for every experiment's points.
@@ -291,7 +283,8 @@ pub fn ensure_native_env(exps: &[(String, String, Experiment)]) -> Result<(), St
 }
 
 /// Runs everything and writes the report.
-pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Summary, String> {
+pub fn run(opts: &Options, loaded: Loaded) -> Result<Summary, String> {
+    let Loaded { exps, bases } = loaded;
     let t0 = Instant::now();
     let out = &opts.out;
     for sub in ["experiments", "sweeps", "figures", "results"] {
@@ -305,20 +298,16 @@ pub fn run(opts: &Options, exps: Vec<(String, String, Experiment)>) -> Result<Su
     for (file, _, _) in &exps {
         policy.input(Path::new(file));
     }
-    // The experiments the ones run here rerun, if they did not run (--only):
-    // copied beside them, so that the report's experiments/ reads as a set.
-    let set = experiment_files(opts.experiments.as_deref())?;
-    for (file, text) in experiment::rerun_bases(&exps.iter().map(|e| &e.2).collect::<Vec<_>>(), &set) {
+    for (file, text) in bases {
         policy.input(Path::new(&file));
-        let base = Path::new(&file).file_name().map_or(file.clone(), |f| f.to_string_lossy().into_owned());
-        policy.write(&out.join("experiments").join(base), text.as_bytes())?;
+        policy.write(&out.join("experiments").join(file_name(&file)), text.as_bytes())?;
     }
     let mut sections = Vec::new();
     let mut by_exp: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for (file, text, exp) in exps {
         let name = exp.meta.name.clone();
         let t = Instant::now();
-        let base = Path::new(&file).file_name().map_or(file.clone(), |f| f.to_string_lossy().into_owned());
+        let base = file_name(&file);
         policy.write(&out.join("experiments").join(&base), text.as_bytes())?;
         let dir = SweepDir::new(out.join("sweeps").join(&name));
         let so = sweep::Options { shard: Shard::default(), resume: true, jobs: opts.jobs, tally: opts.tally.clone() };
@@ -689,7 +678,7 @@ mod tests {
     /// that does not exist fail here, not in the main job).
     #[test]
     fn builtin_experiments_plan_at_every_scale() {
-        let set = builtin_set();
+        let set = crate::experiment::builtin_set();
         for (name, text) in crate::experiment::BUILTIN {
             let exp = Experiment::from_toml_in(text, name, &set).unwrap_or_else(|e| panic!("{e}"));
             for id in &exp.meta.figures {

@@ -45,16 +45,16 @@ pub fn run(a: ReproduceArgs) -> CmdResult {
         tally: Default::default(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
-    let exps = reproduce::load(&opts)?;
-    for (file, _, e) in &exps {
+    let loaded = reproduce::load(&opts)?;
+    for (file, _, e) in &loaded.exps {
         pmsim_analyses::sweep::check_jobs(a.jobs, &e.points()?).map_err(|er| format!("{file}: {er}"))?;
     }
     // Only into a directory of pmsim's, one reproduce at a time (each sweep
     // in it is locked too).
     reproduce::claim_out(&opts.out)?;
     let _one_writer = pmsim_traces::output::Lock::dir(&opts.out)?;
-    reproduce::ensure_native_env(&exps)?;
-    let s = crate::progress::points(&opts.tally, || reproduce::run(&opts, exps))?;
+    reproduce::ensure_native_env(&loaded.exps)?;
+    let s = crate::progress::points(&opts.tally, || reproduce::run(&opts, loaded))?;
     let mut w = std::io::stdout().lock();
     if a.json {
         serde_json::to_writer_pretty(&mut w, &s)?;

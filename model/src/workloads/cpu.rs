@@ -98,7 +98,7 @@ fn current_core() -> Option<usize> {
 
 /// Binds the calling thread to `core` (a profile's workers share one core,
 /// see the module doc); where the kernel refuses, the thread runs unbound.
-pub(crate) fn bind_to(core: usize) {
+fn bind_to(core: usize) {
     // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes within it
     // for any core below CPU_SETSIZE, which sched_getcpu's answer is.
     unsafe {
@@ -141,11 +141,6 @@ pub(crate) struct Clock {
     paused_ticks: u64,
     paused_cpu: u64,
     pause_at: Option<(u64, u64)>,
-}
-
-/// `core`'s bit in a set of cores seen (`0` where the core is unknown).
-fn core_bit(core: Option<usize>) -> u64 {
-    core.map_or(0, |c| 1 << (c % 64))
 }
 
 impl Clock {
@@ -216,7 +211,7 @@ pub(crate) struct Profiler {
     /// Whether workers time their operations.
     pub(crate) time_ops: bool,
     /// The core a profile's workers share (see the module doc).
-    pub(crate) core: Option<usize>,
+    core: Option<usize>,
     /// The cores parallel workers were seen on (bit `core % 64`).
     cores: AtomicU64,
     t0: Instant,
@@ -276,10 +271,20 @@ impl Profiler {
         a.threads += 1;
     }
 
-    /// A parallel worker is running on the core it is on now: its bit joins
-    /// the cores seen ([`CpuProfile::cores`]).
-    pub(crate) fn seen_on_core(&self) {
-        self.cores.fetch_or(core_bit(current_core()), Ordering::Relaxed);
+    /// Runs `f`, the body of a parallel worker: under a profile, on the
+    /// profile's core (see the module doc), the cores it is seen on at its
+    /// start and end joining [`CpuProfile::cores`].
+    pub(crate) fn worker<R>(&self, f: impl FnOnce() -> R) -> R {
+        let Some(core) = self.core else { return f() };
+        let seen = || {
+            let bit = current_core().map_or(0, |c| 1 << (c % 64));
+            self.cores.fetch_or(bit, Ordering::Relaxed);
+        };
+        bind_to(core);
+        seen();
+        let r = f();
+        seen();
+        r
     }
 
     /// The profile of every worker that has ended.

@@ -244,17 +244,7 @@ impl<'a, A: Allocator> Shared<'a, A> {
                     let f = &f;
                     std::thread::Builder::new()
                         .name(format!("{}-{tid}", self.workload))
-                        .spawn_scoped(s, move || {
-                            if let Some(core) = self.cpu.core {
-                                cpu::bind_to(core);
-                                self.cpu.seen_on_core();
-                            }
-                            let r = reported(|| self.guard(tid, || f(tid)));
-                            if self.cpu.core.is_some() {
-                                self.cpu.seen_on_core();
-                            }
-                            r
-                        })
+                        .spawn_scoped(s, move || self.cpu.worker(|| reported(|| self.guard(tid, || f(tid)))))
                         .expect("cannot spawn a workload thread")
                 })
                 .collect();
