@@ -88,7 +88,7 @@ pub fn write_body(w: &mut dyn Write, r: &RunReport) -> io::Result<()> {
         writeln!(
             w,
             "cpu          {:.1} ns per operation: malloc {:.1}, free {:.1}, between operations {:.1} \
-             ({:.3} s on CPU of {:.3} s{})",
+             ({:.3} s on CPU of {:.3} s{}{})",
             c.total_ns,
             c.malloc_ns,
             c.free_ns,
@@ -99,6 +99,10 @@ pub fn write_body(w: &mut dyn Write, r: &RunReport) -> io::Result<()> {
                 0 => String::new(),
                 1 => ", the workers on one core".into(),
                 n => format!(", the workers on {n} cores"),
+            },
+            match c.disturbed_ops {
+                0 => String::new(),
+                n => format!("; {n} operations descheduled, counted at their kind's mean"),
             }
         )?;
     }
