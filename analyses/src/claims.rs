@@ -151,6 +151,9 @@ pub enum Lens {
     Sim(&'static str, &'static str),
     /// Allocator label `.0` read as `.1` (rows of the `switches` experiment).
     Alloc(&'static str, &'static str),
+    /// The rows with workload parameter `.0` set to `.1` (of the experiment
+    /// [`PARAM_EXPS`] names for it).
+    Param(&'static str, &'static str),
 }
 
 impl Lens {
@@ -170,6 +173,12 @@ impl Lens {
                 _ => format!("with {k} = {v}"),
             },
             Lens::Alloc(a, b) => format!("reading {a} as {b}"),
+            Lens::Param(k, v) => match *k {
+                "publish" => {
+                    "with the objects' pointers in DRAM, as the paper's harness kept them (publish = false)".into()
+                }
+                _ => format!("with the workload's {k} = {v}"),
+            },
         }
     }
 }
@@ -188,6 +197,7 @@ const SWITCHES: &[Lens] = &[
     Lens::Sim("timing.writebacks", "false"),
     Lens::Alloc("+interleaved", "+interleaved:stripes=6"),
     Lens::Alloc("base", "base:interleaved_wal=true"),
+    Lens::Param("publish", "false"),
 ];
 
 /// The simulator keys the switches set, each with the experiment that holds
@@ -202,6 +212,10 @@ const SWITCH_EXPS: [(&str, &str); 6] = [
     ("timing.locks", "switch-locks"),
     ("timing.writebacks", "switch-writebacks"),
 ];
+
+/// The workload parameters the switches set, each with the experiment that
+/// holds its rows (Fig. 10's points with that parameter set).
+const PARAM_EXPS: [(&str, &str); 1] = [("publish", "switch-publish")];
 
 /// The experiment whose rows the [`Lens::Alloc`] switches read (the other
 /// readings of the ablation presets, at the Fig. 11 points).
@@ -264,13 +278,17 @@ impl<'a> Ctx<'a> {
         sim: impl Fn(&Row) -> bool,
     ) -> Result<&'a Row, String> {
         let alloc = self.label(alloc);
-        let (exp, key) = match &self.lens {
+        let (exp, key, param) = match &self.lens {
             Lens::Sim(k, v) => {
                 let exp = SWITCH_EXPS.iter().find(|(key, _)| key == k).map_or("switch-?", |(_, e)| *e);
-                (exp, Some((*k, *v)))
+                (exp, Some((*k, *v)), None)
             }
-            Lens::Alloc(_, b) if *b == alloc => (PRESETS_EXP, None),
-            _ => (exp, None),
+            Lens::Param(k, v) => {
+                let exp = PARAM_EXPS.iter().find(|(key, _)| key == k).map_or("switch-?", |(_, e)| *e);
+                (exp, None, Some((*k, *v)))
+            }
+            Lens::Alloc(_, b) if *b == alloc => (PRESETS_EXP, None, None),
+            _ => (exp, None, None),
         };
         let rows = self.rows(exp)?;
         rows.iter()
@@ -284,6 +302,7 @@ impl<'a> Ctx<'a> {
                         Some((k, v)) => r.point.sim.get(k).is_some_and(|x| value_is(x, v)),
                         None => SWITCH_EXPS.iter().all(|(k, _)| !r.point.sim.contains_key(*k)),
                     }
+                    && param.is_none_or(|(k, v)| r.point.workload_params.get(k).is_some_and(|x| value_is(x, v)))
             })
             .ok_or_else(|| format!("no row of {alloc} on {workload} at {threads} thread(s) in the {exp} experiment"))
     }
@@ -1811,12 +1830,16 @@ mod tests {
             .iter()
             .map(|(f, t)| crate::experiment::Experiment::from_toml_in(t, f, &set).unwrap().meta.name)
             .collect();
-        for exp in SWITCH_EXPS.iter().map(|(_, e)| *e).chain([PRESETS_EXP]) {
+        for exp in SWITCH_EXPS.iter().chain(&PARAM_EXPS).map(|(_, e)| *e).chain([PRESETS_EXP]) {
             assert!(names.iter().any(|n| n == exp), "no built-in experiment {exp}");
         }
         for lens in SWITCHES {
-            if let Lens::Sim(k, _) = lens {
-                assert!(SWITCH_EXPS.iter().any(|(key, _)| key == k), "switch {k} has no experiment");
+            match lens {
+                Lens::Sim(k, _) => assert!(SWITCH_EXPS.iter().any(|(key, _)| key == k), "switch {k} has no experiment"),
+                Lens::Param(k, _) => {
+                    assert!(PARAM_EXPS.iter().any(|(key, _)| key == k), "switch {k} has no experiment")
+                }
+                _ => {}
             }
         }
     }
@@ -1860,6 +1883,40 @@ mod tests {
             let exp = s.config.split("the threads of the ").nth(1).unwrap().split(' ').next().unwrap();
             assert!(crate::experiment::BUILTIN.iter().any(|(f, _)| f.strip_suffix(".toml") == Some(exp)), "{exp}");
         }
+    }
+
+    /// A workload-parameter switch reads its own experiment's rows with the
+    /// parameter set, and only those; the default reads the figure's rows.
+    #[test]
+    fn a_parameter_switch_reads_the_rows_with_its_parameter() {
+        let row = |threads, publish: Option<bool>| Row {
+            index: 0,
+            id: String::new(),
+            point: crate::point::Point {
+                mode: crate::point::Mode::Sim,
+                scale: "tiny".into(),
+                workload: "threadtest".into(),
+                workload_params: publish.map(|p| ("publish".to_string(), Value::Bool(p))).into_iter().collect(),
+                threads,
+                alloc: "nvalloc-gc".into(),
+                alloc_params: BTreeMap::new(),
+                sim: BTreeMap::new(),
+                seed: 42,
+            },
+            result: Default::default(),
+            env: Default::default(),
+        };
+        let exps = BTreeMap::from([
+            ("scaling".to_string(), vec![row(1, None)]),
+            ("switch-publish".to_string(), vec![row(4, Some(true)), row(16, Some(false))]),
+        ]);
+        let ctx = Ctx::new(&exps);
+        let dram = ctx.with(Lens::Param("publish", "false"));
+        assert_eq!(ctx.row("scaling", "nvalloc-gc", "threadtest", 1).unwrap().point.threads, 1);
+        assert_eq!(dram.row("scaling", "nvalloc-gc", "threadtest", 16).unwrap().point.threads, 16);
+        assert!(dram.row("scaling", "nvalloc-gc", "threadtest", 4).is_err(), "publish = true is not the switch");
+        assert!(dram.row("scaling", "nvalloc-gc", "threadtest", 1).is_err(), "the figure's rows are not the switch's");
+        assert!(dram.threads("switch-publish").unwrap() == [4, 16]);
     }
 
     #[test]

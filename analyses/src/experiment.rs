@@ -74,6 +74,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("switch-presets.toml", include_str!("../experiments/switch-presets.toml")),
     ("switch-locks.toml", include_str!("../experiments/switch-locks.toml")),
     ("switch-writebacks.toml", include_str!("../experiments/switch-writebacks.toml")),
+    ("switch-publish.toml", include_str!("../experiments/switch-publish.toml")),
 ];
 
 /// The files of `set` that experiments of `run` rerun (`rerun = "NAME"`)
