@@ -1845,27 +1845,32 @@ mod tests {
         }
     }
 
-    /// A claim's configuration names the thread counts its experiment ran,
-    /// whatever the scale, not ones typed for one of them.
-    #[test]
-    fn a_configuration_names_the_threads_its_experiment_ran() {
-        let row = |threads| Row {
+    /// A simulated row of `alloc` on `workload` at tiny scale, with no results.
+    fn sim_row(alloc: &str, workload: &str, threads: u32, workload_params: BTreeMap<String, Value>) -> Row {
+        Row {
             index: 0,
             id: String::new(),
             point: crate::point::Point {
                 mode: crate::point::Mode::Sim,
                 scale: "tiny".into(),
-                workload: "larson-large".into(),
-                workload_params: BTreeMap::new(),
+                workload: workload.into(),
+                workload_params,
                 threads,
-                alloc: "nvalloc-log".into(),
+                alloc: alloc.into(),
                 alloc_params: BTreeMap::new(),
                 sim: BTreeMap::new(),
                 seed: 42,
             },
             result: Default::default(),
             env: Default::default(),
-        };
+        }
+    }
+
+    /// A claim's configuration names the thread counts its experiment ran,
+    /// whatever the scale, not ones typed for one of them.
+    #[test]
+    fn a_configuration_names_the_threads_its_experiment_ran() {
+        let row = |threads| sim_row("nvalloc-log", "larson-large", threads, BTreeMap::new());
         let exps = BTreeMap::from([
             ("large".to_string(), vec![row(4), row(1), row(4)]),
             ("eadr".to_string(), vec![row(16), row(1), row(4)]),
@@ -1890,22 +1895,9 @@ mod tests {
     /// parameter set, and only those; the default reads the figure's rows.
     #[test]
     fn a_parameter_switch_reads_the_rows_with_its_parameter() {
-        let row = |threads, publish: Option<bool>| Row {
-            index: 0,
-            id: String::new(),
-            point: crate::point::Point {
-                mode: crate::point::Mode::Sim,
-                scale: "tiny".into(),
-                workload: "threadtest".into(),
-                workload_params: publish.map(|p| ("publish".to_string(), Value::Bool(p))).into_iter().collect(),
-                threads,
-                alloc: "nvalloc-gc".into(),
-                alloc_params: BTreeMap::new(),
-                sim: BTreeMap::new(),
-                seed: 42,
-            },
-            result: Default::default(),
-            env: Default::default(),
+        let row = |threads, publish: Option<bool>| {
+            let params = publish.map(|p| ("publish".to_string(), Value::Bool(p))).into_iter().collect();
+            sim_row("nvalloc-gc", "threadtest", threads, params)
         };
         let exps = BTreeMap::from([
             ("scaling".to_string(), vec![row(1, None)]),
