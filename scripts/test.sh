@@ -5,7 +5,7 @@
 # The tests are built once (the test profile: optimised, with debug assertions),
 # then the test binaries run side by side, as many at a time as there are
 # cores (PMSIM_TEST_JOBS), the slowest first
-# (scripts/test-times.tsv, rewritten into target/ by every run); each prints
+# (scripts/test-times.tsv, rewritten into the target directory by every run); each prints
 # its output when it ends, and a table of every binary's wall and CPU time
 # (user + system, its children included) comes before the summary line.
 #
@@ -58,8 +58,11 @@ EOF
 built=$(date +%s)
 echo "tests: built $(wc -l <"$work/binaries.tsv") test binaries in $((built - start)) s"
 
-# The slowest first: the last run's times in target/, else the committed ones.
-times=target/test-times.tsv
+# The slowest first: the last run's times in Cargo's target directory
+# (CARGO_TARGET_DIR when set, as cargo reads it), else the committed ones.
+tdir=${CARGO_TARGET_DIR:-target}
+mkdir -p "$tdir"
+times=$tdir/test-times.tsv
 [ -s "$times" ] || times=scripts/test-times.tsv
 python3 - "$work/binaries.tsv" "$times" >"$work/order.tsv" <<'EOF'
 import sys
@@ -114,7 +117,7 @@ while IFS=$'\t' read -r i name dir exe; do
 done <"$work/order.tsv"
 
 # The per-binary times, and the summary over every binary's "test result" line.
-python3 - "$work" >target/test-times.tsv.new <<'EOF'
+python3 - "$work" >"$tdir/test-times.tsv.new" <<'EOF'
 import os, sys
 work = sys.argv[1]
 for line in open(os.path.join(work, "order.tsv")):
@@ -126,10 +129,10 @@ for line in open(os.path.join(work, "order.tsv")):
         continue
     print(f"{name}\t{t1 - t0:.1f}\t{user + sys_:.1f}")
 EOF
-mv target/test-times.tsv.new target/test-times.tsv
+mv "$tdir/test-times.tsv.new" "$tdir/test-times.tsv"
 echo
 echo "tests: seconds per binary (wall, CPU = user + system):"
-sort -t$'\t' -k2,2 -rn target/test-times.tsv | awk -F'\t' '{ printf "  %7.1f %7.1f  %s\n", $2, $3, $1 }'
+sort -t$'\t' -k2,2 -rn "$tdir/test-times.tsv" | awk -F'\t' '{ printf "  %7.1f %7.1f  %s\n", $2, $3, $1 }'
 end=$(date +%s)
 read -r passed failed ignored < <(cat "$work"/*.log | awk '/^test result:/ {
     for (i = 1; i <= NF; i++) {
