@@ -139,7 +139,19 @@ pub struct NvAllocConfig {
     /// SU threshold exceed this fraction of it. 0 = the paper's rule (always
     /// search); the artifact uses 0.1.
     pub morph_candidates: f64,
-    /// Arenas for small allocations; 0 = one per core (the paper's choice).
+    /// Arenas for small allocations; 0 = one per core of the machine pmsim
+    /// runs on (the paper's rule, "each CPU core owns an arena", applied
+    /// there). A run with more threads than that shares arenas, so its
+    /// layout, and its figures at those thread counts, depend on the
+    /// machine: set `arenas` to compare runs made on different machines.
+    /// The paper's machine had 80 hardware threads, an arena for each of up
+    /// to 64 threads here; with that, NVAlloc-LOG's hot bitmap and WAL lines
+    /// outgrow the XPBuffer of the one DIMM every 64 KiB-aligned slab header
+    /// lies on (Larson-small at 8 threads: 9.3 M operations per second
+    /// against 12.6 M with 2 arenas, 15.0 M either way with an XPBuffer of
+    /// 4,096 entries), which the public code avoids by placing each slab's
+    /// header 0 or 4 KiB into its extent at random, a layout pmsim does not
+    /// have yet.
     pub arenas: u32,
     /// Thread ids (0..max_threads) that may allocate: each owns a WAL area.
     /// Part of the heap layout.
@@ -264,7 +276,7 @@ impl NvAllocConfig {
         }
     }
 
-    /// Arenas to run with: `arenas`, or one per core.
+    /// Arenas to run with: `arenas`, or one per core of this machine.
     pub fn arena_count(&self) -> usize {
         let n = match self.arenas {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
