@@ -157,6 +157,16 @@ pub enum Lens {
 }
 
 impl Lens {
+    /// A switch of one key (of the simulator or of the workload): the table
+    /// naming the experiment that holds its rows, the key and its value.
+    fn switched(&self) -> Option<(&'static SwitchTable, &'static str, &'static str)> {
+        match *self {
+            Lens::Sim(k, v) => Some((&SWITCH_EXPS, k, v)),
+            Lens::Param(k, v) => Some((&PARAM_EXPS, k, v)),
+            _ => None,
+        }
+    }
+
     fn name(&self) -> String {
         match self {
             Lens::Default => "as reported".into(),
@@ -175,7 +185,8 @@ impl Lens {
             Lens::Alloc(a, b) => format!("reading {a} as {b}"),
             Lens::Param(k, v) => match *k {
                 "publish" => {
-                    "with the objects' pointers in DRAM, as the paper's harness kept them (publish = false)".into()
+                    "with the objects' pointers in DRAM, as the paper's harness most likely kept them (publish = false)"
+                        .into()
                 }
                 _ => format!("with the workload's {k} = {v}"),
             },
@@ -212,6 +223,9 @@ const SWITCH_EXPS: [(&str, &str); 6] = [
     ("timing.locks", "switch-locks"),
     ("timing.writebacks", "switch-writebacks"),
 ];
+
+/// Keys a switch sets, each with the experiment that holds its rows.
+type SwitchTable = [(&'static str, &'static str)];
 
 /// The workload parameters the switches set, each with the experiment that
 /// holds its rows (Fig. 10's points with that parameter set).
@@ -278,18 +292,16 @@ impl<'a> Ctx<'a> {
         sim: impl Fn(&Row) -> bool,
     ) -> Result<&'a Row, String> {
         let alloc = self.label(alloc);
-        let (exp, key, param) = match &self.lens {
-            Lens::Sim(k, v) => {
-                let exp = SWITCH_EXPS.iter().find(|(key, _)| key == k).map_or("switch-?", |(_, e)| *e);
-                (exp, Some((*k, *v)), None)
-            }
-            Lens::Param(k, v) => {
-                let exp = PARAM_EXPS.iter().find(|(key, _)| key == k).map_or("switch-?", |(_, e)| *e);
-                (exp, None, Some((*k, *v)))
-            }
-            Lens::Alloc(_, b) if *b == alloc => (PRESETS_EXP, None, None),
-            _ => (exp, None, None),
+        let switched = self.lens.switched();
+        let exp = match (&self.lens, switched) {
+            (_, Some((table, k, _))) => table.iter().find(|(key, _)| *key == k).map_or("switch-?", |(_, e)| *e),
+            (Lens::Alloc(_, b), None) if *b == alloc => PRESETS_EXP,
+            _ => exp,
         };
+        // Where a row holds the key a switch sets: the simulator's keys, or
+        // the workload's parameters.
+        let keys =
+            |r: &'a Row| if matches!(self.lens, Lens::Param(..)) { &r.point.workload_params } else { &r.point.sim };
         let rows = self.rows(exp)?;
         rows.iter()
             .find(|r| {
@@ -298,11 +310,10 @@ impl<'a> Ctx<'a> {
                     && r.point.threads == threads
                     && r.point.alloc_params.is_empty()
                     && sim(r)
-                    && match key {
-                        Some((k, v)) => r.point.sim.get(k).is_some_and(|x| value_is(x, v)),
+                    && match switched {
+                        Some((_, k, v)) => keys(r).get(k).is_some_and(|x| value_is(x, v)),
                         None => SWITCH_EXPS.iter().all(|(k, _)| !r.point.sim.contains_key(*k)),
                     }
-                    && param.is_none_or(|(k, v)| r.point.workload_params.get(k).is_some_and(|x| value_is(x, v)))
             })
             .ok_or_else(|| format!("no row of {alloc} on {workload} at {threads} thread(s) in the {exp} experiment"))
     }
@@ -1834,14 +1845,8 @@ mod tests {
         for exp in SWITCH_EXPS.iter().chain(&PARAM_EXPS).map(|(_, e)| *e).chain([PRESETS_EXP]) {
             assert!(names.iter().any(|n| n == exp), "no built-in experiment {exp}");
         }
-        for lens in SWITCHES {
-            match lens {
-                Lens::Sim(k, _) => assert!(SWITCH_EXPS.iter().any(|(key, _)| key == k), "switch {k} has no experiment"),
-                Lens::Param(k, _) => {
-                    assert!(PARAM_EXPS.iter().any(|(key, _)| key == k), "switch {k} has no experiment")
-                }
-                _ => {}
-            }
+        for (table, k, _) in SWITCHES.iter().filter_map(Lens::switched) {
+            assert!(table.iter().any(|(key, _)| *key == k), "switch {k} has no experiment");
         }
     }
 

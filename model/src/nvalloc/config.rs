@@ -149,7 +149,9 @@ pub struct NvAllocConfig {
     /// outgrow the XPBuffer of the one DIMM every 64 KiB-aligned slab header
     /// lies on (Larson-small at 8 threads: 9.3 M operations per second
     /// against 12.6 M with 2 arenas, 15.0 M either way with an XPBuffer of
-    /// 4,096 entries), which the public code avoids by placing each slab's
+    /// 4,096 entries: `pmsim sweep` of `nvalloc-log` and
+    /// `nvalloc-log:arenas=2` with `sim.contention = true` and
+    /// `sim.optane.xpbuffer_entries = [64, 4096]`), which the public code avoids by placing each slab's
     /// header 0 or 4 KiB into its extent at random, a layout pmsim does not
     /// have yet.
     pub arenas: u32,

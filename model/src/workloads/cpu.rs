@@ -260,14 +260,12 @@ impl Clock {
 
     /// Counts again.
     pub(crate) fn resume(&mut self) {
-        if let Some((t, _)) = self.pause_at {
+        if let Some((t, c)) = self.pause_at.take() {
             if ticks().wrapping_sub(t) >= self.long {
                 // A long wait may have slept: its switches are not an
-                // operation's.
+                // operation's (looked up inside the pause, so not counted).
                 self.switches_seen = thread_switches();
             }
-        }
-        if let Some((t, c)) = self.pause_at.take() {
             self.paused_ticks += ticks().wrapping_sub(t);
             self.paused_cpu += thread_cpu_ns().saturating_sub(c);
         }
