@@ -338,25 +338,39 @@ impl Profiler {
         let check_ns = c.check_ticks as f64 * npt;
         let cpu = (thread_cpu_ns().saturating_sub(c.cpu0).saturating_sub(c.paused_cpu) as f64 - check_ns).max(0.0);
         let wall = ticks().wrapping_sub(c.tick0).saturating_sub(c.paused_ticks) as f64 * npt - check_ns;
-        // The share of the thread's (unpaused) span it was on a CPU.
-        let on_cpu = if wall > 0.0 { (cpu / wall).min(1.0) } else { 1.0 };
-        let mut a = self.acc.lock().unwrap();
-        for k in 0..2 {
+        // The undisturbed operations were on a CPU all along (their wall
+        // time is CPU time); of the rest of the thread's (unpaused) span, the
+        // share it was on one.
+        let calm_ticks = |k: usize| c.in_op[k] - c.disturbed_ticks[k];
+        let calm_ns: f64 = (0..2).map(|k| calm_ticks(k) as f64 * npt).sum();
+        let rest = wall - calm_ns;
+        let on_cpu = if rest > 0.0 { ((cpu - calm_ns) / rest).clamp(0.0, 1.0) } else { 1.0 };
+        // Per kind: (time inside its operations, inside their locks), ns.
+        let kinds = [MALLOC, FREE].map(|k| {
             let calm = c.ops[k] - c.disturbed[k];
             let (n, op_ticks, lock_ticks, scale) = if calm > 0 {
                 // The undisturbed operations' mean, for every operation.
                 let s = c.ops[k] as f64 / calm as f64;
-                (calm, c.in_op[k] - c.disturbed_ticks[k], c.in_lock[k] - c.disturbed_lock_ticks[k], s)
+                (calm, calm_ticks(k), c.in_lock[k] - c.disturbed_lock_ticks[k], s)
             } else {
                 // Every operation disturbed (one long busy one, say): the
-                // thread's share of time on a CPU is all there is to go by.
+                // share of the rest of the span on a CPU is all there is to go by.
                 (c.ops[k], c.in_op[k], c.in_lock[k], on_cpu)
             };
             let timed = op_ticks.saturating_sub(n * self.overhead) as f64 * npt;
-            a.in_op_ns[k] += timed * scale;
+            (timed * scale, lock_ticks as f64 * npt * scale)
+        });
+        // A mean standing in for disturbed operations can come out above
+        // the CPU time they had: the operations never hold more than the
+        // thread's CPU time.
+        let in_ops: f64 = kinds.iter().map(|k| k.0).sum();
+        let fit = if in_ops > cpu { cpu / in_ops } else { 1.0 };
+        let mut a = self.acc.lock().unwrap();
+        for (k, (op_ns, lock_ns)) in kinds.into_iter().enumerate() {
+            a.in_op_ns[k] += op_ns * fit;
             a.ops[k] += c.ops[k];
             a.disturbed[k] += c.disturbed[k];
-            a.in_lock_ns[k] += lock_ticks as f64 * npt * scale;
+            a.in_lock_ns[k] += lock_ns * fit;
             a.locks[k] += c.locks[k];
         }
         a.cpu_ns += cpu;
