@@ -145,15 +145,14 @@ pub struct NvAllocConfig {
     /// layout, and its figures at those thread counts, depend on the
     /// machine: set `arenas` to compare runs made on different machines.
     /// The paper's machine had 80 hardware threads, an arena for each of up
-    /// to 64 threads here; with that, NVAlloc-LOG's hot bitmap and WAL lines
-    /// outgrow the XPBuffer of the one DIMM every 64 KiB-aligned slab header
-    /// lies on (Larson-small at 8 threads: 9.3 M operations per second
-    /// against 12.6 M with 2 arenas, 15.0 M either way with an XPBuffer of
-    /// 4,096 entries: `pmsim sweep` of `nvalloc-log` and
-    /// `nvalloc-log:arenas=2` with `sim.contention = true` and
-    /// `sim.optane.xpbuffer_entries = [64, 4096]`), which the public code avoids by placing each slab's
-    /// header 0 or 4 KiB into its extent at random, a layout pmsim does not
-    /// have yet.
+    /// to 64 threads here. With that, NVAlloc-LOG's hot bitmap and WAL lines
+    /// outgrow the XPBuffers: Larson-small at 8 threads makes 16.1 M
+    /// operations per second with 64 arenas against 19.1 M with 2, and 19.1 M
+    /// against 20.7 M with an XPBuffer of 4,096 entries (`pmsim sweep` of
+    /// `nvalloc-log` and `nvalloc-log:arenas=64` with `sim.contention =
+    /// true` and `sim.optane.xpbuffer_entries = [64, 4096]`). Before slabs
+    /// took a page of padding ([`super::layout::SLAB_EXTENT`]) every slab
+    /// header lay on one DIMM, and it was 10.6 M against 13.3 M.
     pub arenas: u32,
     /// Thread ids (0..max_threads) that may allocate: each owns a WAL area.
     /// Part of the heap layout.

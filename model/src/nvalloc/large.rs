@@ -27,7 +27,7 @@
 
 use super::config::LogGc;
 use super::decay::Decay;
-use super::layout::{Layout, CHUNK, SLAB};
+use super::layout::{Layout, CHUNK, SLAB_EXTENT};
 use crate::mech::bklog::{BkLog, LogPos, LogStats, CHUNK_BYTES, CHUNK_RECORDS};
 use crate::mech::exthdr::ExtentHeaders;
 use crate::mech::record::{ExtentKind, Record, PAGE};
@@ -286,7 +286,8 @@ impl LargeAlloc {
         Some(start)
     }
 
-    /// Allocates a slab: a 64 KiB extent, 64 KiB aligned. `init` writes its
+    /// Allocates a slab: an extent of [`SLAB_EXTENT`], page aligned, whose
+    /// first 64 KiB are the slab. `init` writes its
     /// header durably (before the slab is recorded) and returns the header's
     /// length, which is registered as a slab-header region.
     pub fn alloc_slab(&self, t: &mut PmThread, init: impl FnOnce(&mut PmThread, u64) -> u64) -> Option<u64> {
@@ -295,9 +296,9 @@ impl LargeAlloc {
         if !g.ensure_log_room(t) {
             return None;
         }
-        let start = g.alloc_fit(t, SLAB, SLAB)?;
+        let start = g.alloc_fit(t, SLAB_EXTENT, PAGE)?;
         let header = init(t, start);
-        g.commit(t, start, SLAB, ExtentKind::Slab);
+        g.commit(t, start, SLAB_EXTENT, ExtentKind::Slab);
         g.tiler.paint(t, start, start + header, region::SLAB_HEADER);
         Some(start)
     }

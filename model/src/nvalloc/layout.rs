@@ -25,6 +25,7 @@ pub use super::config::MAX_ARENAS;
 use super::NAME;
 use crate::error::AllocError;
 use crate::heap::HEADER_SIZE;
+use crate::mech::record::PAGE;
 use crate::mech::wal::Wal;
 use crate::pm::PmThread;
 
@@ -33,11 +34,22 @@ pub const SUPERBLOCK: u64 = HEADER_SIZE;
 const SUPERBLOCK_BYTES: u64 = 4096;
 /// The unit carved from the heap for slabs and large extents.
 pub const CHUNK: u64 = 4 << 20;
-/// Size (and alignment) of a slab.
+/// Size of a slab: its header and blocks.
 pub const SLAB: u64 = 64 << 10;
+/// The extent a slab is cut from: the slab and one page of padding after it,
+/// page aligned. Why the page: the DIMMs interleave every 4 KiB, so slabs
+/// packed at a 64 KiB stride would put every slab header, the hottest lines
+/// of the heap (bitmaps flushed on every malloc and free), on one DIMM, and
+/// with many arenas their lines outgrow that DIMM's XPBuffer while the other
+/// DIMMs idle. At a 68 KiB stride (17 pages) consecutive headers fall on
+/// consecutive DIMMs of any interleave set. NVAlloc's public code spreads
+/// them too, differently: a slab takes an 80 KiB extent and its header sits
+/// 0 or 4 KiB into it, at random; pmsim pays one page per slab for the same
+/// spread, not four.
+pub const SLAB_EXTENT: u64 = SLAB + PAGE;
 const MAGIC: u64 = u64::from_le_bytes(*b"NVALLOC1");
 /// The layout this code writes and reads.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 const OFF_VERSION: u64 = 8;
 const OFF_SIZE: u64 = 16;

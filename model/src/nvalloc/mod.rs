@@ -336,6 +336,11 @@ impl NvAlloc {
         &self.classes
     }
 
+    /// The start of the slab holding `off`, if a live slab does.
+    pub fn slab_of(&self, off: u64) -> Option<u64> {
+        self.slabs.lookup(off).map(|(slab, _)| slab)
+    }
+
     /// The usable size of the live allocation at `off`, if there is one
     /// (reads the persistent bitmap; for checks, not hot paths).
     pub fn usable_size(&self, t: &PmThread, off: u64) -> Option<u64> {

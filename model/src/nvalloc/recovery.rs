@@ -77,7 +77,7 @@
 
 use super::config::{Consistency, NvAllocConfig};
 use super::large::{paint_heap, Bookkeeping, LargeAlloc, LargeParams, LiveExtent};
-use super::layout::{Layout, CHUNK, SLAB};
+use super::layout::{Layout, CHUNK, SLAB, SLAB_EXTENT};
 use super::slab::{self, Morph, SlabGeom, SlabHeader, VSlab, INDEX_LIVE};
 use super::thread::op;
 use super::NAME;
@@ -85,7 +85,7 @@ use crate::error::AllocError;
 use crate::mech::bklog::BkLog;
 use crate::mech::exthdr::ExtentHeaders;
 use crate::mech::mark;
-use crate::mech::record::{ExtentKind, Record};
+use crate::mech::record::{ExtentKind, Record, PAGE};
 use crate::mech::regions::RegionTiler;
 use crate::mech::stripe::StripeMap;
 use crate::mech::wal::{Wal, WalEntry};
@@ -176,8 +176,13 @@ pub fn recover(
         if e.start < layout.chunk_base || e.start + e.size > top {
             return Err(corrupt(format!("extent {:#x}+{:#x} lies outside the carved chunks", e.start, e.size)));
         }
-        if e.kind == ExtentKind::Slab && (e.size != SLAB || e.start % SLAB != 0) {
-            return Err(corrupt(format!("slab record {:#x}+{:#x} is not an aligned 64 KiB slab", e.start, e.size)));
+        if e.kind == ExtentKind::Slab && (e.size != SLAB_EXTENT || e.start % PAGE != 0) {
+            return Err(corrupt(format!(
+                "slab record {:#x}+{:#x} is no page-aligned slab extent of {} KiB",
+                e.start,
+                e.size,
+                SLAB_EXTENT >> 10
+            )));
         }
     }
 
@@ -339,10 +344,9 @@ fn replay_wal(
         let bad = |why: &str| corrupt(format!("WAL entry {e:?}: {why}"));
         match e.op {
             op::MALLOC_SMALL | op::FREE_SMALL => {
-                let slab = e.target & !(SLAB - 1);
-                if !extents.get(&slab).is_some_and(|x| x.kind == ExtentKind::Slab) {
+                let Some(slab) = slab_holding(extents, e.target) else {
                     return Err(bad("its block is in no live slab"));
-                }
+                };
                 let h = slab::read_header(t, slab, geoms).map_err(corrupt)?;
                 let new_block = geoms[h.size_class as usize].block_index(slab, e.target);
                 let old = old_entry(t, slab, &h, geoms, e.target);
@@ -442,13 +446,17 @@ fn replay_wal(
     Ok(())
 }
 
+/// The start of the live slab whose 64 KiB hold `off` (not its extent's
+/// padding page).
+fn slab_holding(extents: &Extents, off: u64) -> Option<u64> {
+    let (&start, e) = extents.range(..=off).next_back()?;
+    (e.kind == ExtentKind::Slab && off < start + SLAB).then_some(start)
+}
+
 /// Whether the small block at `off` is allocated: its bit, or, in a
 /// slab_in, its index-table entry; `None` if `off` is no block of a live slab.
 fn small_block_live(t: &PmThread, extents: &Extents, geoms: &[SlabGeom], map: StripeMap, off: u64) -> Option<bool> {
-    let slab = off & !(SLAB - 1);
-    if !extents.get(&slab).is_some_and(|x| x.kind == ExtentKind::Slab) {
-        return None;
-    }
+    let slab = slab_holding(extents, off)?;
     let h = slab::read_header(t, slab, geoms).ok()?;
     let new_block = geoms[h.size_class as usize].block_index(slab, off);
     if let Some((_, _, live)) = old_entry(t, slab, &h, geoms, off).filter(|o| o.2 || new_block.is_none()) {
@@ -565,14 +573,13 @@ fn mark_from_roots(
 ) -> Result<(), AllocError> {
     // Every block and extent lies in [lo, hi): most words scanned (zeros,
     // data) are no offset there, and are dismissed before any lookup.
-    let lo = extents.values().map(|e| e.start).min().unwrap_or(0) & !(SLAB - 1);
+    let lo = extents.values().map(|e| e.start).min().unwrap_or(0) & !(PAGE - 1);
     let hi = extents.values().map(|e| e.start + e.size).max().unwrap_or(0);
     let mut slabs: Vec<MarkedSlab> = Vec::new();
-    // Slab number (from `lo`) → its index in `slabs`, or NONE.
+    // Page (from `lo`) → the index in `slabs` of the slab on it, or NONE.
     const NONE: u32 = u32::MAX;
-    let mut slab_at = vec![NONE; (hi.saturating_sub(lo)).div_ceil(SLAB) as usize];
+    let mut slab_at = vec![NONE; (hi.saturating_sub(lo)).div_ceil(PAGE) as usize];
     for e in extents.values().filter(|e| e.kind == ExtentKind::Slab) {
-        debug_assert_eq!(e.start % SLAB, 0, "slabs start on slab boundaries");
         let h = slab::read_header(t, e.start, geoms).map_err(corrupt)?;
         let class = h.size_class as usize;
         let mut pinned = [0u64; slab::MAX_BLOCKS as usize / 64];
@@ -599,7 +606,8 @@ fn mark_from_roots(
             }
             old = Some((geoms[oc], live));
         }
-        slab_at[((e.start - lo) / SLAB) as usize] = slabs.len() as u32;
+        let first = ((e.start - lo) / PAGE) as usize;
+        slab_at[first..first + (SLAB / PAGE) as usize].fill(slabs.len() as u32);
         slabs.push(MarkedSlab { start: e.start, class, marks: pinned, pinned, old });
     }
     let mut scanned: HashSet<u64> = HashSet::new();
@@ -608,7 +616,7 @@ fn mark_from_roots(
         if w & 63 != 0 || w < lo || w >= hi {
             return None;
         }
-        let i = slab_at[((w - lo) / SLAB) as usize];
+        let i = slab_at[((w - lo) / PAGE) as usize];
         if i != NONE {
             let s = &mut slabs[i as usize];
             if let Some((og, live)) = &mut s.old {

@@ -1,8 +1,9 @@
 //! Slabs: the persistent slab header, the geometry of a slab of a size class,
 //! the volatile header (*vslab*) and the table that finds a block's slab.
 //!
-//! A slab is a 64 KiB extent, 64 KiB aligned, cut from a chunk by the large
-//! allocator. Its persistent header sits at its start, its blocks from
+//! A slab is 64 KiB, page aligned, cut from a chunk by the large allocator
+//! as the start of an extent of [`SLAB_EXTENT`](super::layout::SLAB_EXTENT). Its persistent header sits
+//! at its start, its blocks from
 //! `data_offset` on. The header carries everything slab morphing (§5.2)
 //! needs, so morphing can arrive without a layout change:
 //!
@@ -59,6 +60,7 @@
 use super::layout::SLAB;
 use crate::heap::{PmOff, Pod};
 use crate::mech::pbitmap::PBitmap;
+use crate::mech::record::PAGE;
 use crate::mech::stripe::StripeMap;
 use crate::pm::PmThread;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -382,37 +384,58 @@ impl SlabInfo {
     }
 }
 
-/// Slab granule → [`SlabInfo`] for the whole chunk area (the paper finds a
-/// block's size class through its R-tree; slabs being 64 KiB aligned, a flat
-/// table indexed by offset / 64 KiB does it in one load).
+/// Heap page → [`SlabInfo`] and the slab's start, for the whole chunk area
+/// (the paper finds a block's size class through its R-tree; a flat table
+/// with a slot per page does it in one load). Slabs start on any page
+/// ([`SLAB_EXTENT`](super::layout::SLAB_EXTENT)), so each of a slab's pages holds its info and how many
+/// pages into the slab it is.
 pub struct SlabTable {
     base: u64,
     slots: Box<[AtomicU64]>,
 }
 
+/// Pages per slab.
+const SLAB_PAGES: u64 = SLAB / PAGE;
+
 impl SlabTable {
     pub fn new(base: u64, end: u64) -> SlabTable {
-        let n = (end - base) / SLAB;
+        let n = (end - base) / PAGE;
         SlabTable { base, slots: (0..n).map(|_| AtomicU64::new(0)).collect() }
     }
 
     /// The slab containing `off` and its info, if `off` lies in a slab.
     #[inline(always)]
     pub fn lookup(&self, off: u64) -> Option<(u64, SlabInfo)> {
-        let i = off.checked_sub(self.base)? / SLAB;
+        let i = off.checked_sub(self.base)? / PAGE;
         let w = self.slots.get(i as usize)?.load(Ordering::Acquire);
-        SlabInfo::unpack(w).map(|info| (off & !(SLAB - 1), info))
+        let info = SlabInfo::unpack(w)?;
+        Some(((off & !(PAGE - 1)) - (w >> PAGE_SHIFT) * PAGE, info))
     }
 
     /// Publishes the slab at `slab` (before any of its blocks is handed out).
     pub fn insert(&self, slab: u64, info: SlabInfo) {
-        self.slots[((slab - self.base) / SLAB) as usize].store(info.pack(), Ordering::Release);
+        let w = info.pack();
+        for (k, s) in self.pages(slab).iter().enumerate() {
+            s.store(w | (k as u64) << PAGE_SHIFT, Ordering::Release);
+        }
     }
 
     pub fn remove(&self, slab: u64) {
-        self.slots[((slab - self.base) / SLAB) as usize].store(0, Ordering::Release);
+        for s in self.pages(slab) {
+            s.store(0, Ordering::Release);
+        }
+    }
+
+    fn pages(&self, slab: u64) -> &[AtomicU64] {
+        debug_assert_eq!(slab % PAGE, 0, "slabs start on a page");
+        let i = ((slab - self.base) / PAGE) as usize;
+        &self.slots[i..i + SLAB_PAGES as usize]
     }
 }
+
+/// Where a slot of [`SlabTable`] keeps its page's index in the slab (above
+/// [`SlabInfo::pack`]'s 26 bits).
+const PAGE_SHIFT: u32 = 32;
 
 /// The volatile header of a slab: which blocks are taken (allocated or
 /// cached in some tcache), kept under its arena's lock.

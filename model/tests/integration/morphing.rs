@@ -407,8 +407,8 @@ fn old_block_frees_go_through_the_wal() {
     let n = t.malloc(130).unwrap();
     let m = nv.morph_stats();
     assert_eq!((m.morphs, m.slabs_in), (1, 1), "{m:?}");
-    let slab = n & !0xffff;
-    let olds: Vec<u64> = kept.iter().copied().filter(|&o| o & !0xffff == slab).collect();
+    let slab = nv.slab_of(n);
+    let olds: Vec<u64> = kept.iter().copied().filter(|&o| nv.slab_of(o) == slab).collect();
     assert_eq!(olds.len() as u64, m.old_blocks);
     let (a, b) = (olds[0], olds[1]);
     t.write_u64(H::root_offset(2), a);

@@ -161,6 +161,25 @@ fn malloc_to_publishes_and_free_from_clears() {
     }
 }
 
+/// Slab headers, the lines every malloc and free flushes, do not all fall
+/// on one DIMM: the DIMMs interleave by 4 KiB, and consecutive slabs start
+/// a page apart modulo 64 KiB (`SLAB_EXTENT`). With slabs packed at a 64 KiB
+/// stride every header was on the first DIMM of any interleave set of two.
+#[test]
+fn slab_headers_spread_over_the_dimms() {
+    let d = tmpdir();
+    let (heap, nv) = create(&d.path().join("h"), 64 << 20, "nvalloc-log");
+    let mut t = nv.thread(0);
+    let blocks: Vec<u64> = (0..8000).map(|_| t.malloc(64).unwrap()).collect();
+    let slabs: std::collections::BTreeSet<u64> = blocks.iter().map(|&b| nv.slab_of(b).unwrap()).collect();
+    assert!(slabs.len() >= 6, "{} slabs", slabs.len());
+    let on_dimm = |n: u64| slabs.iter().filter(|&&s| (s / 4096) % 2 == n).count();
+    let (d0, d1) = (on_dimm(0), on_dimm(1));
+    assert!(d0.abs_diff(d1) <= 1, "slab headers on two DIMMs: {d0} and {d1} of {}", slabs.len());
+    drop(t);
+    close(heap, nv);
+}
+
 #[test]
 fn freed_memory_is_reused() {
     let d = tmpdir();
