@@ -1694,15 +1694,18 @@ pub fn figure_table(s: &[Scored], id: &str) -> Option<Table> {
 /// version, since NVAlloc's slabs take a page of padding each (the
 /// values before, from three runs, in brackets):
 ///
-/// - Agree in each: the abstract's small-allocation factor and Fig. 9's over
-///   PMDK (7.14× and 7.24×, at one thread on Larson-small [7.18× to 7.23×];
-///   PMDK's Prod-con at 16 threads traced under Valgrind comes out at one
-///   of two speeds, 1.7 or 3.4 M operations per second, by the threads'
-///   order in the trace, and at the slower the factor is 8.4×, off but not
-///   lost); Fig. 9's "ahead of every strong peer at every point" (+0.27 and
-///   +0.37 [off, −0.21: every slab header lay on one DIMM]); the abstract's
-///   FPTree factor (2.44× and 2.47×); Fig. 19's spread (1.4 % and 7.3 %).
-/// - Decided by the run: Fig. 15c/d's cost of morphing (7.0 % and 5.5 %
+/// - Agree in each: Fig. 9's "ahead of every strong peer at every point"
+///   (+0.27 and +0.37 [off, −0.21: every slab header lay on one DIMM]); the
+///   abstract's FPTree factor (2.44× and 2.47×); Fig. 19's spread (1.4 % and
+///   7.3 %).
+/// - Decided by the run: the abstract's small-allocation factor and Fig. 9's
+///   over PMDK (7.14× and 7.24×, at one thread on Larson-small [7.18× to
+///   7.23×]; 10.10× in a clean-clone CI run, lost). PMDK's Prod-con at 16
+///   threads, traced under Valgrind, comes out at one of two speeds, 1.7 or
+///   3.4 M operations per second, by the threads' order in the trace; at the
+///   slower the factor was 8.4× [off but not lost], and with NVAlloc-LOG's
+///   slab headers spread over the DIMMs it is faster at 16 threads, so the
+///   factor against the slower PMDK passes 9.6×, the edge of lost. Fig. 15c/d's cost of morphing (7.0 % and 5.5 %
 ///   [4.6 % to 5.0 %], band 3.4 % to 5.6 %: the CPU work of morphing on
 ///   W4, measured on a shared machine); Fig. 11b's +interleaved total (−6.9 %
 ///   and −6.6 % [−3.9 % to −8.4 %], band −5.25 % to −8.75 %), Fig. 11a's
@@ -1728,7 +1731,7 @@ pub fn figure_table(s: &[Scored], id: &str) -> Option<Table> {
 pub const EXPECTED: &[(&str, Verdict)] = {
     use Verdict::*;
     &[
-        ("abstract-small", Agrees),
+        ("abstract-small", Off),
         ("abstract-large", Off),
         ("abstract-memory", Off),
         ("abstract-fptree", Agrees),
@@ -1739,7 +1742,7 @@ pub const EXPECTED: &[(&str, Verdict)] = {
         ("reflush-latency", NotMeasured),
         ("fragmentation-peak", Agrees),
         ("random-metadata-writes", Off),
-        ("fig9-pmdk", Agrees),
+        ("fig9-pmdk", Off),
         ("fig9-nvm-malloc", Agrees),
         ("fig9-pallocator", Off),
         ("fig9-outperforms", Agrees),
