@@ -287,9 +287,9 @@ impl LargeAlloc {
     }
 
     /// Allocates a slab: an extent of [`SLAB_EXTENT`], page aligned, whose
-    /// first 64 KiB are the slab. `init` writes its
-    /// header durably (before the slab is recorded) and returns the header's
-    /// length, which is registered as a slab-header region.
+    /// first 64 KiB are the slab. `init` writes its header durably (before
+    /// the slab is recorded) and returns the header's length, which is
+    /// registered as a slab-header region.
     pub fn alloc_slab(&self, t: &mut PmThread, init: impl FnOnce(&mut PmThread, u64) -> u64) -> Option<u64> {
         let mut g = self.inner.lock().unwrap();
         g.tick();

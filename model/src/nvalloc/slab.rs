@@ -2,9 +2,8 @@
 //! the volatile header (*vslab*) and the table that finds a block's slab.
 //!
 //! A slab is 64 KiB, page aligned, cut from a chunk by the large allocator
-//! as the start of an extent of [`SLAB_EXTENT`](super::layout::SLAB_EXTENT). Its persistent header sits
-//! at its start, its blocks from
-//! `data_offset` on. The header carries everything slab morphing (§5.2)
+//! as the start of an extent of [`SLAB_EXTENT`](super::layout::SLAB_EXTENT).
+//! Its persistent header sits at its start, its blocks from `data_offset` on. The header carries everything slab morphing (§5.2)
 //! needs, so morphing can arrive without a layout change:
 //!
 //! | offset | size | field |
@@ -387,8 +386,8 @@ impl SlabInfo {
 /// Heap page → [`SlabInfo`] and the slab's start, for the whole chunk area
 /// (the paper finds a block's size class through its R-tree; a flat table
 /// with a slot per page does it in one load). Slabs start on any page
-/// ([`SLAB_EXTENT`](super::layout::SLAB_EXTENT)), so each of a slab's pages holds its info and how many
-/// pages into the slab it is.
+/// ([`SLAB_EXTENT`](super::layout::SLAB_EXTENT)), so each of a slab's pages
+/// holds its info and how many pages into the slab it is.
 pub struct SlabTable {
     base: u64,
     slots: Box<[AtomicU64]>,
