@@ -154,7 +154,9 @@ fn figure_effects(out: &Path) {
     assert!(log < base / 2.0, "Fig. 1a: nvalloc-log {log} vs base {base}");
     // Fig. 11: the strict WAL costs twice the flushes of the public code's.
     let b = results(out, "breakdown");
-    let one = |a: &str, col: &str| cell(&b, &[("workload", "threadtest"), ("alloc", a), ("threads", "1")], col);
+    let one = |a: &str, col: &str| {
+        cell(&b, &[("workload", "threadtest"), ("alloc", a), ("threads", "1"), ("seed", "42")], col)
+    };
     let per_op = |a: &str| one(a, "flushes") / one(a, "ops");
     let (artifact, strict) = (per_op("nvalloc-log"), per_op("nvalloc-log:wal=strict"));
     assert!(strict > 1.5 * artifact, "Fig. 11: strict {strict} vs artifact {artifact} flushes/op");

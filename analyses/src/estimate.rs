@@ -100,6 +100,19 @@ pub struct Breakdown {
 }
 
 impl Breakdown {
+    /// The part-by-part mean of `each` (runs of one point under several
+    /// seeds); all zero for none.
+    pub fn mean(each: &[Breakdown]) -> Breakdown {
+        let n = each.len().max(1) as f64;
+        let sum = |f: fn(&Breakdown) -> f64| each.iter().map(f).sum::<f64>() / n;
+        Breakdown {
+            search: sum(|b| b.search),
+            flush_meta: sum(|b| b.flush_meta),
+            flush_wal: sum(|b| b.flush_wal),
+            other: sum(|b| b.other),
+        }
+    }
+
     pub fn total(&self) -> f64 {
         self.search + self.flush_meta + self.flush_wal + self.other
     }

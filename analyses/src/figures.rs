@@ -264,31 +264,43 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
         "CPU ns/op (native, flushes off)",
         "persist ns/op (one thread, no contention)",
         "est. run time (ms)",
+        "seeds",
     ]);
     let mut panels = Vec::new();
     for wl in distinct(rs.iter().map(|r| r.point.workload.clone())) {
         let mut cats = Vec::new();
         let mut vals = vec![Vec::new(); 4];
-        for r in rs.iter().filter(|r| r.point.workload == wl) {
-            let b = estimate::breakdown(r).expect("filtered");
-            cats.push(alloc_label(r, &[]));
+        let here: Vec<&Row> = rs.iter().copied().filter(|r| r.point.workload == wl).collect();
+        // One bar per allocator and thread count: the mean over the seeds
+        // the experiment ran (see `claims::fig11`).
+        for (label, threads) in distinct(here.iter().map(|r| (alloc_label(r, &[]), r.point.threads))) {
+            let runs: Vec<&Row> =
+                here.iter().copied().filter(|r| alloc_label(r, &[]) == label && r.point.threads == threads).collect();
+            let each: Vec<_> = runs.iter().map(|r| estimate::breakdown(r).expect("filtered")).collect();
+            let b = estimate::Breakdown::mean(&each);
+            let mean = |f: fn(&Row) -> Option<f64>| {
+                let v: Option<Vec<f64>> = runs.iter().map(|r| f(r)).collect();
+                v.map(|v| v.iter().sum::<f64>() / v.len() as f64)
+            };
+            cats.push(label.clone());
             for (k, (_, v)) in b.parts().iter().enumerate() {
                 vals[k].push(*v);
             }
             let share = if b.total() > 0.0 { 100.0 * b.flush() / b.total() } else { 0.0 };
             table.push(vec![
-                alloc_label(r, &[]),
+                label,
                 wl.clone(),
-                r.point.threads.to_string(),
+                threads.to_string(),
                 format!("{:.1}", b.search),
                 format!("{:.1}", b.flush_meta),
                 format!("{:.1}", b.flush_wal),
                 format!("{:.1}", b.other),
                 format!("{:.1}", b.total()),
                 format!("{share:.1}"),
-                num(estimate::cpu_ns(r)),
-                num(estimate::persist_ns(r)),
-                num(estimate::run_ns(r).map(|ns| ns / 1e6)),
+                num(mean(estimate::cpu_ns)),
+                num(mean(estimate::persist_ns)),
+                num(mean(estimate::run_ns).map(|ns| ns / 1e6)),
+                runs.len().to_string(),
             ]);
         }
         let names = estimate::Breakdown::default().parts().map(|(n, _)| n.to_string());
@@ -312,7 +324,9 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
                   workload's own CPU work, user-data flushes such as a malloc_to's destination, fences that \
                   order no flush). Points simulated with the contention model take the parts from its replay \
                   (threads contending for the DIMMs); one-thread points without it add the CPU profile to the \
-                  simulator's persist time by category."
+                  simulator's persist time by category. Each bar is the mean over the seeds the experiment ran \
+                  (the table's last column): a run with more threads than the machine has cores records one \
+                  of the ways its threads interleave."
             .into(),
         panels,
         table,

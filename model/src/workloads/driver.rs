@@ -133,6 +133,9 @@ pub struct Shared<'a, A: Allocator> {
     abort: AtomicBool,
     error: Mutex<Option<WorkloadError>>,
     barrier: Barrier,
+    /// Where the workers of [`Shared::parallel`] wait for each other before
+    /// their OS threads end.
+    exit: Barrier,
     ops: AtomicU64,
     peak_live: AtomicU64,
     peak_mapped: AtomicU64,
@@ -175,6 +178,7 @@ impl<'a, A: Allocator> Shared<'a, A> {
             abort: AtomicBool::new(false),
             error: Mutex::new(None),
             barrier: Barrier::new(threads),
+            exit: Barrier::new(threads),
             ops: AtomicU64::new(0),
             peak_live: AtomicU64::new(0),
             peak_mapped: AtomicU64::new(0),
@@ -244,7 +248,26 @@ impl<'a, A: Allocator> Shared<'a, A> {
                     let f = &f;
                     std::thread::Builder::new()
                         .name(format!("{}-{tid}", self.workload))
-                        .spawn_scoped(s, move || self.cpu.worker(|| reported(|| self.guard(tid, || f(tid)))))
+                        .spawn_scoped(s, move || {
+                            let id = self.cpu.worker(|| reported(|| self.guard(tid, || f(tid))));
+                            // No worker's OS thread ends before every worker
+                            // is done. An allocator may give what a thread
+                            // held back when the thread ends (PMDK returns
+                            // its arena to the pool as a thread-local
+                            // destructor runs): on fewer cores than
+                            // threads, or under the Valgrind tool, which runs
+                            // one thread at a time, a worker that ran to its
+                            // end before another's first allocation handed
+                            // that one its arena, so two pairs of Prod-con
+                            // shared one arena's locks, as no machine with a
+                            // core per thread would have them, and PMDK's
+                            // estimate at 16 threads came out at half its
+                            // speed in some runs. The wait is no work of the
+                            // run: the worker's events and CPU time end
+                            // before it. An aborted run stops waiting.
+                            let _ = self.exit.wait(&self.abort);
+                            id
+                        })
                         .expect("cannot spawn a workload thread")
                 })
                 .collect();
@@ -311,6 +334,7 @@ impl<'a, A: Allocator> Shared<'a, A> {
         }
         self.abort.store(true, Ordering::SeqCst);
         self.barrier.wake();
+        self.exit.wake();
     }
 
     fn take_error(&self) -> Result<(), WorkloadError> {
