@@ -290,7 +290,7 @@ impl<'a> Ctx<'a> {
     /// The row of `alloc` (as written, no swept parameter) on `workload` at
     /// `threads` in `exp` whose simulator keys satisfy `sim` (and no switch
     /// key unless the lens asks for one); the first seed's where the
-    /// experiment runs several ([`Ctx::rows_where`]).
+    /// experiment runs several ([`Ctx::seeds_of`]).
     fn row_where(
         &self,
         exp: &str,
@@ -299,19 +299,6 @@ impl<'a> Ctx<'a> {
         threads: u32,
         sim: impl Fn(&Row) -> bool,
     ) -> Result<&'a Row, String> {
-        Ok(self.rows_where(exp, alloc, workload, threads, sim)?[0])
-    }
-
-    /// The rows [`Ctx::row_where`] picks from: one per seed the experiment
-    /// runs (at least one).
-    fn rows_where(
-        &self,
-        exp: &str,
-        alloc: &str,
-        workload: &str,
-        threads: u32,
-        sim: impl Fn(&Row) -> bool,
-    ) -> Result<Vec<&'a Row>, String> {
         let alloc = self.label(alloc);
         let switched = self.lens.switched();
         let exp = match (&self.lens, switched) {
@@ -319,10 +306,9 @@ impl<'a> Ctx<'a> {
             (Lens::Alloc(_, b), None) if *b == alloc => PRESETS_EXP,
             _ => exp,
         };
-        let rows: Vec<&Row> = self
-            .rows(exp)?
-            .iter()
-            .filter(|r| {
+        let rows = self.rows(exp)?;
+        rows.iter()
+            .find(|r| {
                 r.point.alloc == alloc
                     && r.point.workload == workload
                     && r.point.threads == threads
@@ -333,11 +319,14 @@ impl<'a> Ctx<'a> {
                         None => SWITCH_EXPS.iter().all(|(k, _)| !r.point.sim.contains_key(*k)),
                     }
             })
-            .collect();
-        if rows.is_empty() {
-            return Err(format!("no row of {alloc} on {workload} at {threads} thread(s) in the {exp} experiment"));
-        }
-        Ok(rows)
+            .ok_or_else(|| format!("no row of {alloc} on {workload} at {threads} thread(s) in the {exp} experiment"))
+    }
+
+    /// `r` and the rows of its experiment that differ from it only in the
+    /// seed.
+    fn seeds_of(&self, r: &'a Row) -> Vec<&'a Row> {
+        let Some(exp) = self.exps.values().find(|v| v.iter().any(|x| std::ptr::eq(x, r))) else { return vec![r] };
+        exp.iter().filter(|x| crate::point::Point { seed: r.point.seed, ..x.point.clone() } == r.point).collect()
     }
 
     fn row(&self, exp: &str, alloc: &str, workload: &str, threads: u32) -> Result<&'a Row, String> {
@@ -568,7 +557,7 @@ fn reflush_shares(c: &Ctx, p: &str) -> Result<(f64, f64), String> {
 /// machine with fewer cores), and the claims that compare two ablations by
 /// a few points read the mean, not one sample (see the experiment's file).
 fn fig11(c: &Ctx, alloc: &str, workload: &str) -> Result<Breakdown, String> {
-    let rows = c.rows_where(BREAKDOWN, alloc, workload, c.t(8), |r| !eadr(r))?;
+    let rows = c.seeds_of(c.row(BREAKDOWN, alloc, workload, c.t(8))?);
     let each = rows.into_iter().map(|r| c.breakdown(r)).collect::<Result<Vec<_>, _>>()?;
     Ok(Breakdown::mean(&each))
 }
