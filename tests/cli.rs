@@ -754,6 +754,38 @@ fn a_renamed_statistic_fails_the_merge_naming_file_and_path() {
     assert!(!csv.exists(), "a CSV of zeros was written");
 }
 
+/// A `memory` point runs natively for its footprint and keeps no timing:
+/// its row has the peak a `native` point of the same run has, and no
+/// native throughput (it ran beside other points).
+#[test]
+fn a_memory_point_keeps_its_peak_and_no_timing() {
+    use pmsim_analyses::store::decode_line;
+    let dir = tempfile::tempdir().unwrap();
+    let rows = |mode: &str| {
+        let d = dir.path().join(mode);
+        let o = pmsim(&[
+            "sweep",
+            "--set",
+            "alloc=nvalloc-log",
+            "--set",
+            "workload=fragbench-w1",
+            "--set",
+            &format!("mode={mode}"),
+            "--out",
+            d.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = std::fs::read(d.join("shards").join("0.jsonl")).unwrap();
+        decode_line(text.strip_suffix(b"\n").unwrap()).unwrap()
+    };
+    let (memory, native) = (rows("memory"), rows("native"));
+    let peak =
+        |r: &pmsim_analyses::row::Row| r.result.native.as_ref().unwrap()["peak"]["mapped_bytes"].as_u64().unwrap();
+    assert_eq!(peak(&memory), peak(&native));
+    assert!(memory.env.native_timing.is_empty(), "{:?}", memory.env.native_timing);
+    assert!(native.env.native_timing.contains_key("ops_per_s"), "{:?}", native.env.native_timing);
+}
+
 /// `trace info` shows the header's strings escaped: a crafted trace's names
 /// with line breaks or terminal escapes neither add lines nor reach the
 /// terminal as control sequences.

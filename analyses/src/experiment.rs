@@ -345,7 +345,8 @@ impl Experiment {
             Some(vs) => vs
                 .iter()
                 .map(|v| {
-                    serde_json::from_value(v.clone()).map_err(|_| format!("'mode': {v} is not sim, native or both"))
+                    serde_json::from_value(v.clone())
+                        .map_err(|_| format!("'mode': {v} is not sim, native, both or memory"))
                 })
                 .collect::<Result<_, _>>()?,
         };

@@ -20,6 +20,12 @@ pub enum Mode {
     Native,
     /// Both, one after the other, into one row.
     Both,
+    /// A native run for what it maps and allocates (peak memory, slabs by
+    /// utilization), not for its time: it shares the machine with other
+    /// points, and its row keeps no timing. A one-thread run's footprint is
+    /// the same however busy the machine is, and such points then take a
+    /// core each instead of the whole machine one after the other.
+    Memory,
 }
 
 impl Mode {
@@ -27,6 +33,10 @@ impl Mode {
         matches!(self, Mode::Sim | Mode::Both)
     }
     pub fn native(self) -> bool {
+        matches!(self, Mode::Native | Mode::Both | Mode::Memory)
+    }
+    /// Whether the native run is timed, and so runs alone.
+    pub fn timed(self) -> bool {
         matches!(self, Mode::Native | Mode::Both)
     }
 }

@@ -107,7 +107,10 @@ impl Row {
         }
         if let Some(native) = &self.result.native {
             fields::check(native, Source::Native)?;
-            fields::check(&Value::Object(self.env.native_timing.clone()), Source::Timing)?;
+            // A memory point's native run keeps no timing (`Mode::Memory`).
+            if self.point.mode.timed() {
+                fields::check(&Value::Object(self.env.native_timing.clone()), Source::Timing)?;
+            }
         }
         if let Some(t) = &self.result.traced {
             fields::check(t, Source::Traced)?;

@@ -6,7 +6,8 @@
 //! points: every point holds a shared lock while it simulates and an
 //! exclusive one while it runs natively (std's `RwLock` lets a waiting writer
 //! in before new readers), so a native run starts once the simulations in
-//! flight finish and nothing else starts until it is done. A simulated
+//! flight finish and nothing else starts until it is done. A `memory`
+//! point's native run keeps no timing and holds the shared lock. A simulated
 //! point's CPU profile ([`crate::cpu`]) is a native run too, but it is read
 //! from the threads' CPU time, which other work does not inflate: it runs
 //! under the shared lock.
@@ -476,7 +477,12 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
         }
     }
     if p.mode.native() {
-        let _exclusive = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+        // A timed run has the machine to itself; a memory point shares it.
+        let (_exclusive, _shared) = if p.mode.timed() {
+            (Some(MACHINE.write().unwrap_or_else(|e| e.into_inner())), None)
+        } else {
+            (None, Some(MACHINE.read().unwrap_or_else(|e| e.into_inner())))
+        };
         let scratch = ScratchHeap::new(&format!("sweep-{id}-native"))?;
         let hs = HeapSpec { path: scratch.path().to_path_buf(), size, overwrite: true, shown: None };
         // A point with a CPU profile runs natively on a heap faulted in as
@@ -500,7 +506,9 @@ pub fn run_point(p: &Point, index: usize, id: &str) -> Result<Row, String> {
             }
         }
         env.flush_insn = Some(outcome.flush_insn);
-        env.native_timing = timing;
+        if p.mode.timed() {
+            env.native_timing = timing;
+        }
         result.native = Some(Value::Object(rep));
         if result.allocator.is_none() {
             result.allocator = Some(serde_json::to_value(&outcome.alloc).expect("serializes"));

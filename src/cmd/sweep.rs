@@ -21,7 +21,7 @@ pub struct SweepArgs {
     /// Without it the sweep is built from --set alone, or read back from DIR with --resume.
     experiment: Option<PathBuf>,
     /// A sweep axis KEY=V1,V2,… (repeatable; replaces the file's): alloc, workload, threads, scale, seed,
-    /// mode (sim|native|both), param.KEY (workload parameter), sim.PATH (simulator key, e.g. sim.eadr),
+    /// mode (sim|native|both|memory), param.KEY (workload parameter), sim.PATH (simulator key, e.g. sim.eadr),
     /// any other KEY an allocator parameter (stripes, su, …).
     #[arg(long = "set", value_name = "KEY=V1,V2,…")]
     set: Vec<String>,
