@@ -210,6 +210,7 @@ const SWITCHES: &[Lens] = &[
     Lens::Sim("timing.locks", "false"),
     Lens::Sim("timing.writebacks", "false"),
     Lens::Alloc("+interleaved", "+interleaved:stripes=6"),
+    Lens::Alloc("+interleaved", "+interleaved:fill_all_subs=true"),
     Lens::Alloc("base", "base:interleaved_wal=true"),
     Lens::Param("publish", "false"),
 ];

@@ -114,17 +114,26 @@ impl Arena {
 
     /// Fills the (empty) bin of `class` in `tc` from the arena's partial slabs,
     /// making a new slab if there is none. Stops when the bin is full or the
-    /// current slab's remaining blocks belong to full sub-tcaches. Returns
-    /// whether any block was cached (false: the heap is full).
+    /// current slab's remaining blocks belong to full sub-tcaches (with
+    /// `fill_all_subs`, goes on to the next partial slabs, up to one per
+    /// sub-tcache). Returns whether any block was cached (false: the heap is
+    /// full).
     pub fn refill(&self, nv: &NvAlloc, t: &mut PmThread, class: usize, tc: &mut Tcache) -> bool {
         let g = nv.geoms[class];
         let mut inner = self.inner.lock().unwrap();
         let mut got = 0usize;
+        // `fill_all_subs`: the partial slab visited last, and how many were.
+        let every_sub = nv.cfg.fill_all_subs;
+        let (mut after, mut visited) = (None, 0);
         while !tc.is_full(class) {
-            let first = inner.partial[class].first().copied();
-            let slab = match first {
+            let next = match after.filter(|_| every_sub) {
+                None => inner.partial[class].first().copied(),
+                Some(a) => inner.partial[class].range(a + 1..).next().copied(),
+            };
+            let slab = match next {
+                Some(s) if !every_sub || visited < tc.nsub() => s,
+                _ if got > 0 => break,
                 Some(s) => s,
-                None if got > 0 => break,
                 // Slab morphing (§5.2): before a new slab, a slab of another
                 // class below the `su` threshold from the LRU list.
                 None if nv.cfg.morphing && self.morph(nv, t, &mut inner, class, tc).is_some() => continue,
@@ -162,10 +171,13 @@ impl Arena {
             });
             let full = v.is_full();
             inner.touch(slab);
-            if !full {
+            if full {
+                inner.partial[class].remove(&slab);
+            } else if !every_sub {
                 break;
             }
-            inner.partial[class].remove(&slab);
+            after = Some(slab);
+            visited += 1;
         }
         got > 0
     }

@@ -114,6 +114,18 @@ pub struct NvAllocConfig {
     /// [`DEFAULT_STRIPES`] over its sequential bitmaps.
     #[serde(default)]
     pub tcache_banks: u32,
+    /// A refill of an interleaved tcache goes on to further partial slabs,
+    /// up to one per sub-tcache, while the blocks of those before fit only
+    /// full sub-tcaches. Off in every preset (pmsim's reading of the paper's
+    /// +Interleaved): a refill stops at the first partial slab that still
+    /// has free blocks. Over sequential bitmaps a slab of small blocks
+    /// covers one or two bitmap lines (1,024 blocks of 64 B: two), so off
+    /// fills one or two sub-tcaches and consecutive allocations alternate
+    /// between those lines; with bit stripes one slab fills them all either
+    /// way. The paper does not say which its ablation did: the
+    /// switch-presets experiment reads +Interleaved both ways.
+    #[serde(default)]
+    pub fill_all_subs: bool,
     /// The WAL protocol (`artifact`, the default of the NVAlloc-LOG presets,
     /// or `strict`). Part of the heap layout (the rings differ in shape).
     #[serde(default = "wal_before_the_switch")]
@@ -196,6 +208,7 @@ impl Default for NvAllocConfig {
             stripes: DEFAULT_STRIPES,
             interleaved_tcache: true,
             tcache_banks: 0,
+            fill_all_subs: false,
             interleaved_wal: true,
             bookkeeping_log: true,
             interleaved_log: true,

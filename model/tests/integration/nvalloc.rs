@@ -571,6 +571,11 @@ fn traced_runs_tag_every_write_and_interleaving_removes_reflushes() {
     assert!(fw.1 < bw.1, "WAL reflushes: base {bw:?}, nvalloc-log {fw:?}");
     let im = get(&inter, "meta");
     assert!(im.1 <= bm.1, "the interleaved tcache alone: {im:?} vs base {bm:?}");
+    // Over sequential bitmaps a slab of 64 B blocks covers two bitmap lines:
+    // a refill that goes on to further partial slabs fills more sub-tcaches,
+    // so consecutive allocations rotate over more lines and fewer reflush.
+    let all = get(&traced_run("+interleaved:fill_all_subs=true", threadtest_body(2000)), "meta");
+    assert!(all.1 * 10 < im.1 * 9, "every sub-tcache filled: {all:?} vs one slab per refill {im:?}");
 }
 
 // ----- multi-threaded stress ---------------------------------------------------------
