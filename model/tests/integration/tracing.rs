@@ -339,12 +339,17 @@ fn a_failing_sink_is_reported_not_a_panic_or_a_hang() {
         t.store_u64(HEADER_SIZE, i);
     }
     t.flush_thread();
-    // The collector has seen the failure by the time later buffers are queued.
-    for i in 0..1_000 {
-        t.store_u64(HEADER_SIZE, i);
-        if pm.trace_failed() {
-            break;
+    // The collector sees the failure on a thread of its own: go on handing
+    // it buffers, as a running program would, until it reports it (a
+    // bounded wait: on a loaded machine 1,000 more stores were not always
+    // enough in a CI run).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !pm.trace_failed() && std::time::Instant::now() < deadline {
+        for i in 0..100 {
+            t.store_u64(HEADER_SIZE, i);
         }
+        t.flush_thread();
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
     drop(t);
     assert!(pm.trace_failed());
