@@ -327,7 +327,7 @@ impl<'a> Ctx<'a> {
     /// seed.
     fn seeds_of(&self, r: &'a Row) -> Vec<&'a Row> {
         let Some(exp) = self.exps.values().find(|v| v.iter().any(|x| std::ptr::eq(x, r))) else { return vec![r] };
-        exp.iter().filter(|x| crate::point::Point { seed: r.point.seed, ..x.point.clone() } == r.point).collect()
+        exp.iter().filter(|x| x.point.same_but_seed(&r.point)).collect()
     }
 
     fn row(&self, exp: &str, alloc: &str, workload: &str, threads: u32) -> Result<&'a Row, String> {
@@ -872,7 +872,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 11a)",
         figures: &["fig11"],
         claim: "FlushMeta and FlushWAL are 87 % of Base's execution time on Threadtest",
-        config: "paper: Threadtest, 8 threads, perf; pmsim: Threadtest (tiny), 8 threads, the mean of five seeds, estimated time by part",
+        config: "paper: Threadtest, 8 threads, perf; pmsim: Threadtest (tiny), 8 threads, {seeds:breakdown}, estimated time by part",
         paper: Paper::Percent(87.0),
         measure: |c| {
             let b = fig11(c, "base", "threadtest")?;
@@ -885,7 +885,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 11a)",
         figures: &["fig11"],
         claim: "+Interleaved cuts Base's FlushMeta time by 51 % on Threadtest",
-        config: "paper: Threadtest, 8 threads; pmsim: Threadtest (tiny), 8 threads, the mean of five seeds",
+        config: "paper: Threadtest, 8 threads; pmsim: Threadtest (tiny), 8 threads, {seeds:breakdown}",
         paper: Paper::Percent(-51.0),
         measure: |c| pct(fig11(c, "base", "threadtest")?.flush_meta, fig11(c, "+interleaved", "threadtest")?.flush_meta),
         note: "",
@@ -895,7 +895,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 11a)",
         figures: &["fig11"],
         claim: "+Interleaved cuts Base's execution time by 35 % on Threadtest",
-        config: "paper: Threadtest, 8 threads; pmsim: Threadtest (tiny), 8 threads, the mean of five seeds",
+        config: "paper: Threadtest, 8 threads; pmsim: Threadtest (tiny), 8 threads, {seeds:breakdown}",
         paper: Paper::Percent(-35.0),
         measure: |c| pct(fig11(c, "base", "threadtest")?.total(), fig11(c, "+interleaved", "threadtest")?.total()),
         note: "",
@@ -905,7 +905,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 11a)",
         figures: &["fig11"],
         claim: "NVAlloc-LOG cuts the flush time (FlushMeta + FlushWAL) of +Interleaved by a further 48 % on Threadtest",
-        config: "paper: Threadtest, 8 threads; pmsim: Threadtest (tiny), 8 threads, the mean of five seeds",
+        config: "paper: Threadtest, 8 threads; pmsim: Threadtest (tiny), 8 threads, {seeds:breakdown}",
         paper: Paper::Percent(-48.0),
         measure: |c| pct(fig11(c, "+interleaved", "threadtest")?.flush(), fig11(c, "nvalloc-log", "threadtest")?.flush()),
         note: "",
@@ -915,7 +915,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 11b)",
         figures: &["fig11"],
         claim: "+Interleaved cuts Base's FlushMeta time by 14 % on Larson-small",
-        config: "paper: Larson-small, 8 threads; pmsim: Larson-small (tiny), 8 threads, the mean of five seeds",
+        config: "paper: Larson-small, 8 threads; pmsim: Larson-small (tiny), 8 threads, {seeds:breakdown}",
         paper: Paper::Percent(-14.0),
         measure: |c| {
             pct(fig11(c, "base", "larson-small")?.flush_meta, fig11(c, "+interleaved", "larson-small")?.flush_meta)
@@ -927,7 +927,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 11b)",
         figures: &["fig11"],
         claim: "+Interleaved cuts Base's execution time by 7 % on Larson-small",
-        config: "paper: Larson-small, 8 threads; pmsim: Larson-small (tiny), 8 threads, the mean of five seeds",
+        config: "paper: Larson-small, 8 threads; pmsim: Larson-small (tiny), 8 threads, {seeds:breakdown}",
         paper: Paper::Percent(-7.0),
         measure: |c| pct(fig11(c, "base", "larson-small")?.total(), fig11(c, "+interleaved", "larson-small")?.total()),
         note: "",
@@ -937,7 +937,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 11b)",
         figures: &["fig11"],
         claim: "NVAlloc-LOG is 31 % faster than Base on Larson-small",
-        config: "paper: Larson-small, 8 threads; pmsim: Larson-small (tiny), 8 threads, the mean of five seeds; pmsim's value: the change of \
+        config: "paper: Larson-small, 8 threads; pmsim: Larson-small (tiny), 8 threads, {seeds:breakdown}; pmsim's value: the change of \
                  execution time",
         paper: Paper::Percent(-31.0),
         measure: |c| pct(fig11(c, "base", "larson-small")?.total(), fig11(c, "nvalloc-log", "larson-small")?.total()),
@@ -948,7 +948,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 11a/b)",
         figures: &["fig11"],
         claim: "NVAlloc-LOG gains more over Base on Threadtest than on Larson-small (more reflushes there)",
-        config: "paper: 8 threads; pmsim: 8 threads, tiny, the mean of five seeds; pmsim's value: the cut in execution time on Threadtest \
+        config: "paper: 8 threads; pmsim: 8 threads, tiny, {seeds:breakdown}; pmsim's value: the cut in execution time on Threadtest \
                  minus that on Larson-small (fractions)",
         paper: Paper::Direction("larger on Threadtest"),
         measure: |c| {
@@ -1041,7 +1041,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 11c)",
         figures: &["fig11"],
         claim: "+Log (log-structured bookkeeping) cuts Base's flush time by 45 % on DBMStest",
-        config: "paper: DBMStest, 8 threads; pmsim: DBMStest (tiny), 8 threads, the mean of five seeds",
+        config: "paper: DBMStest, 8 threads; pmsim: DBMStest (tiny), 8 threads, {seeds:breakdown}",
         paper: Paper::Percent(-45.0),
         measure: |c| pct(fig11(c, "base", "dbmstest")?.flush(), fig11(c, "+log", "dbmstest")?.flush()),
         note: "",
@@ -1051,7 +1051,7 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§6.2 (Fig. 11c)",
         figures: &["fig11"],
         claim: "NVAlloc-LOG cuts the flush time of +Log by a further 26 % on DBMStest",
-        config: "paper: DBMStest, 8 threads; pmsim: DBMStest (tiny), 8 threads, the mean of five seeds",
+        config: "paper: DBMStest, 8 threads; pmsim: DBMStest (tiny), 8 threads, {seeds:breakdown}",
         paper: Paper::Percent(-26.0),
         measure: |c| pct(fig11(c, "+log", "dbmstest")?.flush(), fig11(c, "nvalloc-log", "dbmstest")?.flush()),
         note: "",
@@ -1575,7 +1575,7 @@ fn score_one(ctx: &Ctx, c: &Claim) -> Scored {
         id: c.id.into(),
         claim: c.claim.into(),
         figure: c.figure.into(),
-        config: with_threads(c.config, ctx),
+        config: with_counts(c.config, ctx),
         paper: c.paper.text(),
         pmsim,
         value,
@@ -1586,20 +1586,30 @@ fn score_one(ctx: &Ctx, c: &Claim) -> Scored {
 }
 
 /// `config` with each `{threads:EXP}` replaced by the thread counts the
-/// rows of experiment EXP ran ("1 and 4 threads"): what the report holds at
-/// its scale, not what a claim's text was written for.
-fn with_threads(config: &str, ctx: &Ctx) -> String {
+/// rows of experiment EXP ran ("1 and 4 threads") and each `{seeds:EXP}` by
+/// how many seeds they ran ("one seed", "the mean of 5 seeds"): what the
+/// report holds at its scale, not what a claim's text was written for.
+fn with_counts(config: &str, ctx: &Ctx) -> String {
     let mut out = String::new();
     let mut rest = config;
-    while let Some(at) = rest.find("{threads:") {
+    while let Some((at, what)) = ["{threads:", "{seeds:"].iter().filter_map(|p| Some((rest.find(p)?, *p))).min() {
         let Some(len) = rest[at..].find('}') else { break };
         out.push_str(&rest[..at]);
-        let exp = &rest[at + "{threads:".len()..at + len];
-        let ts: BTreeSet<u32> = ctx.rows(exp).unwrap_or_default().iter().map(|r| r.point.threads).collect();
-        out.push_str(&match ts.iter().map(u32::to_string).collect::<Vec<_>>().as_slice() {
-            [] => format!("the threads of the {exp} experiment (not run)"),
-            [one] => format!("{one} thread{}", if one == "1" { "" } else { "s" }),
-            [init @ .., last] => format!("{} and {last} threads", init.join(", ")),
+        let exp = &rest[at + what.len()..at + len];
+        let rows = ctx.rows(exp).unwrap_or_default();
+        out.push_str(&if what == "{seeds:" {
+            match rows.iter().map(|r| r.point.seed).collect::<BTreeSet<u64>>().len() {
+                0 => format!("the seeds of the {exp} experiment (not run)"),
+                1 => "one seed".to_string(),
+                n => format!("the mean of {n} seeds"),
+            }
+        } else {
+            let ts: BTreeSet<u32> = rows.iter().map(|r| r.point.threads).collect();
+            match ts.iter().map(u32::to_string).collect::<Vec<_>>().as_slice() {
+                [] => format!("the threads of the {exp} experiment (not run)"),
+                [one] => format!("{one} thread{}", if one == "1" { "" } else { "s" }),
+                [init @ .., last] => format!("{} and {last} threads", init.join(", ")),
+            }
         });
         rest = &rest[at + len + 1..];
     }
@@ -1722,14 +1732,13 @@ pub fn figure_table(s: &[Scored], id: &str) -> Option<Table> {
 ///   to −17.5 %), since Fig. 11's claims read the mean of five seeds: a
 ///   traced run of 8 threads records one way of many that they interleave,
 ///   and single runs gave −4.1 % to −17.8 %.
-/// - Decided by the run: Fig.
-///   15c/d's cost of morphing (7.0 % and 5.5 % [4.6 % to 5.0 %], band 3.4 %
-///   to 5.6 %: the CPU work of morphing on W4, measured on a shared
-///   machine); Fig. 11b's +interleaved total (−5.6 %, the mean of five
-///   seeds; single runs −1.5 % to −8.4 %; band −5.25 % to −8.75 %) and
-///   Fig. 11a's +interleaved FlushMeta (−35.5 %, the mean; single runs
-///   −33.2 % to −36.4 %; band edge −38.25 %); Fig. 16a's best stripe count (6 without the CPU's work, 6 or 8
-///   with it); Fig. 16b's "a smaller SU costs less time" on W4, whose
+/// - Decided by the run: Fig. 15c/d's cost of morphing (7.0 % and 5.5 %
+///   [4.6 % to 5.0 %], band 3.4 % to 5.6 %: the CPU work of morphing on W4,
+///   measured on a shared machine); Fig. 11b's +interleaved total (−5.6 %,
+///   the mean of five seeds; single runs −1.5 % to −8.4 %; band −5.25 % to
+///   −8.75 %) and Fig. 11a's +interleaved FlushMeta (−35.5 %, the mean;
+///   single runs −33.2 % to −36.4 %; band edge −38.25 %); Fig. 16a's best
+///   stripe count (6 without the CPU's work, 6 or 8 with it); Fig. 16b's "a smaller SU costs less time" on W4, whose
 ///   persistence is the same at every SU, so that the CPU work measured for
 ///   the lowest and the highest SU decides it; Fig. 12's factor over Makalu
 ///   as shipped, the abstract's 57× too (119× and 126× [85× to 132×], band
@@ -1959,14 +1968,22 @@ mod tests {
         let ctx = Ctx::new(&exps);
         let c = "a: {threads:large}; b: {threads:eadr}, {threads:one}; {threads:none}.";
         assert_eq!(
-            with_threads(c, &ctx),
+            with_counts(c, &ctx),
             "a: 1 and 4 threads; b: 1, 4 and 16 threads, 1 thread; the threads of the none experiment (not run)."
+        );
+        let mut seeded = exps.clone();
+        seeded.get_mut("one").unwrap()[0].point.seed = 7;
+        seeded.get_mut("one").unwrap().push(row(1));
+        let ctx = Ctx::new(&seeded);
+        assert_eq!(
+            with_counts("{seeds:one}, {seeds:large}, {threads:one}; {seeds:none}", &ctx),
+            "the mean of 2 seeds, one seed, 1 thread; the seeds of the none experiment (not run)"
         );
         // Every claim's placeholders name an experiment the main job has.
         let scored = score(&BTreeMap::new());
-        assert!(scored.iter().all(|s| !s.config.contains("{threads:")), "a placeholder left");
+        assert!(scored.iter().all(|s| !s.config.contains("{threads:") && !s.config.contains("{seeds:")), "one left");
         for s in scored.iter().filter(|s| s.config.contains("(not run)")) {
-            let exp = s.config.split("the threads of the ").nth(1).unwrap().split(' ').next().unwrap();
+            let exp = s.config.split(" of the ").nth(1).unwrap().split(' ').next().unwrap();
             assert!(crate::experiment::BUILTIN.iter().any(|(f, _)| f.strip_suffix(".toml") == Some(exp)), "{exp}");
         }
     }

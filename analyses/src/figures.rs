@@ -270,12 +270,17 @@ pub fn fig11(rows: &[Row]) -> Option<Figure> {
     for wl in distinct(rs.iter().map(|r| r.point.workload.clone())) {
         let mut cats = Vec::new();
         let mut vals = vec![Vec::new(); 4];
-        let here: Vec<&Row> = rs.iter().copied().filter(|r| r.point.workload == wl).collect();
-        // One bar per allocator and thread count: the mean over the seeds
-        // the experiment ran (see `claims::fig11`).
-        for (label, threads) in distinct(here.iter().map(|r| (alloc_label(r, &[]), r.point.threads))) {
-            let runs: Vec<&Row> =
-                here.iter().copied().filter(|r| alloc_label(r, &[]) == label && r.point.threads == threads).collect();
+        // One bar per point: the mean over the seeds the experiment ran it
+        // with (see `claims::fig11`).
+        let mut points: Vec<Vec<&Row>> = Vec::new();
+        for r in rs.iter().copied().filter(|r| r.point.workload == wl) {
+            match points.iter_mut().find(|p| p[0].point.same_but_seed(&r.point)) {
+                Some(p) => p.push(r),
+                None => points.push(vec![r]),
+            }
+        }
+        for runs in points {
+            let (label, threads) = (alloc_label(runs[0], &[]), runs[0].point.threads);
             let each: Vec<_> = runs.iter().map(|r| estimate::breakdown(r).expect("filtered")).collect();
             let b = estimate::Breakdown::mean(&each);
             let mean = |f: fn(&Row) -> Option<f64>| {

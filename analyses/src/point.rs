@@ -80,6 +80,21 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 }
 
 impl Point {
+    /// Whether `other` is this point run under another seed (or the same):
+    /// every other parameter equal. The fields are named, so a new one must
+    /// be placed here.
+    pub fn same_but_seed(&self, other: &Point) -> bool {
+        let Point { mode, scale, workload, workload_params, threads, alloc, alloc_params, sim, seed: _ } = self;
+        *mode == other.mode
+            && *scale == other.scale
+            && *workload == other.workload
+            && *workload_params == other.workload_params
+            && *threads == other.threads
+            && *alloc == other.alloc
+            && *alloc_params == other.alloc_params
+            && *sim == other.sim
+    }
+
     /// The point's id: 16 hex digits of the hash of its canonical JSON.
     pub fn id(&self) -> String {
         let json = serde_json::to_string(self).expect("points serialize");

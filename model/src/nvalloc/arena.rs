@@ -122,18 +122,19 @@ impl Arena {
         let g = nv.geoms[class];
         let mut inner = self.inner.lock().unwrap();
         let mut got = 0usize;
-        // `fill_all_subs`: the partial slab visited last, and how many were.
+        // The partial slab visited last (slabs are visited in address
+        // order), and how many were: `fill_all_subs` visits one per
+        // sub-tcache at most.
         let every_sub = nv.cfg.fill_all_subs;
         let (mut after, mut visited) = (None, 0);
         while !tc.is_full(class) {
-            let next = match after.filter(|_| every_sub) {
+            let next = match after {
                 None => inner.partial[class].first().copied(),
                 Some(a) => inner.partial[class].range(a + 1..).next().copied(),
             };
-            let slab = match next {
-                Some(s) if !every_sub || visited < tc.nsub() => s,
-                _ if got > 0 => break,
+            let slab = match next.filter(|_| !every_sub || visited < tc.nsub()) {
                 Some(s) => s,
+                None if got > 0 => break,
                 // Slab morphing (§5.2): before a new slab, a slab of another
                 // class below the `su` threshold from the LRU list.
                 None if nv.cfg.morphing && self.morph(nv, t, &mut inner, class, tc).is_some() => continue,
