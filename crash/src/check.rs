@@ -7,12 +7,12 @@
 //! overlapping nothing.
 
 use crate::expect::{Expect, Obj, Op};
-use crate::intmap::IntMap;
 use crate::layout::Layout;
 use crate::options::Options;
 use crate::target::{CrashTarget, Recovered};
 use pmsim_model::family::{CrashPoint, Recovery};
 use pmsim_model::heap::Heap;
+use pmsim_model::intmap::IntMap;
 use pmsim_model::mech::mark;
 use pmsim_model::watch::AccessWatch;
 use std::collections::BTreeSet;

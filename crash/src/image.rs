@@ -9,11 +9,11 @@
 use crate::check::{check_image, Before, Context, Kept};
 use crate::expect::Obj;
 use crate::images::{Keep, Lines};
-use crate::intmap::IntMap;
 use crate::load::CrashTrace;
 use crate::persist::write_piece;
 use pmsim_model::family::CrashPoint;
 use pmsim_model::heap::Heap;
+use pmsim_model::intmap::IntMap;
 use pmsim_model::watch::AccessWatch;
 use std::cell::OnceCell;
 use std::os::unix::fs::FileExt;

@@ -114,7 +114,6 @@ pub mod error;
 pub mod expect;
 pub mod explore;
 pub mod images;
-pub mod intmap;
 pub mod layout;
 pub mod load;
 pub mod options;

@@ -27,10 +27,10 @@
 //! every path and `per_path - 1` more of its points, picked by a seeded hash
 //! so they spread over the run (all points with [`Options::all_points`]).
 
-use crate::intmap::IntMap;
 use crate::load::{CrashTrace, Ev};
 use crate::options::Options;
 use crate::persist::{PState, Persisted};
+use pmsim_model::intmap::IntMap;
 use pmsim_traces::OpKind;
 use serde::Serialize;
 use std::collections::hash_map::DefaultHasher;

@@ -6,8 +6,8 @@
 //! stores wait in per-line queues, and what becomes of each store goes to a
 //! [`Persisted`] (the durable image, the images' base, the path signature).
 
-use crate::intmap::IntMap;
 use crate::load::{CrashTrace, Ev};
+use pmsim_model::intmap::IntMap;
 use std::collections::{BTreeSet, VecDeque};
 
 /// What becomes of the stores of a replayed trace.

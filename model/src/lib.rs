@@ -23,6 +23,7 @@ pub mod family;
 pub mod fault_in;
 pub mod flush;
 pub mod heap;
+pub mod intmap;
 pub mod live;
 pub mod llfree;
 pub mod makalu;

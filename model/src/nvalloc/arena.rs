@@ -19,49 +19,93 @@
 
 use super::config::{Consistency, Mutation};
 use super::layout::SLAB;
-use super::slab::{self, Morph, SlabHeader, SlabInfo, Take, VSlab, INDEX_LIVE};
+use super::slab::{self, LruLinks, Morph, SlabHeader, SlabInfo, Take, VSlab, INDEX_LIVE, NIL};
 use super::tcache::Tcache;
 use super::thread::op;
 use super::NvAlloc;
 use crate::heap::PmOff;
+use crate::intmap::IntMap;
 use crate::mech::stripe::BITS_PER_LINE;
 use crate::mech::wal::{WalCursor, WalEntry};
 use crate::pm::PmThread;
 use pmsim_traces::OpKind;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 /// What an arena's lock protects.
 pub struct ArenaInner {
     /// The vslabs of the arena's slabs, by slab offset.
-    pub slabs: HashMap<u64, VSlab>,
+    pub slabs: IntMap<u64, VSlab>,
     /// Per size class: slabs with free blocks, by address (lowest first, for locality).
     pub partial: Vec<BTreeSet<u64>>,
-    /// The LRU list of regular slabs: stamp → slab, head (oldest) first.
-    pub lru: BTreeMap<u64, u64>,
+    /// The LRU list of regular slabs, linked through their vslabs
+    /// ([`LruLinks`]): a use moves a slab to the tail in constant time, as
+    /// the modelled code's intrusive list does, where an ordered map by stamp
+    /// cost a removal and an insertion on every block returned.
+    lru: LruEnds,
     clock: u64,
 }
 
+/// The ends and length of an arena's LRU list ([`NIL`]: empty).
+#[derive(Clone, Copy)]
+struct LruEnds {
+    head: u64,
+    tail: u64,
+    len: usize,
+}
+
 impl ArenaInner {
-    /// Moves `slab` to the LRU tail (most recently used), if it is regular.
+    /// Moves `slab` to the LRU tail (most recently used), if it is regular;
+    /// each use is a tick of the arena's clock.
     fn touch(&mut self, slab: u64) {
         let Some(v) = self.slabs.get_mut(&slab) else { return };
         if v.morph.is_some() {
             return;
         }
-        self.lru.remove(&v.stamp);
         self.clock += 1;
         v.stamp = self.clock;
-        self.lru.insert(self.clock, slab);
+        if self.lru.tail == slab {
+            return;
+        }
+        self.forget(slab);
+        let tail = self.lru.tail;
+        let v = self.slabs.get_mut(&slab).expect("checked above");
+        v.lru = LruLinks { prev: tail, next: NIL, linked: true };
+        match tail {
+            NIL => self.lru.head = slab,
+            t => self.slabs.get_mut(&t).expect("LRU tail has a vslab").lru.next = slab,
+        }
+        self.lru.tail = slab;
+        self.lru.len += 1;
     }
 
+    /// Takes `slab` off the LRU list, if it is on it.
     fn forget(&mut self, slab: u64) {
-        if let Some(v) = self.slabs.get(&slab) {
-            if self.lru.get(&v.stamp) == Some(&slab) {
-                self.lru.remove(&v.stamp);
-            }
+        let Some(v) = self.slabs.get_mut(&slab).filter(|v| v.lru.linked) else { return };
+        let LruLinks { prev, next, .. } = std::mem::take(&mut v.lru);
+        match prev {
+            NIL => self.lru.head = next,
+            p => self.slabs.get_mut(&p).expect("LRU neighbour has a vslab").lru.next = next,
         }
+        match next {
+            NIL => self.lru.tail = prev,
+            n => self.slabs.get_mut(&n).expect("LRU neighbour has a vslab").lru.prev = prev,
+        }
+        self.lru.len -= 1;
+    }
+
+    /// The LRU list from its head (least recently used): (stamp, slab).
+    fn lru_order(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let mut at = self.lru.head;
+        std::iter::from_fn(move || {
+            (at != NIL).then(|| {
+                let v = &self.slabs[&at];
+                let here = (v.stamp, at);
+                at = v.lru.next;
+                here
+            })
+        })
     }
 }
 
@@ -88,9 +132,9 @@ impl Arena {
             id,
             threads: AtomicUsize::new(0),
             inner: Mutex::new(ArenaInner {
-                slabs: HashMap::new(),
+                slabs: IntMap::default(),
                 partial: vec![BTreeSet::new(); classes],
-                lru: BTreeMap::new(),
+                lru: LruEnds { head: NIL, tail: NIL, len: 0 },
                 clock: 0,
             }),
             morph_guard: RwLock::new(()),
@@ -244,12 +288,12 @@ impl Arena {
         let under_su = |v: &VSlab| v.morph.is_none() && (v.used as f64) < cfg.su * v.nblocks as f64;
         if cfg.morph_candidates > 0.0 {
             // The artifact's rule: search only when candidates are plentiful.
-            let n = inner.lru.values().filter(|s| under_su(&inner.slabs[s])).count();
-            if n as f64 <= cfg.morph_candidates * inner.lru.len() as f64 {
+            let n = inner.lru_order().filter(|(_, s)| under_su(&inner.slabs[s])).count();
+            if n as f64 <= cfg.morph_candidates * inner.lru.len as f64 {
                 return None;
             }
         }
-        for (&stamp, &s) in inner.lru.iter() {
+        for (stamp, s) in inner.lru_order() {
             let v = &inner.slabs[&s];
             let busy = cfg.morph_idle > 0 && inner.clock - stamp <= cfg.morph_idle;
             if v.class == class || !under_su(v) || busy {
@@ -439,5 +483,57 @@ impl Arena {
 
     pub fn unbind(&self) {
         self.threads.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(inner: &ArenaInner) -> Vec<u64> {
+        inner.lru_order().map(|(_, s)| s).collect()
+    }
+
+    /// The list keeps the order of last use, a use of the tail still ticks
+    /// the clock, a forgotten or morphing slab is off the list, and the
+    /// links agree both ways with the length.
+    #[test]
+    fn the_lru_list_orders_slabs_by_last_use() {
+        let arena = Arena::new(0, 1);
+        let mut inner = arena.inner.lock().unwrap();
+        for s in [0x10000, 0x20000, 0x30000, 0x40000] {
+            inner.slabs.insert(s, VSlab::new(0, 64));
+            inner.touch(s);
+        }
+        assert_eq!(order(&inner), [0x10000, 0x20000, 0x30000, 0x40000]);
+        inner.touch(0x20000);
+        inner.touch(0x10000);
+        assert_eq!(order(&inner), [0x30000, 0x40000, 0x20000, 0x10000]);
+        let before = inner.clock;
+        inner.touch(0x10000);
+        assert_eq!(inner.clock, before + 1, "a use of the tail is a tick too");
+        assert_eq!(inner.slabs[&0x10000].stamp, inner.clock);
+        inner.forget(0x40000);
+        inner.forget(0x40000);
+        assert_eq!(order(&inner), [0x30000, 0x20000, 0x10000]);
+        let g = slab::SlabGeom { size: 1024, data_offset: 1024, nblocks: 63 };
+        let v = inner.slabs.get_mut(&0x30000).unwrap();
+        v.morph = Some(Box::new(Morph::build(0, g, &g, 0, &[], v)));
+        inner.forget(0x30000);
+        inner.touch(0x30000);
+        assert_eq!(order(&inner), [0x20000, 0x10000], "a morphing slab stays off the list");
+        inner.touch(0x40000);
+        assert_eq!(order(&inner), [0x20000, 0x10000, 0x40000]);
+        assert_eq!(inner.lru.len, 3);
+        let stamps: Vec<u64> = inner.lru_order().map(|(t, _)| t).collect();
+        assert!(stamps.windows(2).all(|w| w[0] < w[1]), "stamps rise along the list: {stamps:?}");
+        let back: Vec<u64> =
+            std::iter::successors(Some(inner.lru.tail), |&s| Some(inner.slabs[&s].lru.prev).filter(|&p| p != NIL))
+                .collect();
+        assert_eq!(back, [0x40000, 0x10000, 0x20000]);
+        inner.forget(0x40000);
+        inner.touch(0x20000);
+        assert_eq!(order(&inner), [0x10000, 0x20000], "the tail forgotten, the list ends before it");
+        assert_eq!((inner.lru.head, inner.lru.tail, inner.lru.len), (0x10000, 0x20000, 2));
     }
 }

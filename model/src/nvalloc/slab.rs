@@ -447,14 +447,35 @@ pub struct VSlab {
     vbits: [u64; VBITS_WORDS],
     /// Set while the slab is a slab_in.
     pub morph: Option<Box<Morph>>,
-    /// Position in its arena's LRU list (larger = used more recently).
+    /// The arena clock's tick at the slab's last use (larger = used more
+    /// recently): how long it has been idle, for slab morphing.
     pub stamp: u64,
+    /// Its links in its arena's LRU list.
+    pub lru: LruLinks,
+}
+
+/// No slab: the end of an LRU list.
+pub const NIL: u64 = u64::MAX;
+
+/// A vslab's neighbours in its arena's LRU list (offsets of their slabs, or
+/// [`NIL`]), and whether it is on the list at all.
+#[derive(Clone, Copy, Debug)]
+pub struct LruLinks {
+    pub prev: u64,
+    pub next: u64,
+    pub linked: bool,
+}
+
+impl Default for LruLinks {
+    fn default() -> Self {
+        LruLinks { prev: NIL, next: NIL, linked: false }
+    }
 }
 
 impl VSlab {
     pub fn new(class: usize, nblocks: u32) -> VSlab {
         assert!(nblocks <= MAX_BLOCKS);
-        VSlab { class, nblocks, used: 0, vbits: [0; VBITS_WORDS], morph: None, stamp: 0 }
+        VSlab { class, nblocks, used: 0, vbits: [0; VBITS_WORDS], morph: None, stamp: 0, lru: LruLinks::default() }
     }
 
     pub fn is_full(&self) -> bool {

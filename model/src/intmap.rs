@@ -1,7 +1,9 @@
-//! Maps keyed by the integers of a trace (line offsets, thread ids, piece
+//! Maps keyed by integers (heap offsets, line offsets, thread ids, piece
 //! numbers): hashed by a multiply and a fold instead of SipHash, whose
 //! resistance to chosen keys buys nothing here and costs most of a lookup.
-//! The explorer looks lines up on every event and every crash point.
+//! The crash explorer looks lines up on every event and every crash point;
+//! NVAlloc's arenas look a slab's vslab up on every block they hand out or
+//! take back, where the modelled code reaches it through a pointer.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
