@@ -142,6 +142,27 @@ fn values_mode_records_the_bytes_written() {
     assert_eq!(got, expected);
 }
 
+/// A copy long enough to be one `memcpy` natively ([`pmsim_model::pm::BULK_STORE`])
+/// is still recorded, traced, as the 8-byte machine stores it is made of.
+#[test]
+fn a_long_copy_is_traced_as_its_machine_stores() {
+    let d = tempfile::tempdir().unwrap();
+    let heap = heap(&d);
+    let b = heap.base() as u64;
+    let (pm, collector) = traced(&heap, FlushInsn::Clflush, &TraceConfig::default());
+    let mut t = pm.thread(0);
+    let n = 3 * pmsim_model::pm::BULK_STORE as u64 + 4;
+    t.store_bytes(8192, &vec![5u8; n as usize]);
+    assert!((0..n).all(|i| t.load::<u8>(8192 + i) == 5));
+    drop(t);
+    let got: Vec<OwnedEvent> = collector.finish(pm).unwrap().sink.0.into_iter().map(|(_, e)| e).collect();
+    let mut expected = vec![OwnedEvent::ThreadStart];
+    expected.extend((0..n / 8).map(|k| store(b + 8192 + 8 * k, 8, None)));
+    expected.push(store(b + 8192 + n - 4, 4, None));
+    expected.push(OwnedEvent::ThreadEnd);
+    assert_eq!(got, expected);
+}
+
 /// What one worker did, in its program order, as the trace should show it.
 struct Work {
     tid: u32,
