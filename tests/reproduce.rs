@@ -122,6 +122,7 @@ fn every_field_is_in_some_row(out: &Path) {
             Source::ShapePoint => rows.iter().flat_map(|r| r.shape_points()).any(|p| read(p, *f).is_some()),
             Source::Site => rows.iter().flat_map(|r| r.sites()).any(|s| read(s, *f).is_some()),
             Source::Op => rows.iter().flat_map(|r| r.op_kinds()).any(|o| read(o, *f).is_some()),
+            Source::Region => rows.iter().flat_map(|r| r.regions()).any(|g| read(g, *f).is_some()),
             _ => rows.iter().any(|r| r.num(*f).is_some()),
         };
         assert!(found, "{f:?}: in no row of {}", out.display());

@@ -1498,16 +1498,10 @@ const FPTREE_NOTE: &str = "Scale: the tree's own work per operation (searching t
     smaller part of each operation than in the main job's small tree.";
 
 /// What pmsim found about Fig. 11c's claims (measured; see their `why`).
-const FIG11C_NOTE: &str = "Where +Log's flush time goes (pmsim run --alloc base|+log --workload dbmstest --threads 8 \
-    --trace T.pmt, then pmsim sim T.pmt, the regions table; seed 42): Base's extent headers take 1,287 flushes at 134 \
-    ns each (0.5 % reflushes, 70.7 % XPBuffer hits: at tiny scale the header lines are few), 173 µs in all; +Log's \
-    bookkeeping log takes 1,487 flushes at 461 ns each (64 % reflushes, the appends at distance 1 and 2), 685 µs. Had \
-    every header flush missed the XPBuffer (217 ns, the paper's random write), Base would still flush less. The \
-    size of the reflush penalty is not the cause alone: replaying the traces of seeds 42 to 44 with latency.reflush_ns \
-    at a quarter (pmsim sim T.pmt --contention --config C.toml) gives +Log +27 % over Base and NVAlloc-LOG -29.7 % \
-    under +Log (within 25 % of the paper's -26 %), but Fig. 11a's +Interleaved FlushMeta cut falls from -36.1 % to \
-    -28.2 % (paper -51 %) and Larson-small's from -17.9 % to -0.7 % (paper -14 %): no one reflush latency gives the \
-    paper's Fig. 11.";
+const FIG11C_NOTE: &str = "Where the flush time goes (the simulator's regions table of the breakdown rows at 8 \
+    threads): Base's extent headers take {region:breakdown:base:dbmstest:8:extent headers}; +Log's bookkeeping log \
+    takes {region:breakdown:+log:dbmstest:8:bookkeeping log}, its appends reflushing the line of the one before. At \
+    tiny scale the header lines are few, and most of their writes combine in the XPBuffers.";
 
 /// What pmsim found about Fig. 17's claims (measured; see their `why`).
 const GC_NOTE: &str = "The public code's rule (log_gc = artifact, the default) collects the log at every check: \
@@ -1580,7 +1574,7 @@ fn score_one(ctx: &Ctx, c: &Claim) -> Scored {
     let (pmsim, verdict, why) = match m {
         Err(e) => ("-".to_string(), Verdict::NotMeasured, e),
         Ok(v) if !v.is_finite() => ("-".to_string(), Verdict::NotMeasured, "no value".to_string()),
-        Ok(v) if c.paper.agrees(v) => (c.paper.pmsim_text(v), Verdict::Agrees, c.note.to_string()),
+        Ok(v) if c.paper.agrees(v) => (c.paper.pmsim_text(v), Verdict::Agrees, with_counts(c.note, ctx)),
         Ok(v) => (c.paper.pmsim_text(v), Verdict::Off, why_off(ctx, c, v)),
     };
     Scored {
@@ -1597,17 +1591,27 @@ fn score_one(ctx: &Ctx, c: &Claim) -> Scored {
     }
 }
 
-/// `config` with each `{threads:EXP}` replaced by the thread counts the
-/// rows of experiment EXP ran ("1 and 4 threads") and each `{seeds:EXP}` by
-/// how many seeds they ran ("one seed", "the mean of 5 seeds"): what the
-/// report holds at its scale, not what a claim's text was written for.
-fn with_counts(config: &str, ctx: &Ctx) -> String {
+/// `text` (a claim's configuration or note) with each `{threads:EXP}`
+/// replaced by the thread counts the rows of experiment EXP ran ("1 and 4
+/// threads"), each `{seeds:EXP}` by how many seeds they ran ("one seed",
+/// "the mean of 5 seeds") and each `{region:EXP:ALLOC:WORKLOAD:THREADS:NAME}`
+/// by what the simulator measured of region NAME in that point
+/// ([`region_text`]): what the report holds at its scale, not what a
+/// claim's text was written for.
+fn with_counts(text: &str, ctx: &Ctx) -> String {
     let mut out = String::new();
-    let mut rest = config;
-    while let Some((at, what)) = ["{threads:", "{seeds:"].iter().filter_map(|p| Some((rest.find(p)?, *p))).min() {
+    let mut rest = text;
+    while let Some((at, what)) =
+        ["{threads:", "{seeds:", "{region:"].iter().filter_map(|p| Some((rest.find(p)?, *p))).min()
+    {
         let Some(len) = rest[at..].find('}') else { break };
         out.push_str(&rest[..at]);
         let exp = &rest[at + what.len()..at + len];
+        if what == "{region:" {
+            out.push_str(&region_text(ctx, exp).unwrap_or_else(|e| format!("({e})")));
+            rest = &rest[at + len + 1..];
+            continue;
+        }
         let rows = ctx.rows(exp).unwrap_or_default();
         out.push_str(&if what == "{seeds:" {
             match rows.iter().map(|r| r.point.seed).collect::<BTreeSet<u64>>().len() {
@@ -1627,6 +1631,40 @@ fn with_counts(config: &str, ctx: &Ctx) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// What the simulator measured of one region of a point, the mean over the
+/// seeds it ran: `spec` is `EXP:ALLOC:WORKLOAD:THREADS:NAME`.
+fn region_text(ctx: &Ctx, spec: &str) -> Result<String, String> {
+    let [exp, alloc, workload, threads, name] = spec.splitn(5, ':').collect::<Vec<_>>()[..] else {
+        return Err(format!("no region placeholder: {spec}"));
+    };
+    let threads = threads.parse().map_err(|_| format!("no thread count: {threads}"))?;
+    let rows = ctx.seeds_of(ctx.row(exp, alloc, workload, threads)?);
+    let mut sum = [0.0; 5];
+    for r in &rows {
+        let g = r
+            .regions()
+            .iter()
+            .find(|g| g.get(REGION_NAME).and_then(Value::as_str) == Some(name))
+            .ok_or_else(|| format!("no region {name} in {alloc}'s {workload} row"))?;
+        let f = [REGION_FLUSHES, REGION_REFLUSHES, REGION_XPB_HITS, REGION_XPB_MISSES, REGION_PERSIST];
+        for (s, f) in sum.iter_mut().zip(f) {
+            *s += read(g, f).unwrap_or(0.0);
+        }
+    }
+    let [flushes, reflushes, hits, misses, ns] = sum;
+    if flushes == 0.0 {
+        return Err(format!("{alloc} flushed no line of its {name} on {workload}"));
+    }
+    Ok(format!(
+        "{:.0} flushes at {:.0} ns each ({:.1} % reflushes, {:.1} % XPBuffer hits), {:.0} µs in all",
+        flushes / rows.len() as f64,
+        ns / flushes,
+        100.0 * reflushes / flushes,
+        100.0 * hits / (hits + misses).max(1.0),
+        ns / 1e3 / rows.len() as f64
+    ))
 }
 
 /// The measured switches of a claim that is off: which move pmsim towards
@@ -1652,7 +1690,7 @@ fn why_off(ctx: &Ctx, c: &Claim, v: f64) -> String {
     let list = |v: &[(f64, f64, String)]| v.iter().map(|e| e.2.clone()).collect::<Vec<_>>().join("; ");
     let mut s = String::new();
     if !c.note.is_empty() {
-        s.push_str(c.note);
+        s.push_str(&with_counts(c.note, ctx));
         s.push(' ');
     }
     match (toward.is_empty(), away.is_empty()) {
@@ -1998,6 +2036,31 @@ mod tests {
             let exp = s.config.split(" of the ").nth(1).unwrap().split(' ').next().unwrap();
             assert!(crate::experiment::BUILTIN.iter().any(|(f, _)| f.strip_suffix(".toml") == Some(exp)), "{exp}");
         }
+    }
+
+    /// A note's region placeholder reads the simulator's figures of that
+    /// region in the rows, the mean over their seeds, not typed numbers.
+    #[test]
+    fn a_note_names_what_the_rows_measured_of_a_region() {
+        let row = |seed, flushes: f64, ns: f64| {
+            let mut r = sim_row("base", "dbmstest", 8, BTreeMap::new());
+            r.point.seed = seed;
+            r.result.sim = Some(serde_json::json!({"regions": [
+                {"name": "WAL", "flushes": 1, "reflushes": 1, "xpbuffer_hits": 0, "xpbuffer_misses": 1,
+                 "persist_ns": {"total": 800.0}},
+                {"name": "extent headers", "flushes": flushes, "reflushes": 1, "xpbuffer_hits": 3,
+                 "xpbuffer_misses": 1, "persist_ns": {"total": ns}},
+            ]}));
+            r
+        };
+        let exps = BTreeMap::from([("breakdown".to_string(), vec![row(42, 10.0, 1000.0), row(43, 30.0, 3000.0)])]);
+        let ctx = Ctx::new(&exps);
+        assert_eq!(
+            with_counts("headers: {region:breakdown:base:dbmstest:8:extent headers}.", &ctx),
+            "headers: 20 flushes at 100 ns each (5.0 % reflushes, 75.0 % XPBuffer hits), 2 µs in all."
+        );
+        assert!(with_counts("{region:breakdown:base:dbmstest:8:log}", &ctx).contains("no region log"));
+        assert!(with_counts("{region:breakdown:+log:dbmstest:8:log}", &ctx).contains("no row of +log"));
     }
 
     /// A workload-parameter switch reads its own experiment's rows with the

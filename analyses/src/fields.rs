@@ -34,6 +34,9 @@ pub enum Source {
     /// Each kind of operation of the simulator report (`/ops`: the events
     /// inside each thread's innermost open operation, by its kind).
     Op,
+    /// Each region of the simulator report (`/regions`: the flushes to the
+    /// lines of one region of the trace's region table, by its name).
+    Region,
     /// The report of a simulated point's traced run, without its timings
     /// (`Results::traced`: footprints, operations).
     Traced,
@@ -53,6 +56,7 @@ impl Source {
             Source::ShapePoint => "a heap-shape point",
             Source::Site => "a code site of the simulator report",
             Source::Op => "an operation kind of the simulator report",
+            Source::Region => "a region of the simulator report",
             Source::Traced => "the traced run's report",
             Source::Cpu => "the CPU profile",
             Source::Estimate => "the estimate with CPU work",
@@ -187,6 +191,16 @@ fields! {
     OP_FLUSHES = Op "/flushes" Always,
     /// Reflushes among those.
     OP_REFLUSHES = Op "/reflushes" Always,
+    /// Flushes to a region's lines.
+    REGION_FLUSHES = Region "/flushes" Always,
+    /// Reflushes among those.
+    REGION_REFLUSHES = Region "/reflushes" Always,
+    /// Writes to those lines that combined in an XPBuffer.
+    REGION_XPB_HITS = Region "/xpbuffer_hits" Always,
+    /// … that missed it.
+    REGION_XPB_MISSES = Region "/xpbuffer_misses" Always,
+    /// Estimated persist time of the region's flushes (ns).
+    REGION_PERSIST = Region "/persist_ns/total" Always,
     /// Flushes issued at a code site.
     SITE_FLUSHES = Site "/flushes" Always,
     /// Reflushes / flushes of those.
@@ -257,6 +271,8 @@ pub const AP_CATEGORY: &str = "category";
 pub const SITE_NAME: &str = "name";
 /// The operation kind's name in an operation kind's document (`malloc`, `init`, …).
 pub const OP_NAME: &str = "op";
+/// A region's name in a region's document (`slab header`, `WAL`, …).
+pub const REGION_NAME: &str = "name";
 
 /// A field's value in `doc` (a document of the field's source): `None` when
 /// absent or null. Absence is an error only in [`check`].
@@ -277,16 +293,20 @@ pub fn check(doc: &Value, source: Source) -> Result<(), String> {
             (Some(_), _) => return bad("something other than a number"),
         }
     }
-    if source == Source::AccessPoint && !doc.get(AP_CATEGORY).is_some_and(Value::is_string) {
-        return Err(format!("{} has no category string at /{AP_CATEGORY}", source.name()));
+    // The string that names each element of a per-element source.
+    let label = match source {
+        Source::AccessPoint => Some(("category", AP_CATEGORY)),
+        Source::Site => Some(("name", SITE_NAME)),
+        Source::Op => Some(("name", OP_NAME)),
+        Source::Region => Some(("name", REGION_NAME)),
+        _ => None,
+    };
+    match label {
+        Some((what, key)) if !doc.get(key).is_some_and(Value::is_string) => {
+            Err(format!("{} has no {what} string at /{key}", source.name()))
+        }
+        _ => Ok(()),
     }
-    if source == Source::Site && !doc.get(SITE_NAME).is_some_and(Value::is_string) {
-        return Err(format!("{} has no name string at /{SITE_NAME}", source.name()));
-    }
-    if source == Source::Op && !doc.get(OP_NAME).is_some_and(Value::is_string) {
-        return Err(format!("{} has no name string at /{OP_NAME}", source.name()));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -124,6 +124,7 @@ impl Row {
         self.shape_points().iter().try_for_each(|p| fields::check(p, Source::ShapePoint))?;
         self.sites().iter().try_for_each(|s| fields::check(s, Source::Site))?;
         self.op_kinds().iter().try_for_each(|o| fields::check(o, Source::Op))?;
+        self.regions().iter().try_for_each(|g| fields::check(g, Source::Region))?;
         self.result.access_map.iter().try_for_each(|p| fields::check(p, Source::AccessPoint))
     }
 
@@ -141,7 +142,7 @@ impl Row {
             Source::Traced => fields::read(self.result.traced.as_ref()?, f),
             Source::Cpu => fields::read(self.env.cpu.as_ref()?, f),
             Source::Estimate => fields::read(self.env.estimate.as_ref()?, f),
-            Source::AccessPoint | Source::ShapePoint | Source::Site | Source::Op => None,
+            Source::AccessPoint | Source::ShapePoint | Source::Site | Source::Op | Source::Region => None,
         }
     }
 
@@ -161,6 +162,12 @@ impl Row {
     /// not simulated); read them with [`fields::read`].
     pub fn op_kinds(&self) -> &[Value] {
         self.result.sim.as_ref().and_then(|s| s.get("ops")).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    }
+
+    /// The simulator report's figures by region of the trace (none for rows
+    /// not simulated); read them with [`fields::read`].
+    pub fn regions(&self) -> &[Value] {
+        self.result.sim.as_ref().and_then(|s| s.get("regions")).and_then(Value::as_array).map_or(&[], Vec::as_slice)
     }
 
     /// Reflushes / flushes of the flushes issued inside the allocator's

@@ -362,7 +362,9 @@ pub struct PmThread {
     /// Whether a long copy may be one `memcpy` ([`BULK_STORE`]): nothing
     /// records this thread's machine stores, neither pmsim's tracer, nor a
     /// watch, nor the Valgrind tool (whose trace must agree with the
-    /// built-in tracer's store for store).
+    /// built-in tracer's store for store). The Pin tool answers no client
+    /// request, so under it such a copy is libc's `memcpy` and its trace
+    /// holds libc's stores.
     bulk: bool,
     base: *mut u8,
     size: u64,

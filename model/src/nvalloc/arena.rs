@@ -47,12 +47,11 @@ pub struct ArenaInner {
     clock: u64,
 }
 
-/// The ends and length of an arena's LRU list ([`NIL`]: empty).
+/// The ends of an arena's LRU list ([`NIL`]: empty).
 #[derive(Clone, Copy)]
 struct LruEnds {
     head: u64,
     tail: u64,
-    len: usize,
 }
 
 impl ArenaInner {
@@ -77,7 +76,6 @@ impl ArenaInner {
             t => self.slabs.get_mut(&t).expect("LRU tail has a vslab").lru.next = slab,
         }
         self.lru.tail = slab;
-        self.lru.len += 1;
     }
 
     /// Takes `slab` off the LRU list, if it is on it.
@@ -92,7 +90,6 @@ impl ArenaInner {
             NIL => self.lru.tail = prev,
             n => self.slabs.get_mut(&n).expect("LRU neighbour has a vslab").lru.prev = prev,
         }
-        self.lru.len -= 1;
     }
 
     /// The LRU list from its head (least recently used): (stamp, slab).
@@ -134,7 +131,7 @@ impl Arena {
             inner: Mutex::new(ArenaInner {
                 slabs: IntMap::default(),
                 partial: vec![BTreeSet::new(); classes],
-                lru: LruEnds { head: NIL, tail: NIL, len: 0 },
+                lru: LruEnds { head: NIL, tail: NIL },
                 clock: 0,
             }),
             morph_guard: RwLock::new(()),
@@ -288,8 +285,9 @@ impl Arena {
         let under_su = |v: &VSlab| v.morph.is_none() && (v.used as f64) < cfg.su * v.nblocks as f64;
         if cfg.morph_candidates > 0.0 {
             // The artifact's rule: search only when candidates are plentiful.
-            let n = inner.lru_order().filter(|(_, s)| under_su(&inner.slabs[s])).count();
-            if n as f64 <= cfg.morph_candidates * inner.lru.len as f64 {
+            let (n, len) =
+                inner.lru_order().fold((0, 0), |(n, len), (_, s)| (n + under_su(&inner.slabs[&s]) as usize, len + 1));
+            if n as f64 <= cfg.morph_candidates * len as f64 {
                 return None;
             }
         }
@@ -524,7 +522,7 @@ mod tests {
         assert_eq!(order(&inner), [0x20000, 0x10000], "a morphing slab stays off the list");
         inner.touch(0x40000);
         assert_eq!(order(&inner), [0x20000, 0x10000, 0x40000]);
-        assert_eq!(inner.lru.len, 3);
+        assert_eq!(inner.lru_order().count(), 3);
         let stamps: Vec<u64> = inner.lru_order().map(|(t, _)| t).collect();
         assert!(stamps.windows(2).all(|w| w[0] < w[1]), "stamps rise along the list: {stamps:?}");
         let back: Vec<u64> =
@@ -534,6 +532,6 @@ mod tests {
         inner.forget(0x40000);
         inner.touch(0x20000);
         assert_eq!(order(&inner), [0x10000, 0x20000], "the tail forgotten, the list ends before it");
-        assert_eq!((inner.lru.head, inner.lru.tail, inner.lru.len), (0x10000, 0x20000, 2));
+        assert_eq!((inner.lru.head, inner.lru.tail, inner.lru_order().count()), (0x10000, 0x20000, 2));
     }
 }
