@@ -424,6 +424,12 @@ fn cases() -> Vec<Case> {
             "stripes=8"
         ),
         c!("a calibration point key twice", "calibrate --point threads=1,threads=2", "threads=1", "threads=2"),
+        c!(
+            "a reflush point with a key it does not take",
+            "calibrate --point family=reflush,access=64",
+            "family=reflush",
+            "access=64"
+        ),
         c!("--stripes and --set stripes", "RUN --stripes 2 --set stripes=8", "stripes=2", "stripes=8", "twice"),
         c!(
             "--stripes that the allocator's own stripes override",

@@ -46,6 +46,7 @@ fn check_report(out: &Path) {
         "calibration-wa",
         "calibration-fence",
         "calibration-latency",
+        "calibration-reflush",
     ] {
         for ext in ["svg", "png"] {
             let f = out.join("figures").join(format!("{id}.{ext}"));

@@ -150,6 +150,32 @@ pub fn figures(rows: &[Row]) -> Vec<Figure> {
             paper: None,
         });
     }
+    let reflush = family(Family::Reflush);
+    if !reflush.is_empty() {
+        figs.push(Figure {
+            id: "calibration-reflush".into(),
+            title: "Reflush latency by distance, model and NVAlloc §3.1".into(),
+            caption: "A line written back and fenced, then `distance` other lines the same way, then the line \
+                      again; ns for that last write + fence beside the two ends NVAlloc states (800 ns at distance \
+                      0, fitted; 500 ns at 3, validation)."
+                .into(),
+            panels: vec![Panel {
+                title: "one thread".into(),
+                x_label: "reflush distance".into(),
+                y_label: "ns per reflush + fence".into(),
+                kind: Kind::Bars {
+                    categories: reflush.iter().map(|(p, _)| p.distance.to_string()).collect(),
+                    series: vec![
+                        ("model".into(), reflush.iter().map(|(_, r)| r.model).collect()),
+                        ("published".into(), reflush.iter().map(|(_, r)| r.published.unwrap_or(0.0)).collect()),
+                    ],
+                    stacked: false,
+                },
+            }],
+            table: table(&reflush),
+            paper: None,
+        });
+    }
     figs
 }
 
@@ -164,7 +190,16 @@ mod tests {
         let rows = run_all(&Config::default(), Size::Quick).unwrap();
         let figs = figures(&rows);
         let ids: Vec<&str> = figs.iter().map(|f| f.id.as_str()).collect();
-        assert_eq!(ids, ["calibration-bandwidth", "calibration-wa", "calibration-fence", "calibration-latency"]);
+        assert_eq!(
+            ids,
+            [
+                "calibration-bandwidth",
+                "calibration-wa",
+                "calibration-fence",
+                "calibration-latency",
+                "calibration-reflush"
+            ]
+        );
         assert_eq!(figs.iter().map(|f| f.table.rows.len()).sum::<usize>(), rows.len());
         // The six-DIMM panel draws model and published lines for both ops.
         let Kind::Lines { series, .. } = &figs[0].panels[0].kind else { panic!("lines") };

@@ -31,6 +31,7 @@ use crate::fields::*;
 use crate::peers::{self, Class, Peer, PEERS};
 use crate::row::Row;
 use crate::table::Table;
+use pmsim_sim::calibrate;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -179,7 +180,9 @@ impl Lens {
             Lens::Sim(k, v) => match *k {
                 "reflush.threshold" => "without the reflush penalty (no flush counted a reflush)".into(),
                 "optane.xpbuffer_entries" => format!("with an XPBuffer of {v} entries"),
-                "reflush.timed" => "with the reflush wait timed from the line's previous write (reflush.timed)".into(),
+                "reflush.timed" => {
+                    "with the reflush wait by distance from its own issue (reflush.timed = false)".into()
+                }
                 "optane.dimms" => format!("on {v} DIMMs (the Optane measurements' machine)"),
                 "timing.locks" => "without waits at locks (timing.locks = false)".into(),
                 "timing.writebacks" => "without the cache's write-backs (timing.writebacks = false)".into(),
@@ -205,7 +208,7 @@ const SWITCHES: &[Lens] = &[
     Lens::Threads(16),
     Lens::Sim("reflush.threshold", "0"),
     Lens::Sim("optane.xpbuffer_entries", "4096"),
-    Lens::Sim("reflush.timed", "true"),
+    Lens::Sim("reflush.timed", "false"),
     Lens::Sim("optane.dimms", "6"),
     Lens::Sim("timing.locks", "false"),
     Lens::Sim("timing.writebacks", "false"),
@@ -222,7 +225,7 @@ const SWITCHES: &[Lens] = &[
 const SWITCH_EXPS: [(&str, &str); 6] = [
     ("reflush.threshold", "switch-reflush"),
     ("optane.xpbuffer_entries", "switch-xpbuffer"),
-    ("reflush.timed", "switch-timed-reflush"),
+    ("reflush.timed", "switch-reflush-distance"),
     ("optane.dimms", "switch-dimms"),
     ("timing.locks", "switch-locks"),
     ("timing.writebacks", "switch-writebacks"),
@@ -752,17 +755,25 @@ pub const CLAIMS: &[Claim] = &[
         figure: "§3.1",
         figures: &[],
         claim: "The latency of a reflush falls from 800 ns to 500 ns as the reflush distance grows from 0 to 3",
-        config: "paper: measured on its Optane machine (no raw data published)",
+        config: "paper: measured on its Optane machine, flushes back to back (no raw data published); pmsim: the \
+                 contention model on that experiment (pmsim calibrate's reflush points: a line written back and \
+                 fenced, 0 or 3 others, the line again), its default machine; pmsim's value: the change of the \
+                 reflush's time from distance 0 to 3",
         paper: Paper::Percent(-37.5),
         measure: |_| {
-            Err("a model input, not a result: pmsim's reflush latency by distance (latency.reflush_ns in \
-                 sim/optane.toml, 800, 700, 600, 500 ns) is these two numbers, so comparing would be circular; it \
-                 cannot be validated either: no other published measurement of a reflush's latency by distance \
-                 exists to set beside it (the Optane microbenchmarks pmsim calibrate replays time sequential and \
-                 random writes, not a line flushed again), and this machine has no Optane DIMM to measure it on"
-                .into())
+            let at = |distance| {
+                let p = calibrate::Point { distance, ..calibrate::reflush_point() };
+                calibrate::evaluate(&pmsim_sim::Config::default(), &p, calibrate::Size::Full)
+            };
+            let (zero, three) = (at(0)?, at(3)?);
+            Ok(100.0 * (three - zero) / zero)
         },
-        note: "",
+        note: "800 ns at distance 0 is fitted (latency.reflush_ns[0]); the fall is the model's own: a reflush waits \
+               for its line's previous write (reflush.timed), so each line written and fenced in between takes its \
+               time off the wait. In the model that time is the idle write latency FAST '20 measured (62 ns, the \
+               calibration-latency figure); the paper's 300 ns over three lines would need 100 ns each. With \
+               reflush.timed = false the model's latency table is the paper's two numbers, and comparing would be \
+               circular.",
     },
     // ---- §3.2, Fig. 1b ---------------------------------------------------
     Claim {
@@ -1814,20 +1825,20 @@ pub const EXPECTED: &[(&str, Verdict)] = {
         ("reflush-share-pmdk", Agrees),
         ("reflush-share-nvm-malloc", Agrees),
         ("reflush-share-pallocator", Agrees),
-        ("reflush-latency", NotMeasured),
+        ("reflush-latency", Off),
         ("fragmentation-peak", Agrees),
         ("random-metadata-writes", Off),
         ("fig9-pmdk", Agrees),
-        ("fig9-nvm-malloc", Agrees),
-        ("fig9-pallocator", Off),
+        ("fig9-nvm-malloc", Off),
+        ("fig9-pallocator", Agrees),
         ("fig9-outperforms", Agrees),
-        ("fig11a-flush-share", Agrees),
-        ("fig11a-interleaved-meta", Off),
+        ("fig11a-flush-share", Off),
+        ("fig11a-interleaved-meta", Agrees),
         ("fig11a-interleaved-total", Off),
-        ("fig11a-log-flush", Off),
+        ("fig11a-log-flush", Agrees),
         ("fig11b-interleaved-meta", Agrees),
         ("fig11b-interleaved-total", Off),
-        ("fig11b-log-total", Off),
+        ("fig11b-log-total", Agrees),
         ("fig11-threadtest-gains-more", Off),
         ("fig10-makalu", Off),
         ("fig10-ralloc", Off),
@@ -2126,10 +2137,13 @@ mod tests {
     #[test]
     fn a_claim_expected_to_agree_that_is_off_is_a_regression() {
         let scored = score(&BTreeMap::new());
-        // Nothing ran: every claim is not measured, so every claim expected
-        // to agree is reported.
+        // Nothing ran: every claim read from the rows is not measured (the
+        // reflush latency is the Optane model's own), so every claim
+        // expected to agree is reported.
         let agree = EXPECTED.iter().filter(|(_, v)| *v == Verdict::Agrees).count();
         assert_eq!(regressions(&scored).len(), agree);
-        assert!(scored.iter().all(|s| s.verdict == Verdict::NotMeasured && !s.why.is_empty()));
+        let from_rows = scored.iter().filter(|s| s.id != "reflush-latency");
+        assert!(from_rows.clone().all(|s| s.verdict == Verdict::NotMeasured && !s.why.is_empty()));
+        assert_eq!(from_rows.count(), scored.len() - 1);
     }
 }

@@ -69,7 +69,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("allocators.toml", include_str!("../experiments/allocators.toml")),
     ("switch-reflush.toml", include_str!("../experiments/switch-reflush.toml")),
     ("switch-xpbuffer.toml", include_str!("../experiments/switch-xpbuffer.toml")),
-    ("switch-timed-reflush.toml", include_str!("../experiments/switch-timed-reflush.toml")),
+    ("switch-reflush-distance.toml", include_str!("../experiments/switch-reflush-distance.toml")),
     ("switch-dimms.toml", include_str!("../experiments/switch-dimms.toml")),
     ("switch-presets.toml", include_str!("../experiments/switch-presets.toml")),
     ("switch-locks.toml", include_str!("../experiments/switch-locks.toml")),

@@ -18,13 +18,22 @@
 //!   media bytes / bytes the memory controller wrote.
 //! - `latency`: one 64 B store + clwb (or non-temporal store) + fence at a
 //!   time, to random lines; ns per write.
+//! - `reflush`: NVAlloc §3.1's experiment: a line written back and fenced,
+//!   then `distance` other lines the same way, then the first line again (for
+//!   distance 3: A, B, C, D, A, flushed consecutively); ns for the last write
+//!   + fence, the reflush.
 //!
 //! The published values ([`published`]) are FAST '20's (Yang et al., "An
 //! Empirical Guide to the Behavior and Use of Scalable Persistent Memory"),
 //! read from its public raw data (repository NVSL/OptaneStudy, `graphs/` and
 //! `data/`). Only the six-DIMM bandwidth-against-threads figure, the
 //! write-amplification figure and the idle latency of a non-temporal write
-//! are `fitted`; every other point is validation.
+//! are `fitted`; every other point is validation. The `reflush` points are
+//! NVAlloc's (ASPLOS '22, §3.1, no raw data published): 800 ns at distance 0
+//! is fitted (`latency.reflush_ns[0]`), 500 ns at distance 3 is validation
+//! while `reflush.timed` is on (the default), since the fall then comes from
+//! the time the flushes in between take; with it off the table by distance
+//! is the published pair itself.
 //!
 //! Where the model and the benchmarks still differ (the largest validation
 //! errors):
@@ -51,6 +60,7 @@ pub enum Family {
     Fence,
     Wa,
     Latency,
+    Reflush,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -79,6 +89,8 @@ pub struct Point {
     pub access: u64,
     pub threads: u32,
     pub dimms: u32,
+    /// Distinct lines flushed between a line's two flushes (`reflush` only).
+    pub distance: u32,
 }
 
 impl Point {
@@ -87,7 +99,7 @@ impl Point {
         match self.family {
             Family::Bandwidth | Family::Fence => "GB/s",
             Family::Wa => "ratio",
-            Family::Latency => "ns",
+            Family::Latency | Family::Reflush => "ns",
         }
     }
 }
@@ -99,9 +111,13 @@ impl fmt::Display for Point {
             Family::Fence => "fence",
             Family::Wa => "wa",
             Family::Latency => "latency",
+            Family::Reflush => "reflush",
         };
         let op = if self.op == Op::Clwb { "clwb" } else { "ntstore" };
         let pat = if self.pattern == Pattern::Seq { "seq" } else { "random" };
+        if self.family == Family::Reflush {
+            return write!(f, "family={fam},op={op},dimms={},distance={}", self.dimms, self.distance);
+        }
         write!(
             f,
             "family={fam},op={op},pattern={pat},access={},threads={},dimms={}",
@@ -113,7 +129,8 @@ impl fmt::Display for Point {
 impl std::str::FromStr for Point {
     type Err = String;
     /// `key=value` pairs separated by commas; `family` is required, the others
-    /// default to op=clwb, pattern=random, access=256, threads=1, dimms=6.
+    /// default to op=clwb, pattern=random, access=256, threads=1, dimms=6,
+    /// distance=0.
     fn from_str(s: &str) -> Result<Point, String> {
         let mut p = Point {
             family: Family::Bandwidth,
@@ -122,6 +139,7 @@ impl std::str::FromStr for Point {
             access: 256,
             threads: 1,
             dimms: 6,
+            distance: 0,
         };
         let mut family = false;
         let mut seen: Vec<&str> = Vec::new();
@@ -145,7 +163,12 @@ impl std::str::FromStr for Point {
                         "fence" => Family::Fence,
                         "wa" => Family::Wa,
                         "latency" => Family::Latency,
-                        _ => return Err(format!("point: unknown family {v:?} (bandwidth, fence, wa or latency)")),
+                        "reflush" => Family::Reflush,
+                        _ => {
+                            return Err(format!(
+                                "point: unknown family {v:?} (bandwidth, fence, wa, latency or reflush)"
+                            ))
+                        }
                     }
                 }
                 "op" => {
@@ -170,14 +193,41 @@ impl std::str::FromStr for Point {
                 }
                 "threads" => p.threads = num(256)? as u32,
                 "dimms" => p.dimms = num(64)? as u32,
-                _ => return Err(format!("point: unknown key {k:?} (family, op, pattern, access, threads or dimms)")),
+                "distance" => {
+                    p.distance = match v.parse::<u32>() {
+                        Ok(n) if n <= MAX_DISTANCE => n,
+                        _ => {
+                            return Err(format!(
+                                "point: distance={v:?} must be a whole number from 0 to {MAX_DISTANCE}"
+                            ))
+                        }
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        "point: unknown key {k:?} (family, op, pattern, access, threads, dimms or distance)"
+                    ))
+                }
             }
         }
         if !family {
-            return Err("point: family= is required (bandwidth, fence, wa or latency)".into());
+            return Err("point: family= is required (bandwidth, fence, wa, latency or reflush)".into());
         }
         if p.family == Family::Wa && !p.access.is_multiple_of(256) {
             return Err("point: a wa working set must be a multiple of 256 B (whole XPLines)".into());
+        }
+        if p.family == Family::Reflush {
+            if p.op != Op::Clwb {
+                return Err("point: a reflush is a line written back again: op=clwb".into());
+            }
+            let other = |kv: &str| ["pattern", "access", "threads"].iter().any(|k| kv.starts_with(&format!("{k}=")));
+            if let Some(kv) = seen.iter().find(|kv| other(kv)) {
+                return Err(format!("point: family=reflush takes op, dimms and distance, not {kv}"));
+            }
+            p = Point { dimms: p.dimms, distance: p.distance, ..reflush_point() };
+        }
+        if p.family != Family::Reflush && p.distance != 0 {
+            return Err("point: distance= belongs to family=reflush".into());
         }
         Ok(p)
     }
@@ -200,6 +250,7 @@ const FIG9: &str = "FAST '20 Fig. 9, graphs/09-infer_xpbuffer.csv";
 const FIG13: &str = "FAST '20 Fig. 13, graphs/13-sfence_interval.csv";
 const FIG2: &str = "FAST '20 Fig. 2 (idle write latency)";
 const BW64: &str = "FAST '20 data/bandwidth.csv (RandBW, 64 B)";
+const NVALLOC_REFLUSH: &str = "NVAlloc (ASPLOS '22) §3.1 (reflush latency, distance 0 and 3)";
 
 /// Every published point `pmsim calibrate` compares with.
 pub fn published() -> Vec<Published> {
@@ -211,6 +262,7 @@ pub fn published() -> Vec<Published> {
         access,
         threads,
         dimms,
+        distance: 0,
     };
     // Six interleaved DIMMs, random 256 B, by threads (fitted).
     let clwb6 = [(1, 1.42), (2, 2.85), (4, 5.75), (6, 8.50), (8, 9.98), (12, 9.50), (16, 8.67), (24, 7.50)];
@@ -248,7 +300,15 @@ pub fn published() -> Vec<Published> {
         (2097152, 2.074),
     ];
     for (ws, x) in wa {
-        let point = Point { family: Family::Wa, op: Op::Clwb, pattern: Pattern::Seq, access: ws, threads: 1, dimms: 1 };
+        let point = Point {
+            family: Family::Wa,
+            op: Op::Clwb,
+            pattern: Pattern::Seq,
+            access: ws,
+            threads: 1,
+            dimms: 1,
+            distance: 0,
+        };
         v.push(Published { point, value: x, fitted: true, source: FIG9 });
     }
     // Fence interval, one DIMM, one thread (validation).
@@ -263,16 +323,48 @@ pub fn published() -> Vec<Published> {
         (Op::Ntstore, 4096, 2.238),
     ];
     for (op, f, x) in fence {
-        let point = Point { family: Family::Fence, op, pattern: Pattern::Seq, access: f, threads: 1, dimms: 1 };
+        let point =
+            Point { family: Family::Fence, op, pattern: Pattern::Seq, access: f, threads: 1, dimms: 1, distance: 0 };
         v.push(Published { point, value: x, fitted: false, source: FIG13 });
     }
     // Idle latency: the non-temporal one is fitted (`timing.nt_to_wpq_ns` is
     // taken from it), the clwb one validation.
     for (op, x) in [(Op::Clwb, 62.0), (Op::Ntstore, 90.0)] {
-        let point = Point { family: Family::Latency, op, pattern: Pattern::Random, access: 64, threads: 1, dimms: 6 };
+        let point = Point {
+            family: Family::Latency,
+            op,
+            pattern: Pattern::Random,
+            access: 64,
+            threads: 1,
+            dimms: 6,
+            distance: 0,
+        };
         v.push(Published { point, value: x, fitted: op == Op::Ntstore, source: FIG2 });
     }
+    // A reflush by distance: the two ends NVAlloc states; distance 0 is
+    // fitted (`latency.reflush_ns[0]`), distance 3 validation.
+    for (distance, x) in [(0, 800.0), (3, 500.0)] {
+        let point = Point { family: Family::Reflush, distance, ..reflush_point() };
+        v.push(Published { point, value: x, fitted: distance == 0, source: NVALLOC_REFLUSH });
+    }
     v
+}
+
+/// The largest reflush distance a `reflush` point takes.
+pub const MAX_DISTANCE: u32 = 63;
+
+/// A `reflush` point at distance 0: one thread writing back 64 B lines at
+/// random, on the two DIMMs of NVAlloc's machine (the default machine's).
+pub fn reflush_point() -> Point {
+    Point {
+        family: Family::Reflush,
+        op: Op::Clwb,
+        pattern: Pattern::Random,
+        access: 64,
+        threads: 1,
+        dimms: 2,
+        distance: 0,
+    }
 }
 
 /// How much each synthetic benchmark writes.
@@ -375,6 +467,35 @@ pub fn evaluate(cfg: &Config, p: &Point, size: Size) -> Result<f64, String> {
                 }
             }
             Ok(c.report().write_amplification)
+        }
+        Family::Reflush => {
+            // Each round on fresh random lines, after an idle gap long past
+            // any write in flight: A, `distance` others, then A again, each
+            // written back and fenced. The reflush's time is what the last
+            // write adds to the run.
+            let rounds = 100 * scale;
+            let gap = Event::Store { addr: region(1), size: 8, value: None };
+            let run = |reflush: bool| -> Result<f64, String> {
+                let mut c = Contention::new(&cfg)?;
+                let mut rng = Rng(0x5EED_0F_A11);
+                for _ in 0..rounds {
+                    for _ in 0..2000 {
+                        c.push(0, &gap);
+                    }
+                    let lines: Vec<u64> =
+                        (0..=p.distance).map(|_| region(0) + rng.next() % (1 << 30) / 64 * 64).collect();
+                    for &l in &lines {
+                        write_line(&mut c, 0, l, p.op);
+                        c.push(0, &fence);
+                    }
+                    if reflush {
+                        write_line(&mut c, 0, lines[0], p.op);
+                        c.push(0, &fence);
+                    }
+                }
+                Ok(c.report().makespan_ns)
+            };
+            Ok((run(true)? - run(false)?) / rounds as f64)
         }
         Family::Latency => {
             let n = 1000 * scale;

@@ -64,16 +64,19 @@ pub struct ReflushConfig {
     /// Contention model: a reflush's latency (`latency.reflush_ns[0]`) runs
     /// from the *previous* flush of its line rather than from its own issue,
     /// so the time that passed since (other flushes, the CPU's work between
-    /// operations) is taken off the wait. NVAlloc §3.1's 800 → 500 ns from
-    /// distance 0 to 3 is what this gives with about 100 ns per flush in
-    /// between. Off (the default): `latency.reflush_ns` by distance, from the
-    /// reflush's issue.
+    /// operations) is taken off the wait. On by default, because the wait is
+    /// for that previous write, which does not take longer when the CPU does
+    /// other work first; NVAlloc §3.1's fall from 800 ns at distance 0 to
+    /// 500 ns at distance 3, measured with flushes back to back, is then a
+    /// prediction (`pmsim calibrate`'s `reflush` points). Off (a switch):
+    /// `latency.reflush_ns` by distance, from the reflush's issue, however
+    /// long ago the line was last written.
     pub timed: bool,
 }
 
 impl Default for ReflushConfig {
     fn default() -> Self {
-        ReflushConfig { threshold: 4, scope: Scope::Thread, timed: false }
+        ReflushConfig { threshold: 4, scope: Scope::Thread, timed: true }
     }
 }
 

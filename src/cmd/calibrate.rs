@@ -19,8 +19,10 @@ pub struct CalibrateArgs {
     /// Families: bandwidth (GB/s; access = bytes per write, one fence at the end),
     /// fence (GB/s; sequential 64 B writes, a fence every `access` bytes),
     /// wa (write amplification; working set of `access` bytes written as 128 B halves),
-    /// latency (ns per 64 B write + fence). Defaults: op=clwb, pattern=random,
-    /// access=256, threads=1, dimms=6.
+    /// latency (ns per 64 B write + fence), reflush (ns for a line written back
+    /// again after `distance` other lines, each write fenced: NVAlloc §3.1's
+    /// experiment). Defaults: op=clwb, pattern=random, access=256, threads=1,
+    /// dimms=6, distance=0.
     #[arg(long)]
     point: Option<String>,
     /// A quarter of the work per benchmark (what CI runs).

@@ -2,13 +2,13 @@
 //! that the model must show (the published figures themselves are compared by
 //! `pmsim calibrate`).
 
-use pmsim_sim::calibrate::{evaluate, Family, Op, Pattern, Point, Size};
+use pmsim_sim::calibrate::{evaluate, reflush_point, Family, Op, Pattern, Point, Size};
 use pmsim_sim::{Config, Contention};
 use pmsim_traces::{Event, FenceKind, FlushKind};
 
 fn point(family: Family, op: Op, access: u64, threads: u32, dimms: u32) -> Point {
     let pattern = if family == Family::Wa { Pattern::Seq } else { Pattern::Random };
-    Point { family, op, pattern, access, threads, dimms }
+    Point { family, op, pattern, access, threads, dimms, distance: 0 }
 }
 
 fn eval(p: Point) -> f64 {
@@ -135,4 +135,25 @@ fn the_same_trace_gives_the_same_figures() {
     let (a, b) = (run(), run());
     assert_eq!(a, b);
     assert!(a.write_amplification > 1.0 && a.makespan_ns > 0.0);
+}
+
+/// NVAlloc §3.1's reflush experiment: the wait falls with the lines flushed
+/// in between, because each of them takes time off what is left of the
+/// previous write (`reflush.timed`); past the threshold it is a regular
+/// write. By distance (`reflush.timed = false`) it is the latency table.
+#[test]
+fn a_reflush_waits_less_the_more_lines_are_flushed_between() {
+    let at = |cfg: &Config, distance| evaluate(cfg, &Point { distance, ..reflush_point() }, Size::Quick).unwrap();
+    let timed = Config::default();
+    assert!(timed.reflush.timed);
+    let lat: Vec<f64> = (0..=4).map(|d| at(&timed, d)).collect();
+    assert!(lat.windows(2).take(3).all(|w| w[0] - w[1] > 30.0), "{lat:?}");
+    assert!((lat[0] - timed.latency.reflush_ns[0]).abs() < 100.0, "{lat:?}");
+    let regular = eval(point(Family::Latency, Op::Clwb, 64, 1, 2));
+    assert!((lat[4] - regular).abs() < 10.0, "{lat:?} vs {regular}");
+    let mut by_distance = Config::default();
+    by_distance.reflush.timed = false;
+    let table = &by_distance.latency.reflush_ns;
+    let fall = at(&by_distance, 0) - at(&by_distance, 3);
+    assert!((fall - (table[0] - table[3])).abs() < 10.0, "{fall}");
 }
