@@ -165,7 +165,9 @@ pub struct TimingConfig {
     pub imc_dimms: u32,
     /// The media's time to write one XPLine.
     pub media_write_ns: f64,
-    /// The media's time to read one XPLine (the read of a read-modify-write).
+    /// The media time a read-modify-write adds to its XPLine's write (the
+    /// read of a partly written XPLine; it overlaps other XPLines' writes,
+    /// so it is far below a read's latency).
     pub media_read_ns: f64,
     /// Events the scheduler may hold back (all threads together) while it
     /// waits for the lowest-clock thread's next event; past it the
@@ -198,7 +200,7 @@ impl Default for TimingConfig {
             writer_ns: 1.0,
             imc_dimms: 3,
             media_write_ns: 104.4,
-            media_read_ns: 59.4,
+            media_read_ns: 15.3,
             reorder_events: 1 << 22,
             locks: true,
             writebacks: true,
