@@ -480,7 +480,7 @@ pub fn evaluate(cfg: &Config, p: &Point, size: Size) -> Result<f64, String> {
             let gap = Event::Store { addr: region(1), size: 8, value: None };
             let run = |reflush: bool| -> Result<f64, String> {
                 let mut c = Contention::new(&cfg)?;
-                let mut rng = Rng(0x5EED_0F_A11);
+                let mut rng = Rng(0x5EED_0FA1);
                 for _ in 0..rounds {
                     for _ in 0..2000 {
                         c.push(0, &gap);
