@@ -53,6 +53,18 @@ fn lines(of: &[(Point, &Row)], x: impl Fn(&Point) -> f64) -> Vec<Series<(f64, f6
     series
 }
 
+/// Model and published bars side by side, one pair per point of `of`.
+fn bars(of: &[(Point, &Row)], categories: Vec<String>) -> Kind {
+    Kind::Bars {
+        categories,
+        series: vec![
+            ("model".into(), of.iter().map(|(_, r)| r.model).collect()),
+            ("published".into(), of.iter().map(|(_, r)| r.published.unwrap_or(0.0)).collect()),
+        ],
+        stacked: false,
+    }
+}
+
 /// One figure per family present in `rows`.
 pub fn figures(rows: &[Row]) -> Vec<Figure> {
     let all = parsed(rows);
@@ -137,14 +149,7 @@ pub fn figures(rows: &[Row]) -> Vec<Figure> {
                 title: "one thread".into(),
                 x_label: "write".into(),
                 y_label: "ns per write + fence".into(),
-                kind: Kind::Bars {
-                    categories: cats,
-                    series: vec![
-                        ("model".into(), lat.iter().map(|(_, r)| r.model).collect()),
-                        ("published".into(), lat.iter().map(|(_, r)| r.published.unwrap_or(0.0)).collect()),
-                    ],
-                    stacked: false,
-                },
+                kind: bars(&lat, cats),
             }],
             table: table(&lat),
             paper: None,
@@ -163,14 +168,7 @@ pub fn figures(rows: &[Row]) -> Vec<Figure> {
                 title: "one thread".into(),
                 x_label: "reflush distance".into(),
                 y_label: "ns per reflush + fence".into(),
-                kind: Kind::Bars {
-                    categories: reflush.iter().map(|(p, _)| p.distance.to_string()).collect(),
-                    series: vec![
-                        ("model".into(), reflush.iter().map(|(_, r)| r.model).collect()),
-                        ("published".into(), reflush.iter().map(|(_, r)| r.published.unwrap_or(0.0)).collect()),
-                    ],
-                    stacked: false,
-                },
+                kind: bars(&reflush, reflush.iter().map(|(p, _)| p.distance.to_string()).collect()),
             }],
             table: table(&reflush),
             paper: None,
