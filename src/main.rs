@@ -35,8 +35,9 @@ enum Command {
     /// operation, the code sites that changed most; or two sweep directories point by point;
     /// --fail-if BOUND exits 1 on a regression, for CI.
     Diff(cmd::diff::DiffArgs),
-    /// Replay the published Optane microbenchmarks (FAST '20) through the contention model and print
-    /// model beside published value with the relative error (fitted points and validation points).
+    /// Replay the published Optane microbenchmarks (FAST '20, and NVAlloc's reflush latency) through the
+    /// contention model and print model beside published value with the relative error (fitted points
+    /// and validation points).
     Calibrate(cmd::calibrate::CalibrateArgs),
     /// Run a workload of the NVAlloc paper on an allocator: natively, into a trace, or into the simulator.
     Run(cmd::run::RunArgs),
