@@ -91,6 +91,8 @@ pub struct Optane {
     memo_chunk: u64,
     memo_dimm: usize,
     memo_base: u64,
+    /// Where the DIMMs' interleaving starts ([`Optane::set_origin`]).
+    origin: u64,
 }
 
 impl Optane {
@@ -113,7 +115,19 @@ impl Optane {
             memo_chunk: u64::MAX,
             memo_dimm: 0,
             memo_base: 0,
+            origin: 0,
         }
+    }
+
+    /// Interleaves the DIMMs from `base` (the traced heap's base, rounded
+    /// down to the interleave unit) rather than from address 0. Why: a trace
+    /// holds virtual addresses, and where the kernel maps the heap file
+    /// changes from run to run; counted from address 0, the DIMM of every
+    /// line, and so every figure of the run, would change with the mapping's
+    /// page parity. A DAX heap file starts on an interleave boundary.
+    pub fn set_origin(&mut self, base: u64) {
+        self.origin = base >> self.interleave_shift << self.interleave_shift;
+        self.memo_chunk = u64::MAX;
     }
 
     pub fn dimms(&self) -> usize {
@@ -123,7 +137,7 @@ impl Optane {
     /// The DIMM holding `addr`.
     #[inline(always)]
     pub fn dimm_of(&self, addr: u64) -> usize {
-        self.divmod(addr >> self.interleave_shift).1 as usize
+        self.divmod(addr.wrapping_sub(self.origin) >> self.interleave_shift).1 as usize
     }
 
     /// `(x / dimms, x % dimms)` without a division instruction (tens of
@@ -148,6 +162,7 @@ impl Optane {
     /// the reference for [`Optane::locate_memo`], which the models use.
     #[cfg(test)]
     fn locate(&self, addr: u64) -> (usize, u64, u32) {
+        let addr = addr.wrapping_sub(self.origin);
         let (q, dimm) = self.divmod(addr >> self.interleave_shift);
         let local = q << self.interleave_shift | (addr & ((1u64 << self.interleave_shift) - 1));
         (dimm as usize, local >> self.xpline_shift, ((local >> 6) & ((1 << (self.xpline_shift - 6)) - 1)) as u32)
@@ -156,6 +171,7 @@ impl Optane {
     /// [`Optane::locate`], remembering the last chunk.
     #[inline(always)]
     pub(crate) fn locate_memo(&mut self, addr: u64) -> (usize, u64, u32) {
+        let addr = addr.wrapping_sub(self.origin);
         let chunk = addr >> self.interleave_shift;
         if chunk != self.memo_chunk {
             let (q, dimm) = self.divmod(chunk);
@@ -280,6 +296,23 @@ mod tests {
         for a in [0u64, 64, 4096, 4096 + 4032, 6 * 4096 + 64, 7 * 4096, 0x7f3a_0000_1240, 0x7f3a_0000_1280, 5] {
             assert_eq!(o.locate_memo(a), o.locate(a), "{a:#x}");
         }
+    }
+
+    #[test]
+    fn the_dimms_interleave_from_the_heap_s_base_wherever_it_is_mapped() {
+        // The same heap mapped one page further: every line keeps its DIMM
+        // and its XPLine, so the figures do not change with the mapping.
+        let (mut a, mut b) = (optane(2, 64, Policy::Lru), optane(2, 64, Policy::Lru));
+        let (base_a, base_b) = (0x7f00_0000_0000u64, 0x7f00_0000_1000u64);
+        a.set_origin(base_a);
+        b.set_origin(base_b);
+        for off in [0u64, 64, 4096, 4096 + 192, 3 * 4096, 5 * 4096 + 256, 1 << 20] {
+            assert_eq!(a.locate_memo(base_a + off), b.locate_memo(base_b + off), "{off:#x}");
+            assert_eq!(a.dimm_of(base_a + off), b.dimm_of(base_b + off), "{off:#x}");
+        }
+        // Counted from address 0 the page parity would move every line.
+        let c = optane(2, 64, Policy::Lru);
+        assert_ne!(c.dimm_of(base_a), c.dimm_of(base_b));
     }
 
     #[test]

@@ -231,7 +231,8 @@ impl Simulator {
         let full = !cfg.reflush_only;
         // The reflush-only run never touches the cache: do not allocate one.
         let cache_cfg = if full { cfg.cache.clone() } else { crate::config::CacheConfig { sets: 1, ways: 1 } };
-        let optane = Optane::new(&cfg.optane);
+        let mut optane = Optane::new(&cfg.optane);
+        optane.set_origin(header.heap.base);
         let scope = cfg.reflush.scope;
         let trackers = match scope {
             Scope::Thread => 0,

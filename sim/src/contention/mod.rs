@@ -735,12 +735,14 @@ impl Contention {
 
     /// Takes what the replay needs of a trace's header (a replayed trace's
     /// is taken by [`Contention::replay`]): its regions (later region events
-    /// are followed as they come) and whether its tracer ran one thread at a
+    /// are followed as they come), whether its tracer ran one thread at a
     /// time ([`Tracer::one_thread_at_a_time`]), so that its recorded order
-    /// tells which thread started which.
+    /// tells which thread started which, and its heap's base, from which the
+    /// DIMMs interleave ([`Optane::set_origin`]).
     pub fn set_header(&mut self, header: &TraceHeader) {
         self.regions = RegionMap::new(&header.regions);
         self.serialized = header.tracer.one_thread_at_a_time();
+        self.optane.set_origin(header.heap.base);
     }
 
     /// Advances each thread's clock by the CPU's work too (see the module
