@@ -94,6 +94,22 @@ pub struct Point {
     pub distance: u32,
 }
 
+impl Default for Point {
+    /// What `--point` leaves out: op=clwb, pattern=random, access=256,
+    /// threads=1, dimms=6, distance=0 (family: bandwidth).
+    fn default() -> Point {
+        Point {
+            family: Family::Bandwidth,
+            op: Op::Clwb,
+            pattern: Pattern::Random,
+            access: 256,
+            threads: 1,
+            dimms: 6,
+            distance: 0,
+        }
+    }
+}
+
 impl Point {
     /// The unit of the family's figure.
     pub fn unit(&self) -> &'static str {
@@ -133,15 +149,7 @@ impl std::str::FromStr for Point {
     /// default to op=clwb, pattern=random, access=256, threads=1, dimms=6,
     /// distance=0.
     fn from_str(s: &str) -> Result<Point, String> {
-        let mut p = Point {
-            family: Family::Bandwidth,
-            op: Op::Clwb,
-            pattern: Pattern::Random,
-            access: 256,
-            threads: 1,
-            dimms: 6,
-            distance: 0,
-        };
+        let mut p = Point::default();
         let mut family = false;
         let mut seen: Vec<&str> = Vec::new();
         for kv in s.split(',').filter(|kv| !kv.is_empty()) {
@@ -256,15 +264,7 @@ const NVALLOC_REFLUSH: &str = "NVAlloc (ASPLOS '22) §3.1 (reflush latency, dist
 /// Every published point `pmsim calibrate` compares with.
 pub fn published() -> Vec<Published> {
     let mut v = Vec::new();
-    let bw = |op, threads, dimms, access| Point {
-        family: Family::Bandwidth,
-        op,
-        pattern: Pattern::Random,
-        access,
-        threads,
-        dimms,
-        distance: 0,
-    };
+    let bw = |op, threads, dimms, access| Point { op, access, threads, dimms, ..Point::default() };
     // Six interleaved DIMMs, random 256 B, by threads (fitted).
     let clwb6 = [(1, 1.42), (2, 2.85), (4, 5.75), (6, 8.50), (8, 9.98), (12, 9.50), (16, 8.67), (24, 7.50)];
     let nt6 = [(1, 4.13), (2, 8.19), (4, 12.50), (6, 12.31), (8, 12.00), (12, 10.69), (16, 10.00), (24, 7.50)];
@@ -303,15 +303,7 @@ pub fn published() -> Vec<Published> {
         (2097152, 2.074),
     ];
     for (ws, x) in wa {
-        let point = Point {
-            family: Family::Wa,
-            op: Op::Clwb,
-            pattern: Pattern::Seq,
-            access: ws,
-            threads: 1,
-            dimms: 1,
-            distance: 0,
-        };
+        let point = Point { family: Family::Wa, pattern: Pattern::Seq, access: ws, dimms: 1, ..Point::default() };
         v.push(Published { point, value: x, fitted: true, source: FIG9 });
     }
     // Fence interval, one DIMM, one thread (validation).
@@ -326,22 +318,13 @@ pub fn published() -> Vec<Published> {
         (Op::Ntstore, 4096, 2.238),
     ];
     for (op, f, x) in fence {
-        let point =
-            Point { family: Family::Fence, op, pattern: Pattern::Seq, access: f, threads: 1, dimms: 1, distance: 0 };
+        let point = Point { family: Family::Fence, op, pattern: Pattern::Seq, access: f, dimms: 1, ..Point::default() };
         v.push(Published { point, value: x, fitted: false, source: FIG13 });
     }
     // Idle latency: the non-temporal one is fitted (`timing.nt_to_wpq_ns` is
     // taken from it), the clwb one validation.
     for (op, x) in [(Op::Clwb, 62.0), (Op::Ntstore, 90.0)] {
-        let point = Point {
-            family: Family::Latency,
-            op,
-            pattern: Pattern::Random,
-            access: 64,
-            threads: 1,
-            dimms: 6,
-            distance: 0,
-        };
+        let point = Point { family: Family::Latency, op, access: 64, ..Point::default() };
         v.push(Published { point, value: x, fitted: op == Op::Ntstore, source: FIG2 });
     }
     // A reflush by distance: the two ends NVAlloc states; distance 0 is
@@ -359,15 +342,7 @@ pub const MAX_DISTANCE: u32 = 63;
 /// A `reflush` point at distance 0: one thread writing back 64 B lines at
 /// random, on the two DIMMs of NVAlloc's machine (the default machine's).
 pub fn reflush_point() -> Point {
-    Point {
-        family: Family::Reflush,
-        op: Op::Clwb,
-        pattern: Pattern::Random,
-        access: 64,
-        threads: 1,
-        dimms: 2,
-        distance: 0,
-    }
+    Point { family: Family::Reflush, access: 64, dimms: 2, ..Point::default() }
 }
 
 /// How much each synthetic benchmark writes.

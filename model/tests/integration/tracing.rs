@@ -19,6 +19,11 @@ fn traced(heap: &Heap, insn: FlushInsn, cfg: &TraceConfig) -> (Pm, TraceCollecto
     Pm::traced(heap, insn, cfg, |_| Ok(VecSink::default())).unwrap()
 }
 
+/// The events a traced run recorded, without their sites.
+fn events(pm: Pm, collector: TraceCollector<VecSink>) -> Vec<OwnedEvent> {
+    collector.finish(pm).unwrap().sink.0.into_iter().map(|(_, e)| e).collect()
+}
+
 fn store(addr: u64, size: u32, value: Option<Vec<u8>>) -> OwnedEvent {
     OwnedEvent::Store { addr, size, value }
 }
@@ -98,7 +103,7 @@ fn eadr_traces_fences_but_no_flushes() {
     t.store_u64(HEADER_SIZE, 1);
     t.persist(HEADER_SIZE, 8);
     drop(t);
-    let got: Vec<OwnedEvent> = collector.finish(pm).unwrap().sink.0.into_iter().map(|(_, e)| e).collect();
+    let got = events(pm, collector);
     let b = heap.base() as u64;
     let expected =
         [OwnedEvent::ThreadStart, store(b + HEADER_SIZE, 8, None), fence(FenceKind::Sfence), OwnedEvent::ThreadEnd];
@@ -122,7 +127,7 @@ fn values_mode_records_the_bytes_written() {
     assert_eq!(t.cas_u64(4096, 0x0102030405060708, 42), Ok(0x0102030405060708));
     t.ntstore_u64(4104, u64::MAX);
     drop(t);
-    let got: Vec<OwnedEvent> = collector.finish(pm).unwrap().sink.0.into_iter().map(|(_, e)| e).collect();
+    let got = events(pm, collector);
     let expected = vec![
         OwnedEvent::ThreadStart,
         store(b + 4096, 8, Some(0x0102030405060708u64.to_le_bytes().to_vec())),
@@ -155,7 +160,7 @@ fn a_long_copy_is_traced_as_its_machine_stores() {
     t.store_bytes(8192, &vec![5u8; n as usize]);
     assert!((0..n).all(|i| t.load::<u8>(8192 + i) == 5));
     drop(t);
-    let got: Vec<OwnedEvent> = collector.finish(pm).unwrap().sink.0.into_iter().map(|(_, e)| e).collect();
+    let got = events(pm, collector);
     let mut expected = vec![OwnedEvent::ThreadStart];
     expected.extend((0..n / 8).map(|k| store(b + 8192 + 8 * k, 8, None)));
     expected.push(store(b + 8192 + n - 4, 4, None));

@@ -8,7 +8,7 @@ use pmsim_traces::{Event, FenceKind, FlushKind};
 
 fn point(family: Family, op: Op, access: u64, threads: u32, dimms: u32) -> Point {
     let pattern = if family == Family::Wa { Pattern::Seq } else { Pattern::Random };
-    Point { family, op, pattern, access, threads, dimms, distance: 0 }
+    Point { family, op, pattern, access, threads, dimms, ..Point::default() }
 }
 
 fn eval(p: Point) -> f64 {
